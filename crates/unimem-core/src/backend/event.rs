@@ -1,0 +1,139 @@
+//! What a backend reports: every fault and migration as an event, plus running counters.
+
+use crate::access::Accessor;
+use crate::region::RegionId;
+
+/// Direction of a transfer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    /// Host to device.
+    H2D,
+    /// Device to host.
+    D2H,
+}
+
+/// Why bytes moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MigrationCause {
+    /// A GPU or CPU page fault pulled the data.
+    Fault,
+    /// An explicit prefetch.
+    Prefetch,
+    /// The driver evicted data to make room on the device.
+    Eviction,
+    /// A write collapsed read-mostly duplicates.
+    Coherence,
+}
+
+/// One thing that happened in the memory system, with its time on the backend clock.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum MemEvent {
+    /// A processor touched pages that were not valid on its side.
+    Fault {
+        /// The region.
+        region: RegionId,
+        /// Offset of the first faulting byte.
+        offset: u64,
+        /// Bytes covered by the fault group.
+        bytes: u64,
+        /// GPU or CPU.
+        by: Accessor,
+        /// When it was raised.
+        at_ns: u64,
+    },
+    /// Bytes moved between host and device.
+    Migration {
+        /// The region.
+        region: RegionId,
+        /// Offset of the first byte moved.
+        offset: u64,
+        /// Bytes moved.
+        bytes: u64,
+        /// Direction.
+        dir: Direction,
+        /// Why.
+        cause: MigrationCause,
+        /// Start of the transfer.
+        start_ns: u64,
+        /// End of the transfer.
+        end_ns: u64,
+    },
+    /// Pages first touched on a side, without any transfer (fresh or discarded data).
+    Populate {
+        /// The region.
+        region: RegionId,
+        /// Offset.
+        offset: u64,
+        /// Bytes.
+        bytes: u64,
+        /// Side populated.
+        on: crate::backend::Location,
+    },
+    /// Pages dropped without transfer (discard, or a read-mostly duplicate dropped).
+    Drop {
+        /// The region.
+        region: RegionId,
+        /// Offset.
+        offset: u64,
+        /// Bytes.
+        bytes: u64,
+        /// Side the copy was dropped from.
+        from: crate::backend::Location,
+    },
+    /// A kernel ran.
+    Kernel {
+        /// Kernel name.
+        name: String,
+        /// Start on the compute stream.
+        start_ns: u64,
+        /// End, faults included.
+        end_ns: u64,
+        /// Time stalled on faults and on data in flight.
+        stall_ns: u64,
+    },
+}
+
+impl serde::Serialize for Accessor {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(match self {
+            Accessor::Device => "gpu",
+            Accessor::Host => "cpu",
+        })
+    }
+}
+
+/// Running counters of a backend.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct BackendStats {
+    /// Bytes moved host -> device, for any cause.
+    pub h2d_bytes: u64,
+    /// Bytes moved device -> host, for any cause.
+    pub d2h_bytes: u64,
+    /// GPU fault groups (one per contiguous run of faulting 64 KiB units in a kernel).
+    pub gpu_faults: u64,
+    /// GPU-faulted bytes that were migrated host -> device.
+    pub gpu_fault_bytes: u64,
+    /// CPU page faults (4 KiB pages migrated back to the host on a CPU touch).
+    pub cpu_faults: u64,
+    /// Bytes moved host -> device by prefetch.
+    pub prefetch_h2d_bytes: u64,
+    /// Bytes moved device -> host by prefetch (planned eviction).
+    pub prefetch_d2h_bytes: u64,
+    /// Bytes the driver evicted device -> host on its own to make room.
+    pub evicted_bytes: u64,
+    /// Bytes dropped by discard.
+    pub discarded_bytes: u64,
+    /// Bytes a kernel read or wrote remotely (host-resident, mapped).
+    pub remote_bytes: u64,
+    /// Prefetch calls made (a batch counts as one call per range).
+    pub prefetch_ranges: u64,
+    /// Kernels launched.
+    pub kernels: u64,
+    /// Nanoseconds kernels stalled on faults or waited for data in flight.
+    pub stall_ns: u64,
+    /// Highest device-resident bytes seen.
+    pub peak_device_bytes: u64,
+}

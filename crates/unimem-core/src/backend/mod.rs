@@ -1,0 +1,197 @@
+//! The seam between decisions and hardware. A backend takes orders (allocate, free, advise,
+//! prefetch, discard, launch, host access, synchronize) and reports what happened; it makes no
+//! decisions. Everything above it (planner, replay, tensors) is written once for every backend.
+
+mod event;
+pub mod sim;
+
+use std::fmt;
+
+pub use event::{BackendStats, Direction, MemEvent, MigrationCause};
+
+use crate::access::RangeAccess;
+use crate::error::Result;
+use crate::region::RegionId;
+
+/// Accounting unit of residency: a 4 KiB page, as the driver's smallest migration granule.
+pub const PAGE_SIZE: u64 = 4096;
+
+/// The driver's large-page block (2 MiB): eviction and advice granularity.
+pub const BLOCK_SIZE: u64 = 2 << 20;
+
+/// Bytes of `len` rounded up to whole pages: what a range costs in device memory.
+pub fn page_round(len: u64) -> u64 {
+    len.div_ceil(PAGE_SIZE) * PAGE_SIZE
+}
+
+/// Where data can live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Location {
+    /// Host RAM.
+    Host,
+    /// GPU memory.
+    Device,
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Location::Host => "host",
+            Location::Device => "device",
+        })
+    }
+}
+
+/// A usage hint for a range, as `cudaMemAdvise` takes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Advice {
+    /// Data is mostly read: reads create duplicates on the reader's side.
+    SetReadMostly,
+    /// Undo [`Advice::SetReadMostly`] (required before any GPU write phase).
+    UnsetReadMostly,
+    /// Keep the data at this location; other processors map it remotely where they can.
+    SetPreferredLocation(Location),
+    /// Undo [`Advice::SetPreferredLocation`].
+    UnsetPreferredLocation,
+    /// The device accesses this data: keep a mapping so that it need not fault.
+    SetAccessedByDevice,
+    /// Undo [`Advice::SetAccessedByDevice`].
+    UnsetAccessedByDevice,
+}
+
+/// A byte range of a region, without an access mode (for prefetch and discard).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ByteRange {
+    /// The region.
+    pub region: RegionId,
+    /// First byte.
+    pub offset: u64,
+    /// Length in bytes.
+    pub len: u64,
+}
+
+impl ByteRange {
+    /// The whole of a region of `bytes` bytes.
+    pub fn whole(region: RegionId, bytes: u64) -> Self {
+        Self {
+            region,
+            offset: 0,
+            len: bytes,
+        }
+    }
+}
+
+/// One kernel launch as the backend sees it: how long it computes, and what it touches.
+#[derive(Debug, Clone, Copy)]
+pub struct KernelLaunch<'a> {
+    /// Kernel name (for telemetry).
+    pub name: &'a str,
+    /// GPU time with all its data resident, in nanoseconds.
+    pub dur_ns: u64,
+    /// Ranges it reads and writes; it touches every page of each.
+    pub accesses: &'a [RangeAccess],
+}
+
+/// Where the bytes of a range are, at page granularity.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Residency {
+    /// Bytes valid only on the device.
+    pub device: u64,
+    /// Bytes valid only on the host.
+    pub host: u64,
+    /// Bytes valid on both (read-mostly duplicates).
+    pub duplicated: u64,
+    /// Bytes never touched or discarded: no physical copy anywhere.
+    pub unpopulated: u64,
+}
+
+impl Residency {
+    /// Bytes occupying device memory (device-only plus duplicates).
+    pub fn on_device(&self) -> u64 {
+        self.device + self.duplicated
+    }
+}
+
+/// Which backend a report came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// The calibrated simulator.
+    Sim,
+    /// A real GPU through CUDA.
+    Cuda,
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            BackendKind::Sim => "sim",
+            BackendKind::Cuda => "cuda",
+        })
+    }
+}
+
+/// Orders a backend executes. Times are nanoseconds on the backend's clock (virtual for the
+/// simulator, host monotonic for CUDA). Prefetch, advise and discard are hints in spirit, but a
+/// backend reports misuse (unknown region, range past the end) as an error.
+pub trait MemoryBackend: Send {
+    /// Which backend this is.
+    fn kind(&self) -> BackendKind;
+
+    /// One line describing the device or model (e.g. the calibration profile's name).
+    fn describe(&self) -> String;
+
+    /// Device memory the backend may use for managed data, in bytes (the emulated GPU size on
+    /// the simulator).
+    fn device_capacity(&self) -> u64;
+
+    /// Creates a managed region of `bytes` bytes under `id`; returns its base address.
+    fn allocate(&mut self, id: RegionId, bytes: u64) -> Result<u64>;
+
+    /// Releases a region; its contents are dead.
+    fn free(&mut self, id: RegionId) -> Result<()>;
+
+    /// Applies a usage hint to a range.
+    fn advise(&mut self, range: ByteRange, advice: Advice) -> Result<()>;
+
+    /// Moves ranges to `to` asynchronously, in one (batched) call. Later kernels wait for data
+    /// in flight instead of faulting on it.
+    fn prefetch(&mut self, ranges: &[ByteRange], to: Location) -> Result<()>;
+
+    /// Declares ranges dead: their pages are dropped on both sides without any transfer.
+    fn discard(&mut self, ranges: &[ByteRange]) -> Result<()>;
+
+    /// Launches a kernel on the compute stream.
+    fn launch(&mut self, kernel: &KernelLaunch<'_>) -> Result<()>;
+
+    /// The CPU touches ranges (waits for the device first, as a host read of results does).
+    fn host_access(&mut self, accesses: &[RangeAccess]) -> Result<()>;
+
+    /// Waits for all issued work; returns the backend clock afterwards.
+    fn synchronize(&mut self) -> Result<u64>;
+
+    /// The time at which all work issued so far completes, without waiting for it.
+    fn completion_ns(&self) -> u64;
+
+    /// Where the bytes of a range are.
+    fn residency(&self, range: ByteRange) -> Result<Residency>;
+
+    /// Bytes of managed data resident on the device now.
+    fn device_resident_bytes(&self) -> u64;
+
+    /// Counters since creation.
+    fn stats(&self) -> BackendStats;
+
+    /// Turns per-event recording on or off (off by default: counters are always kept).
+    fn record_events(&mut self, on: bool);
+
+    /// Moves the recorded events into `out`.
+    fn drain_events(&mut self, out: &mut Vec<MemEvent>);
+
+    /// Host read of region bytes (the pages become host-valid first, as a CPU access would).
+    fn read(&mut self, id: RegionId, offset: u64, buf: &mut [u8]) -> Result<()>;
+
+    /// Host write of region bytes (the pages become host-valid first, as a CPU access would).
+    fn write(&mut self, id: RegionId, offset: u64, data: &[u8]) -> Result<()>;
+}

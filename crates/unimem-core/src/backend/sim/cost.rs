@@ -1,0 +1,172 @@
+//! The simulator's cost model: a calibration profile (TOML) of measured rates and latencies.
+//! The embedded default carries the numbers of `design/h200-facts.md`; `unimem probe` writes
+//! one from a real device.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// The embedded default profile (NVIDIA H200, measured 2026-11-30).
+pub const H200_PROFILE: &str = include_str!("../../../profiles/h200.toml");
+
+/// Measured costs of unified memory on one device. Rates are GB/s (bytes per nanosecond),
+/// times nanoseconds. Each field is documented in `profiles/h200.toml` with its source.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CostModel {
+    /// Human-readable name of the device and calibration run.
+    pub name: String,
+    /// Device memory in bytes.
+    pub device_memory_bytes: u64,
+    /// Fault-driven H2D rate.
+    pub gpu_fault_rate_gbps: f64,
+    /// Fixed cost of one GPU fault group.
+    pub gpu_fault_latency_ns: u64,
+    /// Bytes a GPU fault is grown to (power of two, multiple of 4 KiB).
+    pub fault_unit_bytes: u64,
+    /// Cost per fault unit of first-touch population on the GPU.
+    pub gpu_populate_latency_ns: u64,
+    /// CPU-fault migration rate (D2H).
+    pub cpu_fault_rate_gbps: f64,
+    /// Fixed cost of one prefetch call.
+    pub prefetch_call_ns: u64,
+    /// Prefetch H2D rate.
+    pub prefetch_h2d_rate_gbps: f64,
+    /// Prefetch D2H rate.
+    pub prefetch_d2h_rate_gbps: f64,
+    /// Extra fixed cost per range of a batch prefetch, after the first.
+    pub batch_range_ns: u64,
+    /// Rate at which a prefetch populates pages that have no copy.
+    pub prefetch_populate_rate_gbps: f64,
+    /// Rate of the driver's own eviction (D2H).
+    pub evict_d2h_rate_gbps: f64,
+    /// Whether H2D and D2H migrations can run at the same time.
+    pub um_full_duplex: bool,
+    /// Rate of dropping read-mostly duplicates.
+    pub duplicate_drop_rate_gbps: f64,
+    /// Cost per 4 KiB page of a GPU write collapsing duplicates.
+    pub duplicate_write_fault_ns_per_page: u64,
+    /// Rate of GPU remote access to host-resident mapped data.
+    pub remote_rate_gbps: f64,
+    /// Rate of discarding.
+    pub discard_rate_gbps: f64,
+    /// Fixed cost of one discard call.
+    pub discard_call_ns: u64,
+}
+
+impl Default for CostModel {
+    fn default() -> Self {
+        Self::h200()
+    }
+}
+
+impl CostModel {
+    /// The embedded H200 profile.
+    pub fn h200() -> Self {
+        // The embedded profile is validated by a unit test, so this cannot fail at run time.
+        Self::from_toml(H200_PROFILE, "<embedded h200 profile>").expect("embedded profile is valid")
+    }
+
+    /// Parses and validates a profile from TOML text; `origin` names it in errors.
+    pub fn from_toml(text: &str, origin: &str) -> Result<Self> {
+        let model: CostModel = toml::from_str(text).map_err(|e| Error::File {
+            path: origin.into(),
+            reason: e.to_string(),
+        })?;
+        model.validate(origin)?;
+        Ok(model)
+    }
+
+    /// Loads a profile file.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path.display(), e))?;
+        Self::from_toml(&text, &path.display().to_string())
+    }
+
+    /// Checks every rate is positive and finite and the fault unit is a sane power of two.
+    pub fn validate(&self, origin: &str) -> Result<()> {
+        let rates = [
+            ("gpu_fault_rate_gbps", self.gpu_fault_rate_gbps),
+            ("cpu_fault_rate_gbps", self.cpu_fault_rate_gbps),
+            ("prefetch_h2d_rate_gbps", self.prefetch_h2d_rate_gbps),
+            ("prefetch_d2h_rate_gbps", self.prefetch_d2h_rate_gbps),
+            (
+                "prefetch_populate_rate_gbps",
+                self.prefetch_populate_rate_gbps,
+            ),
+            ("evict_d2h_rate_gbps", self.evict_d2h_rate_gbps),
+            ("duplicate_drop_rate_gbps", self.duplicate_drop_rate_gbps),
+            ("remote_rate_gbps", self.remote_rate_gbps),
+            ("discard_rate_gbps", self.discard_rate_gbps),
+        ];
+        for (key, v) in rates {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(Error::config(
+                    key,
+                    format!("must be a positive rate in GB/s, got {v}"),
+                    origin,
+                ));
+            }
+        }
+        let u = self.fault_unit_bytes;
+        if !u.is_power_of_two() || !(4096..=2 << 20).contains(&u) {
+            return Err(Error::config(
+                "fault_unit_bytes",
+                format!("must be a power of two from 4096 to 2097152, got {u}"),
+                origin,
+            ));
+        }
+        if self.device_memory_bytes == 0 {
+            return Err(Error::config("device_memory_bytes", "must be > 0", origin));
+        }
+        Ok(())
+    }
+
+    /// Nanoseconds to move `bytes` at `rate_gbps`.
+    pub fn transfer_ns(bytes: u64, rate_gbps: f64) -> u64 {
+        (bytes as f64 / rate_gbps).ceil() as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_profile_is_valid_and_matches_facts() {
+        let m = CostModel::h200();
+        assert_eq!(m.gpu_fault_rate_gbps, 4.41);
+        // An isolated fault of one 64 KiB unit costs the measured 15.8 us (within 1%).
+        let isolated = m.gpu_fault_latency_ns
+            + CostModel::transfer_ns(m.fault_unit_bytes, m.gpu_fault_rate_gbps);
+        assert!((isolated as f64 - 15_800.0).abs() < 158.0, "{isolated}");
+        // A 2 MiB prefetch call lands near the measured 18.5 GB/s.
+        let t = m.prefetch_call_ns + CostModel::transfer_ns(2 << 20, m.prefetch_h2d_rate_gbps);
+        let rate = (2u64 << 20) as f64 / t as f64;
+        assert!((rate - 18.5).abs() / 18.5 < 0.1, "{rate}");
+    }
+
+    #[test]
+    fn rejects_bad_profiles() {
+        let bad = H200_PROFILE.replace("gpu_fault_rate_gbps = 4.41", "gpu_fault_rate_gbps = -1.0");
+        let e = CostModel::from_toml(&bad, "p.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("gpu_fault_rate_gbps") && e.contains("positive"),
+            "{e}"
+        );
+        let bad = H200_PROFILE.replace("fault_unit_bytes = 65536", "fault_unit_bytes = 1000");
+        assert!(CostModel::from_toml(&bad, "p.toml")
+            .unwrap_err()
+            .to_string()
+            .contains("power of two"));
+        let bad = format!("{H200_PROFILE}\nwarp_speed = 9\n");
+        let e = CostModel::from_toml(&bad, "p.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("p.toml") && e.contains("warp_speed"), "{e}");
+    }
+}

@@ -1,0 +1,973 @@
+//! `SimBackend`: a deterministic model of a GPU with unified memory, on a virtual clock.
+//!
+//! It keeps each region's bytes (sparse, so replaying gigabytes keeps nothing), per-page
+//! residency on both sides (4 KiB pages, faults grown to the profile's fault unit, 2 MiB blocks
+//! for eviction and advice), and charges every operation from a calibrated [`CostModel`].
+//!
+//! Timing model, in brief (docs/simulator.md has the whole of it):
+//! - The host issues work without waiting; kernels run in order on one compute stream.
+//! - Prefetches, driver evictions and fault migrations share the UM migration link, which
+//!   serialises H2D and D2H unless the profile says it is full duplex.
+//! - A kernel waits for data in flight to it, then stalls for its faults (and the evictions they
+//!   force), then computes for `dur_ns` (or longer if its remote accesses are slower).
+//! - Eviction under capacity pressure takes the least-recently-migrated 2 MiB block that the
+//!   running kernel does not touch, as the driver does.
+//! - Device capacity is the configured budget: the simulator emulates a GPU of that size.
+
+mod cost;
+mod pages;
+mod store;
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+pub use cost::{CostModel, H200_PROFILE};
+use pages::PageSet;
+use store::PageStore;
+
+use super::{
+    Advice, BackendKind, BackendStats, ByteRange, Direction, KernelLaunch, Location, MemEvent,
+    MemoryBackend, MigrationCause, Residency, BLOCK_SIZE, PAGE_SIZE,
+};
+use crate::access::{Accessor, RangeAccess};
+use crate::error::{Error, Result};
+use crate::region::RegionId;
+
+const PAGES_PER_BLOCK: usize = (BLOCK_SIZE / PAGE_SIZE) as usize;
+const ADV_READ_MOSTLY: u8 = 1;
+const ADV_PREFER_HOST: u8 = 2;
+const ADV_PREFER_DEVICE: u8 = 4;
+const ADV_ACCESSED_BY: u8 = 8;
+/// First fake virtual address handed out; regions are 2 MiB aligned after it.
+const BASE_ADDR: u64 = 0x7f00_0000_0000;
+
+/// Per-2 MiB-block state the driver keeps.
+#[derive(Debug, Clone, Copy, Default)]
+struct Block {
+    /// Migration stamp for least-recently-migrated eviction; 0 when not on the device.
+    stamp: u64,
+    /// When data in flight to the device arrives.
+    ready_ns: u64,
+    /// When the last kernel touching the block ends (D2H and discard wait for it).
+    last_use_ns: u64,
+    /// `ADV_*` flags.
+    advice: u8,
+}
+
+#[derive(Debug)]
+struct SimRegion {
+    bytes: u64,
+    pages: usize,
+    on_device: PageSet,
+    on_host: PageSet,
+    blocks: Vec<Block>,
+    host_data: PageStore,
+    dev_data: PageStore,
+}
+
+impl SimRegion {
+    fn page_range(&self, offset: u64, len: u64) -> (usize, usize) {
+        (
+            (offset / PAGE_SIZE) as usize,
+            (offset + len).div_ceil(PAGE_SIZE) as usize,
+        )
+    }
+
+    fn block_range(&self, start: usize, end: usize) -> std::ops::Range<usize> {
+        if start >= end {
+            return 0..0;
+        }
+        start / PAGES_PER_BLOCK..(end - 1) / PAGES_PER_BLOCK + 1
+    }
+
+    fn block_pages(&self, b: usize) -> (usize, usize) {
+        (
+            b * PAGES_PER_BLOCK,
+            ((b + 1) * PAGES_PER_BLOCK).min(self.pages),
+        )
+    }
+}
+
+/// What moving pages to one side did.
+#[derive(Debug, Default, Clone, Copy)]
+struct Moved {
+    /// Pages that crossed the link.
+    transferred: usize,
+    /// Pages that got a fresh, zeroed copy (no transfer).
+    populated: usize,
+    /// Pages whose duplicate on the other side was dropped (no transfer).
+    dropped: usize,
+}
+
+/// The calibrated unified-memory simulator. See the module documentation.
+#[derive(Debug)]
+pub struct SimBackend {
+    cost: CostModel,
+    capacity: u64,
+    unit_pages: usize,
+    regions: HashMap<RegionId, SimRegion>,
+    next_addr: u64,
+    host_now: u64,
+    compute_free: u64,
+    link_h2d: u64,
+    link_d2h: u64,
+    device_bytes: u64,
+    /// (stamp, region, block) of every block with device pages, oldest migration first.
+    lrm: BTreeSet<(u64, RegionId, u32)>,
+    next_stamp: u64,
+    stats: BackendStats,
+    recording: bool,
+    events: Vec<MemEvent>,
+}
+
+impl SimBackend {
+    /// A simulator with `cost` emulating a device of `capacity` bytes (clamped to the
+    /// profile's device memory).
+    pub fn new(cost: CostModel, capacity: u64) -> Self {
+        let unit_pages = (cost.fault_unit_bytes / PAGE_SIZE) as usize;
+        let capacity = capacity.min(cost.device_memory_bytes).max(PAGE_SIZE);
+        Self {
+            cost,
+            capacity,
+            unit_pages,
+            regions: HashMap::new(),
+            next_addr: BASE_ADDR,
+            host_now: 0,
+            compute_free: 0,
+            link_h2d: 0,
+            link_d2h: 0,
+            device_bytes: 0,
+            lrm: BTreeSet::new(),
+            next_stamp: 1,
+            stats: BackendStats::default(),
+            recording: false,
+            events: Vec::new(),
+        }
+    }
+
+    /// A simulator of the whole default H200.
+    pub fn h200() -> Self {
+        let cost = CostModel::h200();
+        let cap = cost.device_memory_bytes;
+        Self::new(cost, cap)
+    }
+
+    /// The cost model in use.
+    pub fn cost(&self) -> &CostModel {
+        &self.cost
+    }
+
+    /// Host write that a GPU kernel performs: the pages are made device-valid (faulting as a
+    /// kernel would) and the bytes land in the device copy. Lets tests prove that data written
+    /// on the device survives eviction and migration.
+    pub fn kernel_write(&mut self, id: RegionId, offset: u64, data: &[u8]) -> Result<()> {
+        let acc = [RangeAccess {
+            region: id,
+            offset,
+            len: data.len() as u64,
+            mode: crate::AccessMode::ReadWrite,
+        }];
+        self.launch(&KernelLaunch {
+            name: "kernel_write",
+            dur_ns: 0,
+            accesses: &acc,
+        })?;
+        let r = self.region_mut(id)?;
+        let (on_device, dev_data, host_data) = (&r.on_device, &mut r.dev_data, &mut r.host_data);
+        for_each_page_chunk(offset, data.len(), |p, at, lo, hi| {
+            let side = if on_device.contains(p) {
+                &mut *dev_data
+            } else {
+                &mut *host_data
+            };
+            side.write(at, &data[lo..hi]);
+        });
+        Ok(())
+    }
+
+    /// Reads bytes as a GPU kernel would see them (pages made device-valid first).
+    pub fn kernel_read(&mut self, id: RegionId, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let acc = [RangeAccess {
+            region: id,
+            offset,
+            len: buf.len() as u64,
+            mode: crate::AccessMode::Read,
+        }];
+        self.launch(&KernelLaunch {
+            name: "kernel_read",
+            dur_ns: 0,
+            accesses: &acc,
+        })?;
+        // Remote-mapped pages are read in place on the host; the rest from the device copy.
+        let r = self.region(id)?;
+        for_each_page_chunk(offset, buf.len(), |p, at, lo, hi| {
+            let side = if r.on_device.contains(p) {
+                &r.dev_data
+            } else {
+                &r.host_data
+            };
+            side.read(at, &mut buf[lo..hi]);
+        });
+        Ok(())
+    }
+
+    fn region(&self, id: RegionId) -> Result<&SimRegion> {
+        self.regions.get(&id).ok_or(Error::UnknownRegion(id))
+    }
+
+    fn region_mut(&mut self, id: RegionId) -> Result<&mut SimRegion> {
+        self.regions.get_mut(&id).ok_or(Error::UnknownRegion(id))
+    }
+
+    fn checked(&self, id: RegionId, offset: u64, len: u64) -> Result<(usize, usize)> {
+        let r = self.region(id)?;
+        match offset.checked_add(len) {
+            Some(end) if end <= r.bytes => Ok(r.page_range(offset, len)),
+            _ => Err(Error::OutOfRange {
+                region: id,
+                offset,
+                len,
+                size: r.bytes,
+            }),
+        }
+    }
+
+    fn emit(&mut self, event: impl FnOnce() -> MemEvent) {
+        if self.recording {
+            self.events.push(event());
+        }
+    }
+
+    /// The link clock a transfer in `dir` waits on.
+    fn link(&mut self, dir: Direction) -> &mut u64 {
+        match (dir, self.cost.um_full_duplex) {
+            (Direction::D2H, true) => &mut self.link_d2h,
+            _ => &mut self.link_h2d,
+        }
+    }
+
+    /// Occupies the link in `dir` for `dur` from no earlier than `earliest`; returns (start, end).
+    fn occupy_link(&mut self, dir: Direction, earliest: u64, dur: u64) -> (u64, u64) {
+        let clock = self.link(dir);
+        let start = (*clock).max(earliest);
+        *clock = start + dur;
+        (start, start + dur)
+    }
+
+    fn note_device_added(&mut self, pages: usize) {
+        self.device_bytes += pages as u64 * PAGE_SIZE;
+        self.stats.peak_device_bytes = self.stats.peak_device_bytes.max(self.device_bytes);
+    }
+
+    /// Re-stamps blocks that just received device pages (least-recently-migrated order).
+    fn restamp(&mut self, id: RegionId, blocks: std::ops::Range<usize>) {
+        let Some(r) = self.regions.get_mut(&id) else {
+            return;
+        };
+        for b in blocks {
+            let blk = &mut r.blocks[b];
+            if blk.stamp != 0 {
+                self.lrm.remove(&(blk.stamp, id, b as u32));
+            }
+            blk.stamp = self.next_stamp;
+            self.next_stamp += 1;
+            self.lrm.insert((blk.stamp, id, b as u32));
+        }
+    }
+
+    /// Drops blocks with no device pages left from the eviction order.
+    fn unstamp_empty(&mut self, id: RegionId, blocks: std::ops::Range<usize>) {
+        let Some(r) = self.regions.get_mut(&id) else {
+            return;
+        };
+        for b in blocks {
+            let (s, e) = r.block_pages(b);
+            let blk = &mut r.blocks[b];
+            if blk.stamp != 0 && r.on_device.count(s, e) == 0 {
+                self.lrm.remove(&(blk.stamp, id, b as u32));
+                blk.stamp = 0;
+            }
+        }
+    }
+
+    /// Makes pages `s..e` device-valid. `duplicate` keeps host copies (read-mostly).
+    fn move_to_device(&mut self, id: RegionId, s: usize, e: usize, duplicate: bool) -> Moved {
+        let r = self.regions.get_mut(&id).expect("checked by caller");
+        let host_only = r.on_host.count(s, e) - r.on_host.count_and(&r.on_device, s, e);
+        let populated = r.on_device.count_neither(&r.on_host, s, e);
+        if !r.host_data.is_empty() {
+            let (on_host, on_device) = (&r.on_host, &r.on_device);
+            let (host_data, dev_data) = (&mut r.host_data, &mut r.dev_data);
+            on_host.for_each_not_in(on_device, s, e, |p| {
+                let page = if duplicate {
+                    host_data.copy(p)
+                } else {
+                    host_data.take(p)
+                };
+                dev_data.put(p, page);
+            });
+        }
+        let added = r.on_device.insert(s, e);
+        if !duplicate {
+            r.on_host.remove(s, e);
+        }
+        self.note_device_added(added);
+        Moved {
+            transferred: host_only,
+            populated,
+            dropped: 0,
+        }
+    }
+
+    /// Makes pages `s..e` host-valid and drops them from the device. Pages with no copy stay so.
+    fn move_to_host(&mut self, id: RegionId, s: usize, e: usize) -> Moved {
+        let r = self.regions.get_mut(&id).expect("checked by caller");
+        let dup = r.on_device.count_and(&r.on_host, s, e);
+        let dev_only = r.on_device.count(s, e) - dup;
+        if !r.dev_data.is_empty() {
+            let (on_host, on_device) = (&r.on_host, &r.on_device);
+            let (host_data, dev_data) = (&mut r.host_data, &mut r.dev_data);
+            on_device.for_each(s, e, |p| {
+                let page = dev_data.take(p);
+                if !on_host.contains(p) {
+                    host_data.put(p, page);
+                }
+            });
+        }
+        let (on_host, on_device) = (&mut r.on_host, &r.on_device);
+        on_host.union_from(on_device, s, e);
+        let removed = r.on_device.remove(s, e);
+        self.device_bytes -= removed as u64 * PAGE_SIZE;
+        let blocks = r.block_range(s, e);
+        self.unstamp_empty(id, blocks);
+        Moved {
+            transferred: dev_only,
+            populated: 0,
+            dropped: dup,
+        }
+    }
+
+    /// Evicts least-recently-migrated blocks not in `protect` until `need` more bytes fit.
+    /// Evictions occupy the D2H link from `earliest` (and after each block's last use); returns
+    /// when the last of them completes, i.e. when the room is there (`earliest` if none).
+    fn make_room(&mut self, need: u64, protect: &HashSet<(RegionId, u32)>, earliest: u64) -> u64 {
+        let mut done = earliest;
+        while self.device_bytes + need > self.capacity {
+            let Some(&(_, id, b)) = self.lrm.iter().find(|k| !protect.contains(&(k.1, k.2))) else {
+                break; // Only the running work's own blocks are left: run over capacity.
+            };
+            let r = &self.regions[&id];
+            let (s, e) = r.block_pages(b as usize);
+            let last_use = r.blocks[b as usize].last_use_ns;
+            let moved = self.move_to_host(id, s, e);
+            let bytes = moved.transferred as u64 * PAGE_SIZE;
+            let dur = CostModel::transfer_ns(bytes, self.cost.evict_d2h_rate_gbps)
+                + CostModel::transfer_ns(
+                    moved.dropped as u64 * PAGE_SIZE,
+                    self.cost.duplicate_drop_rate_gbps,
+                );
+            let (start, end) = self.occupy_link(Direction::D2H, earliest.max(last_use), dur);
+            done = done.max(end);
+            self.stats.evicted_bytes += bytes;
+            self.stats.d2h_bytes += bytes;
+            self.emit(|| MemEvent::Migration {
+                region: id,
+                offset: s as u64 * PAGE_SIZE,
+                bytes,
+                dir: Direction::D2H,
+                cause: MigrationCause::Eviction,
+                start_ns: start,
+                end_ns: end,
+            });
+        }
+        done
+    }
+
+    fn blocks_of(
+        &self,
+        ranges: impl Iterator<Item = (RegionId, u64, u64)>,
+    ) -> HashSet<(RegionId, u32)> {
+        let mut set = HashSet::new();
+        for (id, offset, len) in ranges {
+            if let Some(r) = self.regions.get(&id) {
+                let (s, e) = r.page_range(offset, len);
+                set.extend(r.block_range(s, e).map(|b| (id, b as u32)));
+            }
+        }
+        set
+    }
+
+    /// Fault handling for one block segment of a kernel access: returns (fault groups,
+    /// transferred pages, populated pages) after migrating every faulting unit.
+    fn fault_in(
+        &mut self,
+        id: RegionId,
+        s: usize,
+        e: usize,
+        duplicate: bool,
+    ) -> (u64, usize, usize) {
+        let unit = self.unit_pages;
+        let pages = self.regions[&id].pages;
+        let (mut groups, mut moved, mut populated) = (0u64, 0usize, 0usize);
+        let mut in_run = false;
+        let mut u = s / unit * unit;
+        while u < e {
+            let ue = (u + unit).min(pages);
+            let r = &self.regions[&id];
+            if r.on_device.count(u, ue) < ue - u {
+                if !in_run {
+                    groups += 1;
+                    in_run = true;
+                }
+                let m = self.move_to_device(id, u, ue, duplicate);
+                moved += m.transferred;
+                populated += m.populated;
+            } else {
+                in_run = false;
+            }
+            u += unit;
+        }
+        (groups, moved, populated)
+    }
+
+    /// Pages `s..e` grown outward to whole fault units (units never cross a 2 MiB block).
+    fn unit_span(&self, r: &SimRegion, s: usize, e: usize) -> (usize, usize) {
+        let u = self.unit_pages;
+        (s / u * u, (e.div_ceil(u) * u).min(r.pages))
+    }
+
+    fn fault_cost_ns(&self, groups: u64, moved: usize, populated: usize) -> u64 {
+        groups * self.cost.gpu_fault_latency_ns
+            + CostModel::transfer_ns(moved as u64 * PAGE_SIZE, self.cost.gpu_fault_rate_gbps)
+            + (populated.div_ceil(self.unit_pages) as u64) * self.cost.gpu_populate_latency_ns
+    }
+}
+
+/// Splits `offset..offset+len` at page boundaries: calls `f(page, byte offset, lo, hi)` where
+/// `lo..hi` is the chunk's position in the caller's buffer.
+fn for_each_page_chunk(offset: u64, len: usize, mut f: impl FnMut(usize, u64, usize, usize)) {
+    let mut done = 0usize;
+    while done < len {
+        let at = offset + done as u64;
+        let n = ((PAGE_SIZE - at % PAGE_SIZE) as usize).min(len - done);
+        f((at / PAGE_SIZE) as usize, at, done, done + n);
+        done += n;
+    }
+}
+
+impl MemoryBackend for SimBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Sim
+    }
+
+    fn describe(&self) -> String {
+        format!("simulator, profile \"{}\"", self.cost.name)
+    }
+
+    fn device_capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    fn allocate(&mut self, id: RegionId, bytes: u64) -> Result<u64> {
+        if bytes == 0 {
+            return Err(Error::Allocation {
+                bytes,
+                reason: "size must be at least 1 byte".into(),
+            });
+        }
+        if self.regions.contains_key(&id) {
+            return Err(Error::InvalidArgument(format!(
+                "region {id} is already allocated"
+            )));
+        }
+        let pages = bytes.div_ceil(PAGE_SIZE) as usize;
+        let addr = self.next_addr;
+        self.next_addr += bytes.div_ceil(BLOCK_SIZE) * BLOCK_SIZE;
+        self.regions.insert(
+            id,
+            SimRegion {
+                bytes,
+                pages,
+                on_device: PageSet::new(pages),
+                on_host: PageSet::new(pages),
+                blocks: vec![Block::default(); pages.div_ceil(PAGES_PER_BLOCK)],
+                host_data: PageStore::default(),
+                dev_data: PageStore::default(),
+            },
+        );
+        Ok(addr)
+    }
+
+    fn free(&mut self, id: RegionId) -> Result<()> {
+        let r = self.regions.remove(&id).ok_or(Error::UnknownRegion(id))?;
+        // The runtime pools managed memory, so a free does not synchronise the device.
+        self.device_bytes -= r.on_device.count(0, r.pages) as u64 * PAGE_SIZE;
+        for (b, blk) in r.blocks.iter().enumerate() {
+            if blk.stamp != 0 {
+                self.lrm.remove(&(blk.stamp, id, b as u32));
+            }
+        }
+        Ok(())
+    }
+
+    fn advise(&mut self, range: ByteRange, advice: Advice) -> Result<()> {
+        let (s, e) = self.checked(range.region, range.offset, range.len)?;
+        let r = self.region_mut(range.region)?;
+        let blocks = r.block_range(s, e);
+        for b in blocks.clone() {
+            let blk = &mut r.blocks[b];
+            match advice {
+                Advice::SetReadMostly => blk.advice |= ADV_READ_MOSTLY,
+                Advice::UnsetReadMostly => blk.advice &= !ADV_READ_MOSTLY,
+                Advice::SetPreferredLocation(Location::Host) => {
+                    blk.advice = (blk.advice & !ADV_PREFER_DEVICE) | ADV_PREFER_HOST
+                }
+                Advice::SetPreferredLocation(Location::Device) => {
+                    blk.advice = (blk.advice & !ADV_PREFER_HOST) | ADV_PREFER_DEVICE
+                }
+                Advice::UnsetPreferredLocation => {
+                    blk.advice &= !(ADV_PREFER_HOST | ADV_PREFER_DEVICE)
+                }
+                Advice::SetAccessedByDevice => blk.advice |= ADV_ACCESSED_BY,
+                Advice::UnsetAccessedByDevice => blk.advice &= !ADV_ACCESSED_BY,
+            }
+        }
+        if advice == Advice::UnsetReadMostly {
+            // Duplicates collapse to the device copy; the host copies were identical.
+            for b in blocks {
+                let (bs, be) = r.block_pages(b);
+                let (on_host, on_device) = (&mut r.on_host, &r.on_device);
+                let mut dups = Vec::new();
+                on_device.for_each(bs, be, |p| {
+                    if on_host.contains(p) {
+                        dups.push(p)
+                    }
+                });
+                for p in dups {
+                    on_host.remove(p, p + 1);
+                    r.host_data.drop_page(p);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn prefetch(&mut self, ranges: &[ByteRange], to: Location) -> Result<()> {
+        for r in ranges {
+            self.checked(r.region, r.offset, r.len)?;
+        }
+        let protect = if to == Location::Device {
+            self.blocks_of(ranges.iter().map(|r| (r.region, r.offset, r.len)))
+        } else {
+            HashSet::new()
+        };
+        for (i, range) in ranges.iter().enumerate() {
+            let call_ns = if i == 0 {
+                self.cost.prefetch_call_ns
+            } else {
+                self.cost.batch_range_ns
+            };
+            let (s, e) = self
+                .region(range.region)?
+                .page_range(range.offset, range.len);
+            self.stats.prefetch_ranges += 1;
+            let id = range.region;
+            match to {
+                Location::Device => {
+                    let r = &self.regions[&id];
+                    let missing = (e - s) - r.on_device.count(s, e);
+                    let blocks = r.block_range(s, e);
+                    let read_mostly = blocks
+                        .clone()
+                        .all(|b| r.blocks[b].advice & ADV_READ_MOSTLY != 0);
+                    let room_at =
+                        self.make_room(missing as u64 * PAGE_SIZE, &protect, self.host_now);
+                    let m = self.move_to_device(id, s, e, read_mostly);
+                    let bytes = m.transferred as u64 * PAGE_SIZE;
+                    let dur = call_ns
+                        + CostModel::transfer_ns(bytes, self.cost.prefetch_h2d_rate_gbps)
+                        + CostModel::transfer_ns(
+                            m.populated as u64 * PAGE_SIZE,
+                            self.cost.prefetch_populate_rate_gbps,
+                        );
+                    let (start, end) = self.occupy_link(Direction::H2D, room_at, dur);
+                    self.stats.h2d_bytes += bytes;
+                    self.stats.prefetch_h2d_bytes += bytes;
+                    let r = self.regions.get_mut(&id).expect("checked");
+                    for b in blocks.clone() {
+                        r.blocks[b].ready_ns = r.blocks[b].ready_ns.max(end);
+                    }
+                    if m.transferred + m.populated > 0 {
+                        self.restamp(id, blocks);
+                    }
+                    self.emit(|| MemEvent::Migration {
+                        region: id,
+                        offset: range.offset,
+                        bytes,
+                        dir: Direction::H2D,
+                        cause: MigrationCause::Prefetch,
+                        start_ns: start,
+                        end_ns: end,
+                    });
+                }
+                Location::Host => {
+                    let r = &self.regions[&id];
+                    let last_use = r
+                        .block_range(s, e)
+                        .map(|b| r.blocks[b].last_use_ns)
+                        .max()
+                        .unwrap_or(0);
+                    let m = self.move_to_host(id, s, e);
+                    let bytes = m.transferred as u64 * PAGE_SIZE;
+                    let dur = call_ns
+                        + CostModel::transfer_ns(bytes, self.cost.prefetch_d2h_rate_gbps)
+                        + CostModel::transfer_ns(
+                            m.dropped as u64 * PAGE_SIZE,
+                            self.cost.duplicate_drop_rate_gbps,
+                        );
+                    let (start, end) =
+                        self.occupy_link(Direction::D2H, self.host_now.max(last_use), dur);
+                    self.stats.d2h_bytes += bytes;
+                    self.stats.prefetch_d2h_bytes += bytes;
+                    self.emit(|| MemEvent::Migration {
+                        region: id,
+                        offset: range.offset,
+                        bytes,
+                        dir: Direction::D2H,
+                        cause: MigrationCause::Prefetch,
+                        start_ns: start,
+                        end_ns: end,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn discard(&mut self, ranges: &[ByteRange]) -> Result<()> {
+        for r in ranges {
+            self.checked(r.region, r.offset, r.len)?;
+        }
+        let mut total = 0u64;
+        let mut after = self.host_now;
+        for range in ranges {
+            let id = range.region;
+            let r = self.regions.get_mut(&id).expect("checked");
+            let (s, e) = r.page_range(range.offset, range.len);
+            let blocks = r.block_range(s, e);
+            after = after.max(
+                blocks
+                    .clone()
+                    .map(|b| r.blocks[b].last_use_ns)
+                    .max()
+                    .unwrap_or(0),
+            );
+            let mut dropped_dev = Vec::new();
+            r.on_device.for_each(s, e, |p| dropped_dev.push(p));
+            for &p in &dropped_dev {
+                r.dev_data.drop_page(p);
+            }
+            let mut dropped_host = Vec::new();
+            r.on_host.for_each(s, e, |p| dropped_host.push(p));
+            for &p in &dropped_host {
+                r.host_data.drop_page(p);
+            }
+            let had_copy = (e - s) - r.on_device.count_neither(&r.on_host, s, e);
+            let dev = r.on_device.remove(s, e);
+            r.on_host.remove(s, e);
+            self.device_bytes -= dev as u64 * PAGE_SIZE;
+            let bytes = had_copy as u64 * PAGE_SIZE;
+            total += bytes;
+            self.unstamp_empty(id, blocks);
+            self.emit(|| MemEvent::Drop {
+                region: id,
+                offset: range.offset,
+                bytes,
+                from: Location::Device,
+            });
+        }
+        let dur =
+            self.cost.discard_call_ns + CostModel::transfer_ns(total, self.cost.discard_rate_gbps);
+        self.occupy_link(Direction::D2H, after, dur);
+        self.stats.discarded_bytes += total;
+        Ok(())
+    }
+
+    fn launch(&mut self, kernel: &KernelLaunch<'_>) -> Result<()> {
+        for a in kernel.accesses {
+            self.checked(a.region, a.offset, a.len)?;
+        }
+        let issued = self.compute_free.max(self.host_now);
+        // Wait for data already in flight to the device rather than faulting on it.
+        let mut start = issued;
+        for a in kernel.accesses {
+            let r = &self.regions[&a.region];
+            let (s, e) = r.page_range(a.offset, a.len);
+            for b in r.block_range(s, e) {
+                start = start.max(r.blocks[b].ready_ns);
+            }
+        }
+
+        // First pass: what is missing, so the driver can make room before migrating.
+        let mut need_pages = 0usize;
+        let mut any_missing = false;
+        for a in kernel.accesses {
+            let r = &self.regions[&a.region];
+            let (s, e) = r.page_range(a.offset, a.len);
+            let present = r.on_device.count(s, e);
+            if present < e - s {
+                any_missing = true;
+                // Remote-mapped blocks use no device memory; the rest fault whole units in.
+                for b in r.block_range(s, e) {
+                    let adv = r.blocks[b].advice;
+                    if adv & ADV_PREFER_HOST != 0 && adv & ADV_ACCESSED_BY != 0 {
+                        continue;
+                    }
+                    let (bs, be) = r.block_pages(b);
+                    let (us, ue) = self.unit_span(r, bs.max(s), be.min(e));
+                    need_pages += (ue - us) - r.on_device.count(us, ue);
+                }
+            }
+        }
+
+        let (mut groups, mut moved, mut populated) = (0u64, 0usize, 0usize);
+        let (mut remote_bytes, mut collapse_pages) = (0u64, 0usize);
+        let mut room_at = start;
+        let mut touched_new: Vec<(RegionId, std::ops::Range<usize>)> = Vec::new();
+        if any_missing || kernel.accesses.iter().any(|a| a.mode.writes()) {
+            if need_pages > 0 {
+                let protect =
+                    self.blocks_of(kernel.accesses.iter().map(|a| (a.region, a.offset, a.len)));
+                room_at = self.make_room(need_pages as u64 * PAGE_SIZE, &protect, start);
+            }
+            for a in kernel.accesses {
+                let id = a.region;
+                let r = &self.regions[&id];
+                let (s, e) = r.page_range(a.offset, a.len);
+                for b in r.block_range(s, e) {
+                    let r = &self.regions[&id];
+                    let adv = r.blocks[b].advice;
+                    let (bs, be) = r.block_pages(b);
+                    let (ss, se) = (bs.max(s), be.min(e));
+                    if adv & ADV_READ_MOSTLY != 0 && a.mode.writes() {
+                        // A GPU write to duplicated pages collapses them: a fault storm.
+                        let dups = r.on_device.count_and(&r.on_host, ss, se);
+                        if dups > 0 {
+                            collapse_pages += dups;
+                            let r = self.regions.get_mut(&id).expect("checked");
+                            let mut ps = Vec::new();
+                            r.on_device.for_each(ss, se, |p| ps.push(p));
+                            for p in ps {
+                                if r.on_host.contains(p) {
+                                    r.on_host.remove(p, p + 1);
+                                    r.host_data.drop_page(p);
+                                }
+                            }
+                        }
+                    }
+                    let r = &self.regions[&id];
+                    if r.on_device.count(ss, se) == se - ss {
+                        continue;
+                    }
+                    if adv & ADV_PREFER_HOST != 0 && adv & ADV_ACCESSED_BY != 0 {
+                        let missing = (se - ss) - r.on_device.count(ss, se);
+                        remote_bytes += missing as u64 * PAGE_SIZE;
+                        let r = self.regions.get_mut(&id).expect("checked");
+                        r.on_host.insert(ss, se); // first touch populates at the preferred location
+                        continue;
+                    }
+                    let duplicate = adv & ADV_READ_MOSTLY != 0 && !a.mode.writes();
+                    let (g, m, p) = self.fault_in(id, ss, se, duplicate);
+                    groups += g;
+                    moved += m;
+                    populated += p;
+                    if m + p > 0 {
+                        touched_new.push((id, b..b + 1));
+                    }
+                    if g > 0 {
+                        let at = start;
+                        self.emit(|| MemEvent::Fault {
+                            region: id,
+                            offset: ss as u64 * PAGE_SIZE,
+                            bytes: (se - ss) as u64 * PAGE_SIZE,
+                            by: Accessor::Device,
+                            at_ns: at,
+                        });
+                    }
+                }
+            }
+        }
+
+        let fault_ns = self.fault_cost_ns(groups, moved, populated)
+            + collapse_pages as u64 * self.cost.duplicate_write_fault_ns_per_page;
+        let mut begin = start;
+        if fault_ns > 0 || room_at > start {
+            // Faults share the migration link: they queue behind transfers already on it,
+            // and the forced evictions come first.
+            let (fs, fe) = self.occupy_link(Direction::H2D, room_at, fault_ns);
+            begin = fe;
+            let bytes = moved as u64 * PAGE_SIZE;
+            if bytes > 0 {
+                self.emit(|| MemEvent::Migration {
+                    region: kernel.accesses[0].region,
+                    offset: 0,
+                    bytes,
+                    dir: Direction::H2D,
+                    cause: MigrationCause::Fault,
+                    start_ns: fs,
+                    end_ns: fe,
+                });
+            }
+        }
+        let remote_ns = CostModel::transfer_ns(remote_bytes, self.cost.remote_rate_gbps);
+        let end = begin + kernel.dur_ns.max(remote_ns);
+        self.compute_free = end;
+
+        for (id, blocks) in touched_new {
+            self.restamp(id, blocks);
+        }
+        for a in kernel.accesses {
+            let r = self.regions.get_mut(&a.region).expect("checked");
+            let (s, e) = r.page_range(a.offset, a.len);
+            for b in r.block_range(s, e) {
+                r.blocks[b].last_use_ns = end;
+            }
+        }
+        let h2d = moved as u64 * PAGE_SIZE;
+        self.stats.kernels += 1;
+        self.stats.gpu_faults += groups;
+        self.stats.gpu_fault_bytes += h2d;
+        self.stats.h2d_bytes += h2d;
+        self.stats.remote_bytes += remote_bytes;
+        let stall = (begin - issued) + remote_ns.saturating_sub(kernel.dur_ns);
+        self.stats.stall_ns += stall;
+        let name = kernel.name;
+        self.emit(|| MemEvent::Kernel {
+            name: name.to_string(),
+            start_ns: issued,
+            end_ns: end,
+            stall_ns: stall,
+        });
+        Ok(())
+    }
+
+    fn host_access(&mut self, accesses: &[RangeAccess]) -> Result<()> {
+        for a in accesses {
+            self.checked(a.region, a.offset, a.len)?;
+        }
+        // The CPU reads results after the device is done with them.
+        let t = self.host_now.max(self.compute_free);
+        let mut cost = 0;
+        for a in accesses {
+            let id = a.region;
+            let r = &self.regions[&id];
+            let (s, e) = r.page_range(a.offset, a.len);
+            if a.mode.writes() {
+                // Writing invalidates device duplicates: drop them, no transfer.
+                let r = self.regions.get_mut(&id).expect("checked");
+                let mut dups = Vec::new();
+                r.on_device.for_each(s, e, |p| {
+                    if r.on_host.contains(p) {
+                        dups.push(p)
+                    }
+                });
+                for p in &dups {
+                    r.on_device.remove(*p, p + 1);
+                    r.dev_data.drop_page(*p);
+                }
+                self.device_bytes -= dups.len() as u64 * PAGE_SIZE;
+            }
+            let r = &self.regions[&id];
+            let dev_only = r.on_device.count(s, e) - r.on_device.count_and(&r.on_host, s, e);
+            if dev_only > 0 {
+                let moved = self.move_to_host(id, s, e);
+                let bytes = moved.transferred as u64 * PAGE_SIZE;
+                let dur = CostModel::transfer_ns(bytes, self.cost.cpu_fault_rate_gbps);
+                let (start, end) = self.occupy_link(Direction::D2H, t + cost, dur);
+                cost = end - t;
+                self.stats.cpu_faults += moved.transferred as u64;
+                self.stats.d2h_bytes += bytes;
+                self.emit(|| MemEvent::Migration {
+                    region: id,
+                    offset: a.offset,
+                    bytes,
+                    dir: Direction::D2H,
+                    cause: MigrationCause::Fault,
+                    start_ns: start,
+                    end_ns: end,
+                });
+            }
+            let r = self.regions.get_mut(&id).expect("checked");
+            // A CPU touch of pages with no copy populates them on the host.
+            r.on_host.insert_not_in(&r.on_device, s, e);
+        }
+        self.host_now = t + cost;
+        Ok(())
+    }
+
+    fn synchronize(&mut self) -> Result<u64> {
+        self.host_now = self.completion_ns();
+        Ok(self.host_now)
+    }
+
+    fn completion_ns(&self) -> u64 {
+        self.host_now
+            .max(self.compute_free)
+            .max(self.link_h2d)
+            .max(self.link_d2h)
+    }
+
+    fn residency(&self, range: ByteRange) -> Result<Residency> {
+        let (s, e) = self.checked(range.region, range.offset, range.len)?;
+        let r = self.region(range.region)?;
+        let dup = r.on_device.count_and(&r.on_host, s, e) as u64;
+        let dev = r.on_device.count(s, e) as u64 - dup;
+        let host = r.on_host.count(s, e) as u64 - dup;
+        let none = r.on_device.count_neither(&r.on_host, s, e) as u64;
+        Ok(Residency {
+            device: dev * PAGE_SIZE,
+            host: host * PAGE_SIZE,
+            duplicated: dup * PAGE_SIZE,
+            unpopulated: none * PAGE_SIZE,
+        })
+    }
+
+    fn device_resident_bytes(&self) -> u64 {
+        self.device_bytes
+    }
+
+    fn stats(&self) -> BackendStats {
+        self.stats
+    }
+
+    fn record_events(&mut self, on: bool) {
+        self.recording = on;
+    }
+
+    fn drain_events(&mut self, out: &mut Vec<MemEvent>) {
+        out.append(&mut self.events);
+    }
+
+    fn read(&mut self, id: RegionId, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let acc = [RangeAccess {
+            region: id,
+            offset,
+            len: buf.len() as u64,
+            mode: crate::AccessMode::Read,
+        }];
+        self.host_access(&acc)?;
+        self.region(id)?.host_data.read(offset, buf);
+        Ok(())
+    }
+
+    fn write(&mut self, id: RegionId, offset: u64, data: &[u8]) -> Result<()> {
+        let acc = [RangeAccess {
+            region: id,
+            offset,
+            len: data.len() as u64,
+            mode: crate::AccessMode::Write,
+        }];
+        self.host_access(&acc)?;
+        self.region_mut(id)?.host_data.write(offset, data);
+        Ok(())
+    }
+}

@@ -1,0 +1,257 @@
+//! Configuration: a TOML file plus `UNIMEM_*` environment overrides on top of documented
+//! defaults, validated with errors that name the key, the allowed values and where the bad
+//! value came from. Every effective value remembers its source, for `unimem config show`.
+//!
+//! Layers, lowest first: built-in defaults, the file (`--config FILE` or `UNIMEM_CONFIG`),
+//! then environment variables named after the dotted key: `replay.oracle_lookahead` is
+//! `UNIMEM_REPLAY_ORACLE_LOOKAHEAD`.
+
+mod budget;
+mod layers;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+pub use budget::Budget;
+
+use crate::error::{Error, Result};
+
+/// Which backend runs the work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendChoice {
+    /// CUDA when a device is present, the simulator otherwise.
+    Auto,
+    /// The calibrated simulator.
+    Sim,
+    /// A real GPU.
+    Cuda,
+}
+
+/// A replay policy by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PolicyName {
+    /// No hints: the driver faults data in and evicts the least recently migrated.
+    None,
+    /// Clairvoyant reference: just-in-time prefetch and farthest-next-use eviction.
+    Oracle,
+}
+
+impl PolicyName {
+    /// Every policy, in the order reports list them.
+    pub const ALL: [PolicyName; 2] = [PolicyName::None, PolicyName::Oracle];
+
+    /// The name as written in config and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PolicyName::None => "none",
+            PolicyName::Oracle => "oracle",
+        }
+    }
+}
+
+impl fmt::Display for PolicyName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for PolicyName {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        PolicyName::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s.trim())
+            .ok_or_else(|| {
+                let allowed: Vec<_> = PolicyName::ALL.iter().map(|p| p.as_str()).collect();
+                format!("unknown policy `{s}`; allowed: {}", allowed.join(", "))
+            })
+    }
+}
+
+/// Simulator settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SimConfig {
+    /// Calibration profile file (TOML); empty means the embedded H200 profile.
+    pub profile: String,
+}
+
+/// Replay settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplayConfig {
+    /// Policies `unimem replay` runs when `--policy` is not given.
+    pub policies: Vec<PolicyName>,
+    /// Events the oracle looks ahead (its memory is bounded by this window).
+    pub oracle_lookahead: u64,
+}
+
+/// Logging settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogConfig {
+    /// `error`, `warn`, `info`, `debug` or `trace`.
+    pub level: String,
+}
+
+/// The whole configuration. `docs/configuration.md` documents each key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// `auto`, `sim` or `cuda`.
+    pub backend: BackendChoice,
+    /// Device bytes the working set may use: bytes (`"8GiB"`) or a percent (`"50%"`) of the
+    /// device (for a trace replay: of the trace's peak live bytes).
+    pub budget: Budget,
+    /// Simulator settings.
+    pub sim: SimConfig,
+    /// Replay settings.
+    pub replay: ReplayConfig,
+    /// Logging settings.
+    pub log: LogConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            backend: BackendChoice::Auto,
+            budget: Budget::Percent(100.0),
+            sim: SimConfig {
+                profile: String::new(),
+            },
+            replay: ReplayConfig {
+                policies: PolicyName::ALL.to_vec(),
+                oracle_lookahead: 65_536,
+            },
+            log: LogConfig {
+                level: "warn".into(),
+            },
+        }
+    }
+}
+
+const LOG_LEVELS: [&str; 5] = ["error", "warn", "info", "debug", "trace"];
+
+impl Config {
+    /// Semantic checks that types alone cannot express; returns (key, reason).
+    fn check(&self) -> std::result::Result<(), (&'static str, String)> {
+        if self.replay.policies.is_empty() {
+            return Err((
+                "replay.policies",
+                "must name at least one policy: none, oracle".into(),
+            ));
+        }
+        if self.replay.oracle_lookahead == 0 {
+            return Err(("replay.oracle_lookahead", "must be at least 1 event".into()));
+        }
+        if !LOG_LEVELS.contains(&self.log.level.as_str()) {
+            return Err((
+                "log.level",
+                format!(
+                    "`{}` is not a level; allowed: {}",
+                    self.log.level,
+                    LOG_LEVELS.join(", ")
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Loads the configuration: defaults, then `file` (if any), then `UNIMEM_*` variables from
+    /// `env`. `UNIMEM_CONFIG` in `env` names the file when `file` is `None`.
+    pub fn load<I>(file: Option<&Path>, env: I) -> Result<LoadedConfig>
+    where
+        I: IntoIterator<Item = (String, String)>,
+    {
+        let env: Vec<(String, String)> = env
+            .into_iter()
+            .filter(|(k, _)| k.starts_with("UNIMEM_"))
+            .collect();
+        let file: Option<PathBuf> = file.map(Path::to_path_buf).or_else(|| {
+            env.iter()
+                .find(|(k, _)| k == "UNIMEM_CONFIG")
+                .map(|(_, v)| PathBuf::from(v))
+        });
+        let mut layered = layers::Layered::defaults(&Config::default());
+        if let Some(path) = &file {
+            let text = std::fs::read_to_string(path).map_err(|e| Error::io(path.display(), e))?;
+            layered.apply_file(path, &text)?;
+        }
+        for (key, value) in &env {
+            if key != "UNIMEM_CONFIG" {
+                layered.apply_env(key, value)?;
+            }
+        }
+        let config: Config = layered.build()?;
+        if let Err((key, reason)) = config.check() {
+            return Err(Error::config(
+                key,
+                reason,
+                layered.source_of(key).to_string(),
+            ));
+        }
+        Ok(LoadedConfig {
+            config,
+            sources: layered.into_sources(),
+            file,
+        })
+    }
+
+    /// Loads from the process environment.
+    pub fn from_env(file: Option<&Path>) -> Result<LoadedConfig> {
+        Self::load(file, std::env::vars())
+    }
+}
+
+/// Where an effective value came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// Built in.
+    Default,
+    /// A config file.
+    File(PathBuf),
+    /// An environment variable.
+    Env(String),
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Default => f.write_str("default"),
+            Source::File(p) => write!(f, "file {}", p.display()),
+            Source::Env(v) => write!(f, "env {v}"),
+        }
+    }
+}
+
+/// A configuration with the source of each value.
+#[derive(Debug, Clone)]
+pub struct LoadedConfig {
+    /// The effective configuration.
+    pub config: Config,
+    /// Dotted key -> where its value came from.
+    pub sources: BTreeMap<String, Source>,
+    /// The file read, if any.
+    pub file: Option<PathBuf>,
+}
+
+impl LoadedConfig {
+    /// The effective values as TOML lines (dotted keys), each with its source as a comment.
+    pub fn show(&self) -> String {
+        let table = toml::Table::try_from(&self.config).expect("Config serialises to a table");
+        let mut lines = Vec::new();
+        for (key, value) in layers::flatten(&table) {
+            let source = self.sources.get(&key).cloned().unwrap_or(Source::Default);
+            lines.push(format!("{:<44} # {source}", format!("{key} = {value}")));
+        }
+        lines.join("\n")
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,161 @@
+use super::*;
+
+fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn file(text: &str) -> tempfile_lite::TempFile {
+    tempfile_lite::TempFile::new("toml", text)
+}
+
+/// A minimal temporary file helper, so the tests need no extra crate.
+mod tempfile_lite {
+    use std::path::{Path, PathBuf};
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    pub struct TempFile(PathBuf);
+    static N: AtomicU64 = AtomicU64::new(0);
+
+    impl TempFile {
+        pub fn new(ext: &str, text: &str) -> Self {
+            let n = N.fetch_add(1, Ordering::Relaxed);
+            let p =
+                std::env::temp_dir().join(format!("unimem-cfg-{}-{n}.{ext}", std::process::id()));
+            std::fs::write(&p, text).unwrap();
+            TempFile(p)
+        }
+        pub fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+}
+
+#[test]
+fn defaults_load_and_show_sources() {
+    let loaded = Config::load(None, env(&[])).unwrap();
+    assert_eq!(loaded.config, Config::default());
+    let shown = loaded.show();
+    assert!(shown.contains("budget = \"100%\""), "{shown}");
+    assert!(shown.contains("# default"));
+}
+
+#[test]
+fn file_then_env_layers_with_provenance() {
+    let f = file("budget = \"8GiB\"\n[replay]\noracle_lookahead = 100\n");
+    let loaded = Config::load(
+        Some(f.path()),
+        env(&[("UNIMEM_REPLAY_ORACLE_LOOKAHEAD", "7"), ("HOME", "/x")]),
+    )
+    .unwrap();
+    assert_eq!(loaded.config.budget, Budget::Bytes(8 << 30));
+    assert_eq!(loaded.config.replay.oracle_lookahead, 7, "env beats file");
+    assert_eq!(
+        loaded.sources["budget"],
+        Source::File(f.path().to_path_buf())
+    );
+    assert_eq!(
+        loaded.sources["replay.oracle_lookahead"],
+        Source::Env("UNIMEM_REPLAY_ORACLE_LOOKAHEAD".into())
+    );
+    assert!(loaded.show().contains("env UNIMEM_REPLAY_ORACLE_LOOKAHEAD"));
+}
+
+#[test]
+fn config_env_var_names_the_file() {
+    let f = file("budget = \"50%\"\n");
+    let loaded = Config::load(None, env(&[("UNIMEM_CONFIG", f.path().to_str().unwrap())])).unwrap();
+    assert_eq!(loaded.config.budget, Budget::Percent(50.0));
+}
+
+#[test]
+fn env_list_values_are_comma_separated() {
+    let loaded = Config::load(None, env(&[("UNIMEM_REPLAY_POLICIES", "oracle")])).unwrap();
+    assert_eq!(loaded.config.replay.policies, vec![PolicyName::Oracle]);
+}
+
+fn err(file_text: Option<&str>, vars: &[(&str, &str)]) -> String {
+    let f = file_text.map(file);
+    Config::load(f.as_ref().map(|f| f.path()), env(vars))
+        .unwrap_err()
+        .to_string()
+}
+
+#[test]
+fn unknown_key_names_key_allowed_keys_and_file() {
+    let e = err(Some("[replay]\npolcies = [\"none\"]\n"), &[]);
+    assert!(
+        e.contains("replay.polcies") && e.contains("allowed in [replay]") && e.contains("policies"),
+        "{e}"
+    );
+    assert!(e.contains(".toml"), "names the file: {e}");
+    let e = err(Some("colour = 1\n"), &[]);
+    assert!(
+        e.contains("colour") && e.contains("at the top level") && e.contains("budget"),
+        "{e}"
+    );
+}
+
+#[test]
+fn bad_values_name_key_allowed_values_and_source() {
+    let e = err(Some("backend = \"tpu\"\n"), &[]);
+    assert!(
+        e.contains("backend") && e.contains("auto") && e.contains("cuda") && e.contains("file"),
+        "{e}"
+    );
+    let e = err(None, &[("UNIMEM_REPLAY_POLICIES", "none,fastest")]);
+    assert!(
+        e.contains("replay.policies")
+            && e.contains("oracle")
+            && e.contains("UNIMEM_REPLAY_POLICIES"),
+        "{e}"
+    );
+    let e = err(None, &[("UNIMEM_REPLAY_ORACLE_LOOKAHEAD", "many")]);
+    assert!(e.contains("not an integer"), "{e}");
+    let e = err(Some("replay = 3\n"), &[]);
+    assert!(e.contains("must be a table"), "{e}");
+    let e = err(Some("[log]\nlevel = \"loud\"\n"), &[]);
+    assert!(e.contains("log.level") && e.contains("debug"), "{e}");
+    let e = err(Some("budget = = 3\n"), &[]);
+    assert!(
+        e.contains("line 1"),
+        "TOML syntax errors carry the line: {e}"
+    );
+}
+
+#[test]
+fn budget_zero_or_over_100_percent_is_rejected() {
+    let e = err(Some("budget = 0\n"), &[]);
+    assert!(e.contains("budget") && e.contains("0 bytes"), "{e}");
+    let e = err(None, &[("UNIMEM_BUDGET", "120%")]);
+    assert!(
+        e.contains("budget") && e.contains("(0, 100]") && e.contains("UNIMEM_BUDGET"),
+        "{e}"
+    );
+    let e = err(None, &[("UNIMEM_BUDGET", "0%")]);
+    assert!(e.contains("(0, 100]"), "{e}");
+}
+
+#[test]
+fn unknown_env_variable_lists_allowed_names() {
+    let e = err(None, &[("UNIMEM_BUDGIT", "5%")]);
+    assert!(
+        e.contains("UNIMEM_BUDGIT") && e.contains("UNIMEM_BUDGET"),
+        "{e}"
+    );
+}
+
+#[test]
+fn missing_file_is_a_clear_error() {
+    let e = Config::load(Some(Path::new("/nonexistent/unimem.toml")), env(&[]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("/nonexistent/unimem.toml"), "{e}");
+}

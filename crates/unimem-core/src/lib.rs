@@ -1,0 +1,30 @@
+//! # unimem-core
+//!
+//! The core of unimem, a unified-memory runtime for Rust programs on NVIDIA GPUs: managed
+//! regions and their registry, the [`backend::MemoryBackend`] seam with its calibrated
+//! simulator, the access history, configuration, the trace format and the replay engine.
+//!
+//! Data flow: an access (from a tensor launch or a trace) is recorded, a policy turns what it
+//! knows into hints (prefetch, evict, advise, discard), and a backend executes them and reports
+//! what happened. See `docs/architecture.md`.
+
+#![warn(missing_docs)]
+
+pub mod access;
+pub mod backend;
+pub mod config;
+pub mod error;
+pub mod region;
+pub mod replay;
+pub mod trace;
+pub mod units;
+
+pub use access::{Access, AccessHistory, AccessMode, Accessor, RangeAccess};
+pub use backend::sim::{CostModel, SimBackend};
+pub use backend::{
+    Advice, BackendKind, ByteRange, KernelLaunch, Location, MemoryBackend, Residency,
+};
+
+pub use config::{Budget, Config, LoadedConfig};
+pub use error::{Error, Result};
+pub use region::{Region, RegionId, Registry};
