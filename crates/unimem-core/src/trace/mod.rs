@@ -1,1 +1,13 @@
-//! wip
+//! The unimem trace format, version 1 (`docs/trace-format.md`): a streaming, validating reader,
+//! a writer, whole-trace statistics and a generator of synthetic access patterns.
+
+mod event;
+mod reader;
+mod stats;
+pub mod synth;
+mod writer;
+
+pub use event::{TraceAccess, TraceEvent, TraceHeader};
+pub use reader::{TraceReader, MAX_LINE_BYTES};
+pub use stats::TraceStats;
+pub use writer::TraceWriter;

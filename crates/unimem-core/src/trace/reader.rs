@@ -1,0 +1,386 @@
+//! Streaming trace reader. It reads one line at a time (gzip or plain, detected by the magic
+//! bytes), validates it completely before changing any state (so a bad line is never half
+//! applied), and reports every problem with the file, the 1-based line number and the reason.
+//! It never panics on any input and never buffers more than one line, bounded by
+//! [`MAX_LINE_BYTES`].
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Read};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+use super::event::{TraceAccess, TraceEvent, TraceHeader};
+use crate::error::{Error, Result};
+
+/// Longest line accepted (64 MiB): garbage without newlines must not exhaust memory.
+pub const MAX_LINE_BYTES: u64 = 64 << 20;
+
+/// Counts bytes read from the underlying (possibly compressed) source, for progress bars.
+struct Counting<R> {
+    inner: R,
+    count: Arc<AtomicU64>,
+}
+
+impl<R: Read> Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.count.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct RegionState {
+    bytes: u64,
+    alloc_line: u64,
+    freed_line: Option<u64>,
+}
+
+/// A line as parsed, before validation. Borrowed where the JSON allows it.
+#[derive(Deserialize)]
+struct RawEvent<'a> {
+    #[serde(borrow)]
+    ev: Option<Cow<'a, str>>,
+    id: Option<u64>,
+    bytes: Option<u64>,
+    #[serde(borrow)]
+    name: Option<Cow<'a, str>>,
+    dur_ns: Option<u64>,
+    #[serde(borrow)]
+    acc: Option<Vec<(u64, u64, u64, Cow<'a, str>)>>,
+    index: Option<u64>,
+}
+
+/// Reads a trace event by event. Use it as an iterator of `Result<TraceEvent>`; it stops after
+/// the first error.
+pub struct TraceReader {
+    file: String,
+    input: Box<dyn BufRead + Send>,
+    line: u64,
+    buf: Vec<u8>,
+    header: TraceHeader,
+    regions: HashMap<u64, RegionState>,
+    consumed: Arc<AtomicU64>,
+    total_bytes: Option<u64>,
+    done: bool,
+}
+
+impl std::fmt::Debug for TraceReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TraceReader")
+            .field("file", &self.file)
+            .field("line", &self.line)
+            .finish()
+    }
+}
+
+impl TraceReader {
+    /// Opens a trace file, gzip-compressed or plain.
+    pub fn open(path: &Path) -> Result<Self> {
+        let file = File::open(path).map_err(|e| Error::io(path.display(), e))?;
+        let total = file.metadata().ok().map(|m| m.len());
+        let mut reader = Self::from_read(&path.display().to_string(), file)?;
+        reader.total_bytes = total;
+        Ok(reader)
+    }
+
+    /// Reads a trace from any byte source; `name` appears in errors.
+    pub fn from_read<R: Read + Send + 'static>(name: &str, source: R) -> Result<Self> {
+        let consumed = Arc::new(AtomicU64::new(0));
+        let mut raw = BufReader::with_capacity(
+            1 << 16,
+            Counting {
+                inner: source,
+                count: consumed.clone(),
+            },
+        );
+        let magic = raw.fill_buf().map_err(|e| Error::io(name, e))?;
+        let gz = magic.len() >= 2 && magic[0] == 0x1f && magic[1] == 0x8b;
+        let input: Box<dyn BufRead + Send> = if gz {
+            Box::new(BufReader::with_capacity(
+                1 << 16,
+                flate2::bufread::MultiGzDecoder::new(raw),
+            ))
+        } else {
+            Box::new(raw)
+        };
+        let mut reader = Self {
+            file: name.to_string(),
+            input,
+            line: 0,
+            buf: Vec::with_capacity(4096),
+            header: TraceHeader::default(),
+            regions: HashMap::new(),
+            consumed,
+            total_bytes: None,
+            done: false,
+        };
+        reader.header = reader.read_header()?;
+        Ok(reader)
+    }
+
+    /// Reads a trace held in memory (e.g. one bundled into the binary).
+    pub fn from_bytes(name: &str, bytes: &'static [u8]) -> Result<Self> {
+        Self::from_read(name, bytes)
+    }
+
+    /// The header.
+    pub fn header(&self) -> &TraceHeader {
+        &self.header
+    }
+
+    /// The file name used in errors.
+    pub fn file(&self) -> &str {
+        &self.file
+    }
+
+    /// The last line read (1-based).
+    pub fn line(&self) -> u64 {
+        self.line
+    }
+
+    /// A counter of source bytes consumed so far (compressed bytes for gzip), and the total
+    /// size if known: for progress reporting from another thread.
+    pub fn progress(&self) -> (Arc<AtomicU64>, Option<u64>) {
+        (self.consumed.clone(), self.total_bytes)
+    }
+
+    fn err(&self, line: u64, reason: impl Into<String>) -> Error {
+        Error::Trace {
+            file: self.file.clone(),
+            line,
+            reason: reason.into(),
+        }
+    }
+
+    /// Reads the next non-blank line into `self.buf`; false at the end of input.
+    fn next_line(&mut self) -> Result<bool> {
+        loop {
+            self.buf.clear();
+            let at = self.line + 1;
+            let n = (&mut self.input)
+                .take(MAX_LINE_BYTES + 1)
+                .read_until(b'\n', &mut self.buf)
+                .map_err(|e| {
+                    let reason = match e.kind() {
+                        io::ErrorKind::UnexpectedEof => {
+                            "gzip stream ends early: the file is truncated".to_string()
+                        }
+                        io::ErrorKind::InvalidInput | io::ErrorKind::InvalidData => {
+                            format!("gzip stream is corrupt: {e}")
+                        }
+                        _ => format!("read error: {e}"),
+                    };
+                    self.err(at, reason)
+                })?;
+            if n == 0 {
+                return Ok(false);
+            }
+            self.line = at;
+            if self.buf.len() as u64 > MAX_LINE_BYTES {
+                return Err(self.err(at, format!("line is longer than {MAX_LINE_BYTES} bytes")));
+            }
+            if !self.buf.iter().all(u8::is_ascii_whitespace) {
+                return Ok(true);
+            }
+        }
+    }
+
+    fn read_header(&mut self) -> Result<TraceHeader> {
+        const EXPECTED: &str =
+            r#"the first line must be {"format": "unimem-trace", "version": 1, ...}"#;
+        if !self.next_line()? {
+            return Err(self.err(0, format!("empty trace: {EXPECTED}")));
+        }
+        let line = self.line;
+        let meta: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&self.buf)
+            .map_err(|e| {
+                self.err(
+                    line,
+                    format!("missing or malformed header ({}); {EXPECTED}", short(&e)),
+                )
+            })?;
+        match meta.get("format").and_then(|v| v.as_str()) {
+            Some("unimem-trace") => {}
+            Some(other) => {
+                return Err(self.err(
+                    line,
+                    format!("not a unimem trace: format is \"{other}\"; {EXPECTED}"),
+                ))
+            }
+            None => return Err(self.err(line, format!("header has no `format`; {EXPECTED}"))),
+        }
+        match meta.get("version") {
+            Some(v) if v.as_u64() == Some(1) => {}
+            Some(v) => {
+                return Err(self.err(
+                    line,
+                    format!("unsupported version {v}; this reader reads version 1"),
+                ))
+            }
+            None => return Err(self.err(line, format!("header has no `version`; {EXPECTED}"))),
+        }
+        Ok(TraceHeader { meta })
+    }
+
+    /// The next event, `Ok(None)` at the end of the trace.
+    pub fn next_event(&mut self) -> Result<Option<TraceEvent>> {
+        if self.done {
+            return Ok(None);
+        }
+        let result = self.read_event();
+        if !matches!(result, Ok(Some(_))) {
+            self.done = true;
+        }
+        result
+    }
+
+    fn read_event(&mut self) -> Result<Option<TraceEvent>> {
+        if !self.next_line()? {
+            return Ok(None);
+        }
+        let line = self.line;
+        let raw: RawEvent<'_> = match serde_json::from_slice(&self.buf) {
+            Ok(raw) => raw,
+            Err(e) => return Err(self.err(line, format!("not a valid event: {}", short(&e)))),
+        };
+        let event = validate(&raw, &self.regions).map_err(|reason| self.err(line, reason))?;
+        // Validated: now apply the state change (never half-applied).
+        match &event {
+            TraceEvent::Alloc { id, bytes, .. } => {
+                self.regions.insert(
+                    *id,
+                    RegionState {
+                        bytes: *bytes,
+                        alloc_line: line,
+                        freed_line: None,
+                    },
+                );
+            }
+            TraceEvent::Free { id } => {
+                if let Some(r) = self.regions.get_mut(id) {
+                    r.freed_line = Some(line);
+                }
+            }
+            _ => {}
+        }
+        Ok(Some(event))
+    }
+}
+
+impl Iterator for TraceReader {
+    type Item = Result<TraceEvent>;
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_event().transpose()
+    }
+}
+
+/// serde_json's message without its own " at line 1 column N" (we give the file line).
+fn short(e: &serde_json::Error) -> String {
+    let msg = e.to_string();
+    match msg.rfind(" at line ") {
+        Some(i) => format!("{} (column {})", &msg[..i], e.column()),
+        None => msg,
+    }
+}
+
+fn need<T: Copy>(v: Option<T>, ev: &str, field: &str) -> std::result::Result<T, String> {
+    v.ok_or_else(|| format!("`{ev}` event is missing field `{field}`"))
+}
+
+fn validate(
+    raw: &RawEvent<'_>,
+    regions: &HashMap<u64, RegionState>,
+) -> std::result::Result<TraceEvent, String> {
+    let ev = raw.ev.as_deref().ok_or("event has no `ev` field")?;
+    let live = |id: u64| -> std::result::Result<&RegionState, String> {
+        match regions.get(&id) {
+            None => Err(format!("region {id} was never allocated")),
+            Some(RegionState {
+                freed_line: Some(l),
+                ..
+            }) => Err(format!("region {id} was already freed at line {l}")),
+            Some(r) => Ok(r),
+        }
+    };
+    let accesses = |ev: &str| -> std::result::Result<Vec<TraceAccess>, String> {
+        let acc = raw
+            .acc
+            .as_ref()
+            .ok_or_else(|| format!("`{ev}` event is missing field `acc`"))?;
+        acc.iter()
+            .enumerate()
+            .map(|(i, (id, offset, len, mode))| {
+                let r = live(*id).map_err(|e| format!("access {i}: {e}"))?;
+                let end = offset.checked_add(*len);
+                if end.is_none_or(|end| end > r.bytes) {
+                    return Err(format!(
+                        "access {i}: range {offset}+{len} is past the end of region {id} ({} bytes)",
+                        r.bytes
+                    ));
+                }
+                let mode = mode.parse().map_err(|e| format!("access {i}: {e}"))?;
+                Ok(TraceAccess { id: *id, offset: *offset, len: *len, mode })
+            })
+            .collect()
+    };
+    let name = |ev: &str| -> std::result::Result<String, String> {
+        raw.name
+            .as_deref()
+            .map(str::to_string)
+            .ok_or_else(|| format!("`{ev}` event is missing field `name`"))
+    };
+    Ok(match ev {
+        "alloc" => {
+            let id = need(raw.id, ev, "id")?;
+            let bytes = need(raw.bytes, ev, "bytes")?;
+            if bytes == 0 {
+                return Err(format!("region {id} has 0 bytes; `bytes` must be > 0"));
+            }
+            if let Some(r) = regions.get(&id) {
+                return Err(format!(
+                    "region {id} was already allocated at line {}; ids are never reused",
+                    r.alloc_line
+                ));
+            }
+            TraceEvent::Alloc {
+                id,
+                bytes,
+                name: raw.name.as_deref().map(str::to_string),
+            }
+        }
+        "free" => {
+            let id = need(raw.id, ev, "id")?;
+            live(id).map_err(|e| format!("cannot free: {e}"))?;
+            TraceEvent::Free { id }
+        }
+        "kernel" => {
+            let dur_ns = need(raw.dur_ns, ev, "dur_ns")?;
+            TraceEvent::Kernel {
+                name: name(ev)?,
+                dur_ns,
+                acc: accesses(ev)?,
+            }
+        }
+        "host" => TraceEvent::Host {
+            name: name(ev)?,
+            acc: accesses(ev)?,
+        },
+        "step" => TraceEvent::Step {
+            index: need(raw.index, ev, "index")?,
+        },
+        other => {
+            return Err(format!(
+                "unknown event `{other}`; allowed: alloc, free, kernel, host, step"
+            ))
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests;
