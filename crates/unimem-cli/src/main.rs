@@ -1,1 +1,69 @@
-fn main() {}
+//! `unimem`: replay memory-access traces through prefetch policies on the calibrated simulator
+//! (or a GPU), inspect and generate traces, and check configuration.
+
+mod bundled;
+mod cmd_config;
+mod cmd_demo;
+mod cmd_replay;
+mod cmd_trace;
+mod output;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// unimem: host RAM as a fast extension of GPU memory.
+#[derive(Debug, Parser)]
+#[command(name = "unimem", version, about, long_about = None)]
+struct Cli {
+    /// Configuration file (TOML); `UNIMEM_CONFIG` also names one.
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Replay the bundled real traces at 100% and 50% budget with every policy.
+    Demo,
+    /// Replay a trace through one or more policies and report time against the compute floor.
+    Replay(cmd_replay::Args),
+    /// Inspect or generate traces.
+    #[command(subcommand)]
+    Trace(cmd_trace::Command),
+    /// Show or check the configuration.
+    #[command(subcommand)]
+    Config(cmd_config::Command),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Demo => cmd_demo::run(cli.config.as_deref()),
+        Command::Replay(args) => cmd_replay::run(args, cli.config.as_deref()),
+        Command::Trace(cmd) => cmd_trace::run(cmd),
+        Command::Config(cmd) => cmd_config::run(cmd, cli.config.as_deref()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Loads the configuration and starts logging at its level (`RUST_LOG` overrides).
+fn load_config(file: Option<&std::path::Path>) -> unimem_core::Result<unimem_core::LoadedConfig> {
+    let loaded = unimem_core::Config::from_env(file)?;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&loaded.config.log.level));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+    Ok(loaded)
+}

@@ -171,7 +171,8 @@ pub trait MemoryBackend: Send {
     /// Waits for all issued work; returns the backend clock afterwards.
     fn synchronize(&mut self) -> Result<u64>;
 
-    /// The time at which all work issued so far completes, without waiting for it.
+    /// The time at which every kernel and host access issued so far completes, without
+    /// waiting for it (transfers still in flight on copy streams are not included).
     fn completion_ns(&self) -> u64;
 
     /// Where the bytes of a range are.
@@ -189,9 +190,45 @@ pub trait MemoryBackend: Send {
     /// Moves the recorded events into `out`.
     fn drain_events(&mut self, out: &mut Vec<MemEvent>);
 
+    /// Declares that a range holds data produced before the work being run (weights, inputs
+    /// loaded by the program), so it starts valid on the host. Costs nothing on the backend
+    /// clock: it is set-up, like loading a dataset before a timed loop.
+    fn preload_host(&mut self, range: ByteRange) -> Result<()>;
+
     /// Host read of region bytes (the pages become host-valid first, as a CPU access would).
     fn read(&mut self, id: RegionId, offset: u64, buf: &mut [u8]) -> Result<()>;
 
     /// Host write of region bytes (the pages become host-valid first, as a CPU access would).
     fn write(&mut self, id: RegionId, offset: u64, data: &[u8]) -> Result<()>;
+}
+
+/// Opens the backend a configuration asks for, emulating a device of `capacity` bytes where
+/// the backend is simulated. `auto` picks CUDA when this build has it and a device is present,
+/// the simulator otherwise; every report says which ran.
+pub fn open(
+    choice: crate::config::BackendChoice,
+    cost: sim::CostModel,
+    capacity: u64,
+) -> Result<Box<dyn MemoryBackend>> {
+    use crate::config::BackendChoice;
+    match choice {
+        BackendChoice::Auto | BackendChoice::Sim => {
+            Ok(Box::new(sim::SimBackend::new(cost, capacity)))
+        }
+        BackendChoice::Cuda => Err(crate::Error::BackendUnavailable {
+            backend: "cuda".into(),
+            reason:
+                "this build of unimem has no CUDA backend yet; use backend = \"sim\" (or \"auto\")"
+                    .into(),
+        }),
+    }
+}
+
+/// The cost model a configuration names: its `sim.profile` file, or the embedded H200 profile.
+pub fn cost_model(config: &crate::config::Config) -> Result<sim::CostModel> {
+    if config.sim.profile.is_empty() {
+        Ok(sim::CostModel::h200())
+    } else {
+        sim::CostModel::load(std::path::Path::new(&config.sim.profile))
+    }
 }

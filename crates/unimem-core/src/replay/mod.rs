@@ -1,1 +1,220 @@
-//! wip
+//! The replay engine: plays a trace through a policy on a backend, streaming (memory is bounded
+//! by the policy's lookahead window, never by the trace), and reports time against the compute
+//! floor.
+
+pub mod policy;
+mod report;
+
+use std::collections::VecDeque;
+
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use std::time::Instant;
+
+pub use policy::{NoHints, Oracle, Policy};
+pub use report::{ReplayReport, StepReport};
+
+use crate::access::RangeAccess;
+use crate::backend::sim::CostModel;
+use crate::backend::{ByteRange, KernelLaunch, MemoryBackend};
+use crate::config::PolicyName;
+use crate::error::Result;
+use crate::region::RegionId;
+use crate::trace::{TraceAccess, TraceEvent, TraceReader};
+
+/// Builds the policy `name` for a device of `budget` bytes.
+pub fn make_policy(
+    name: PolicyName,
+    budget: u64,
+    oracle_lookahead: u64,
+    cost: &CostModel,
+) -> Box<dyn Policy> {
+    match name {
+        PolicyName::None => Box::new(NoHints),
+        PolicyName::Oracle => Box::new(Oracle::new(
+            budget,
+            oracle_lookahead as usize,
+            cost.prefetch_break_even_bytes(),
+        )),
+    }
+}
+
+/// How often (in events) the progress callback is called.
+pub const PROGRESS_EVERY: u64 = 1 << 16;
+
+/// Finds the regions whose first access reads them: they hold data from before the trace
+/// (weights, inputs) and start on the host (trace-v1 semantics). It looks at events as they are
+/// read, before any policy acts on them, so a policy never sees such a region without its data.
+#[derive(Default)]
+struct PreExisting {
+    /// Regions read (allocated in the window) that no event has touched yet: id -> bytes.
+    untouched: HashMap<u64, u64>,
+    /// Regions known to start on the host whose `alloc` has not run yet.
+    pending: HashMap<u64, u64>,
+    /// Regions whose `alloc` has run.
+    allocated: HashSet<u64>,
+}
+
+impl PreExisting {
+    /// An event entered the window.
+    fn on_read(&mut self, event: &TraceEvent, backend: &mut dyn MemoryBackend) -> Result<()> {
+        if let TraceEvent::Alloc { id, bytes, .. } = event {
+            self.untouched.insert(*id, *bytes);
+        }
+        for a in event.accesses() {
+            let Some(bytes) = self.untouched.remove(&a.id) else {
+                continue;
+            };
+            if a.mode.reads() {
+                if self.allocated.contains(&a.id) {
+                    backend.preload_host(ByteRange::whole(RegionId(a.id), bytes))?;
+                } else {
+                    self.pending.insert(a.id, bytes);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A region's `alloc` ran.
+    fn on_alloc(&mut self, id: u64, backend: &mut dyn MemoryBackend) -> Result<()> {
+        self.allocated.insert(id);
+        if let Some(bytes) = self.pending.remove(&id) {
+            backend.preload_host(ByteRange::whole(RegionId(id), bytes))?;
+        }
+        Ok(())
+    }
+
+    /// A region was freed.
+    fn on_free(&mut self, id: u64) {
+        self.allocated.remove(&id);
+        self.untouched.remove(&id);
+    }
+}
+
+fn to_ranges(acc: &[TraceAccess], out: &mut Vec<RangeAccess>) {
+    out.clear();
+    out.extend(acc.iter().map(|a| RangeAccess {
+        region: RegionId(a.id),
+        offset: a.offset,
+        len: a.len,
+        mode: a.mode,
+    }));
+}
+
+/// Replays `reader` through `policy` on `backend`. Trace region ids become [`RegionId`]s as
+/// they are (they are unique in a trace). `progress` is called every [`PROGRESS_EVERY`] events
+/// with the number of events done.
+pub fn run(
+    mut reader: TraceReader,
+    backend: &mut dyn MemoryBackend,
+    policy: &mut dyn Policy,
+    progress: &mut dyn FnMut(u64),
+) -> Result<ReplayReport> {
+    let wall = Instant::now();
+    let lookahead = policy.lookahead();
+    let mut window: VecDeque<(u64, TraceEvent)> = VecDeque::with_capacity(lookahead + 1);
+    let mut read = 0u64;
+    let mut exhausted = false;
+    let mut ranges = Vec::new();
+    let mut pre = PreExisting::default();
+    let (mut floor, mut kernels) = (0u64, 0u64);
+    // (step index, completion time at its start, compute floor at its start)
+    let mut marks: Vec<(u64, u64, u64)> = Vec::new();
+
+    loop {
+        while !exhausted && window.len() <= lookahead {
+            match reader.next_event()? {
+                Some(event) => {
+                    pre.on_read(&event, backend)?;
+                    policy.on_future(read, &event);
+                    window.push_back((read, event));
+                    read += 1;
+                }
+                None => exhausted = true,
+            }
+        }
+        let Some((index, event)) = window.pop_front() else {
+            break;
+        };
+        policy.before(index, &event, backend)?;
+        match &event {
+            TraceEvent::Alloc { id, bytes, .. } => {
+                backend.allocate(RegionId(*id), *bytes)?;
+                pre.on_alloc(*id, backend)?;
+            }
+            TraceEvent::Free { id } => {
+                pre.on_free(*id);
+                backend.free(RegionId(*id))?
+            }
+            TraceEvent::Kernel { name, dur_ns, acc } => {
+                to_ranges(acc, &mut ranges);
+                backend.launch(&KernelLaunch {
+                    name,
+                    dur_ns: *dur_ns,
+                    accesses: &ranges,
+                })?;
+                floor += dur_ns;
+                kernels += 1;
+            }
+            TraceEvent::Host { acc, .. } => {
+                to_ranges(acc, &mut ranges);
+                backend.host_access(&ranges)?;
+            }
+            TraceEvent::Step { index } => marks.push((*index, backend.completion_ns(), floor)),
+        }
+        policy.after(index, &event, backend)?;
+        if (index + 1) % PROGRESS_EVERY == 0 {
+            progress(index + 1);
+        }
+    }
+    let end = backend.synchronize()?;
+    progress(read);
+
+    if marks.first().is_none_or(|m| m.1 > 0 || m.2 > 0) {
+        // Work before the first step marker (or no markers at all) forms a step of its own.
+        let first = marks.first().map(|m| m.0.saturating_sub(1)).unwrap_or(0);
+        marks.insert(0, (first, 0, 0));
+    }
+    let steps = marks
+        .iter()
+        .enumerate()
+        .map(|(i, &(index, start, floor_at))| {
+            let (next_start, next_floor) =
+                marks.get(i + 1).map(|m| (m.1, m.2)).unwrap_or((end, floor));
+            StepReport {
+                index,
+                time_ns: next_start - start,
+                compute_floor_ns: next_floor - floor_at,
+            }
+        })
+        .filter(|s| s.time_ns > 0 || s.compute_floor_ns > 0)
+        .collect();
+
+    let stats = backend.stats();
+    Ok(ReplayReport {
+        trace: reader.file().to_string(),
+        backend: backend.kind(),
+        backend_detail: backend.describe(),
+        policy: policy.name().to_string(),
+        budget_bytes: backend.device_capacity(),
+        time_ns: end,
+        compute_floor_ns: floor,
+        h2d_bytes: stats.h2d_bytes,
+        d2h_bytes: stats.d2h_bytes,
+        gpu_faults: stats.gpu_faults,
+        cpu_faults: stats.cpu_faults,
+        peak_resident_bytes: stats.peak_device_bytes,
+        prefetch_h2d_bytes: stats.prefetch_h2d_bytes,
+        prefetch_d2h_bytes: stats.prefetch_d2h_bytes,
+        evicted_bytes: stats.evicted_bytes,
+        discarded_bytes: stats.discarded_bytes,
+        stall_ns: stats.stall_ns,
+        events: read,
+        kernels,
+        steps,
+        wall_ns: wall.elapsed().as_nanos() as u64,
+    })
+}
+
+#[cfg(test)]
+mod tests;

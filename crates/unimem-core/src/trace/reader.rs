@@ -41,6 +41,9 @@ struct RegionState {
     freed_line: Option<u64>,
 }
 
+/// An access as written: `[id, offset, len, mode]`.
+type RawAccess<'a> = (u64, u64, u64, Cow<'a, str>);
+
 /// A line as parsed, before validation. Borrowed where the JSON allows it.
 #[derive(Deserialize)]
 struct RawEvent<'a> {
@@ -52,7 +55,7 @@ struct RawEvent<'a> {
     name: Option<Cow<'a, str>>,
     dur_ns: Option<u64>,
     #[serde(borrow)]
-    acc: Option<Vec<(u64, u64, u64, Cow<'a, str>)>>,
+    acc: Option<Vec<RawAccess<'a>>>,
     index: Option<u64>,
 }
 

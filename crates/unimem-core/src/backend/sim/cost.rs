@@ -124,6 +124,20 @@ impl CostModel {
         Ok(())
     }
 
+    /// The size below which letting a range fault in costs less than one more range of a batch
+    /// prefetch: fault latency + bytes at the fault rate = range overhead + bytes at the
+    /// prefetch rate. Smaller ranges are better left to faults.
+    pub fn prefetch_break_even_bytes(&self) -> u64 {
+        let per_byte_saving = 1.0 / self.gpu_fault_rate_gbps - 1.0 / self.prefetch_h2d_rate_gbps;
+        let overhead = self
+            .batch_range_ns
+            .saturating_sub(self.gpu_fault_latency_ns) as f64;
+        if per_byte_saving <= 0.0 {
+            return u64::MAX; // faults are as fast as prefetches: never worth a call
+        }
+        (overhead / per_byte_saving).ceil() as u64
+    }
+
     /// Nanoseconds to move `bytes` at `rate_gbps`.
     pub fn transfer_ns(bytes: u64, rate_gbps: f64) -> u64 {
         (bytes as f64 / rate_gbps).ceil() as u64
@@ -146,6 +160,13 @@ mod tests {
         let t = m.prefetch_call_ns + CostModel::transfer_ns(2 << 20, m.prefetch_h2d_rate_gbps);
         let rate = (2u64 << 20) as f64 / t as f64;
         assert!((rate - 18.5).abs() / 18.5 < 0.1, "{rate}");
+    }
+
+    #[test]
+    fn break_even_is_a_few_hundred_kib_on_h200() {
+        // (57 us - 0.94 us) / (1/4.41 - 1/48.9) ns per byte = about 272 KB.
+        let b = CostModel::h200().prefetch_break_even_bytes();
+        assert!((260_000..290_000).contains(&b), "{b}");
     }
 
     #[test]

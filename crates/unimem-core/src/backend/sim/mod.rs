@@ -13,12 +13,18 @@
 //! - Eviction under capacity pressure takes the least-recently-migrated 2 MiB block that the
 //!   running kernel does not touch, as the driver does.
 //! - Device capacity is the configured budget: the simulator emulates a GPU of that size.
+//! - Managed memory is pooled, as the runtime does (cudaFree synchronises the device): device
+//!   pages of freed or discarded regions stay mapped in a pool, and new allocations take
+//!   device-resident pages from it without first-touch faults. The pool only holds memory the
+//!   working set does not use, so it never counts against the capacity.
 
 mod cost;
 mod pages;
 mod store;
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::BTreeSet;
+
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 pub use cost::{CostModel, H200_PROFILE};
 use pages::PageSet;
@@ -111,6 +117,8 @@ pub struct SimBackend {
     link_h2d: u64,
     link_d2h: u64,
     device_bytes: u64,
+    /// Device memory freed or discarded but still mapped, reusable without faults.
+    pool_bytes: u64,
     /// (stamp, region, block) of every block with device pages, oldest migration first.
     lrm: BTreeSet<(u64, RegionId, u32)>,
     next_stamp: u64,
@@ -129,13 +137,14 @@ impl SimBackend {
             cost,
             capacity,
             unit_pages,
-            regions: HashMap::new(),
+            regions: HashMap::default(),
             next_addr: BASE_ADDR,
             host_now: 0,
             compute_free: 0,
             link_h2d: 0,
             link_d2h: 0,
             device_bytes: 0,
+            pool_bytes: 0,
             lrm: BTreeSet::new(),
             next_stamp: 1,
             stats: BackendStats::default(),
@@ -256,6 +265,18 @@ impl SimBackend {
     fn note_device_added(&mut self, pages: usize) {
         self.device_bytes += pages as u64 * PAGE_SIZE;
         self.stats.peak_device_bytes = self.stats.peak_device_bytes.max(self.device_bytes);
+        // The pool holds only memory the working set does not need.
+        self.pool_bytes = self
+            .pool_bytes
+            .min(self.capacity.saturating_sub(self.device_bytes));
+    }
+
+    /// Device pages leaving the working set without a transfer go back to the pool.
+    fn note_device_released(&mut self, pages: usize) {
+        let bytes = pages as u64 * PAGE_SIZE;
+        self.device_bytes -= bytes;
+        self.pool_bytes =
+            (self.pool_bytes + bytes).min(self.capacity.saturating_sub(self.device_bytes));
     }
 
     /// Re-stamps blocks that just received device pages (least-recently-migrated order).
@@ -386,7 +407,7 @@ impl SimBackend {
         &self,
         ranges: impl Iterator<Item = (RegionId, u64, u64)>,
     ) -> HashSet<(RegionId, u32)> {
-        let mut set = HashSet::new();
+        let mut set = HashSet::default();
         for (id, offset, len) in ranges {
             if let Some(r) = self.regions.get(&id) {
                 let (s, e) = r.page_range(offset, len);
@@ -397,32 +418,34 @@ impl SimBackend {
     }
 
     /// Fault handling for one block segment of a kernel access: returns (fault groups,
-    /// transferred pages, populated pages) after migrating every faulting unit.
+    /// transferred pages, populated pages) after migrating every faulting unit. `in_run` carries
+    /// whether the previous unit of the access faulted, so one contiguous run is one group even
+    /// across block boundaries.
     fn fault_in(
         &mut self,
         id: RegionId,
         s: usize,
         e: usize,
         duplicate: bool,
+        in_run: &mut bool,
     ) -> (u64, usize, usize) {
         let unit = self.unit_pages;
         let pages = self.regions[&id].pages;
         let (mut groups, mut moved, mut populated) = (0u64, 0usize, 0usize);
-        let mut in_run = false;
         let mut u = s / unit * unit;
         while u < e {
             let ue = (u + unit).min(pages);
             let r = &self.regions[&id];
             if r.on_device.count(u, ue) < ue - u {
-                if !in_run {
+                if !*in_run {
                     groups += 1;
-                    in_run = true;
+                    *in_run = true;
                 }
                 let m = self.move_to_device(id, u, ue, duplicate);
                 moved += m.transferred;
                 populated += m.populated;
             } else {
-                in_run = false;
+                *in_run = false;
             }
             u += unit;
         }
@@ -482,25 +505,33 @@ impl MemoryBackend for SimBackend {
         let pages = bytes.div_ceil(PAGE_SIZE) as usize;
         let addr = self.next_addr;
         self.next_addr += bytes.div_ceil(BLOCK_SIZE) * BLOCK_SIZE;
-        self.regions.insert(
-            id,
-            SimRegion {
-                bytes,
-                pages,
-                on_device: PageSet::new(pages),
-                on_host: PageSet::new(pages),
-                blocks: vec![Block::default(); pages.div_ceil(PAGES_PER_BLOCK)],
-                host_data: PageStore::default(),
-                dev_data: PageStore::default(),
-            },
-        );
+        let mut region = SimRegion {
+            bytes,
+            pages,
+            on_device: PageSet::new(pages),
+            on_host: PageSet::new(pages),
+            blocks: vec![Block::default(); pages.div_ceil(PAGES_PER_BLOCK)],
+            host_data: PageStore::default(),
+            dev_data: PageStore::default(),
+        };
+        // Pages recycled from the pool are already mapped on the device (zeroed for the user).
+        let pooled = ((self.pool_bytes / PAGE_SIZE) as usize).min(pages);
+        region.on_device.insert(0, pooled);
+        let blocks = region.block_range(0, pooled);
+        self.regions.insert(id, region);
+        if pooled > 0 {
+            self.pool_bytes -= pooled as u64 * PAGE_SIZE;
+            self.note_device_added(pooled);
+            self.restamp(id, blocks);
+        }
         Ok(addr)
     }
 
     fn free(&mut self, id: RegionId) -> Result<()> {
         let r = self.regions.remove(&id).ok_or(Error::UnknownRegion(id))?;
-        // The runtime pools managed memory, so a free does not synchronise the device.
-        self.device_bytes -= r.on_device.count(0, r.pages) as u64 * PAGE_SIZE;
+        // The runtime pools managed memory: a free does not synchronise the device, and the
+        // region's device pages go back to the pool.
+        self.note_device_released(r.on_device.count(0, r.pages));
         for (b, blk) in r.blocks.iter().enumerate() {
             if blk.stamp != 0 {
                 self.lrm.remove(&(blk.stamp, id, b as u32));
@@ -558,7 +589,7 @@ impl MemoryBackend for SimBackend {
         let protect = if to == Location::Device {
             self.blocks_of(ranges.iter().map(|r| (r.region, r.offset, r.len)))
         } else {
-            HashSet::new()
+            HashSet::default()
         };
         for (i, range) in ranges.iter().enumerate() {
             let call_ns = if i == 0 {
@@ -674,7 +705,8 @@ impl MemoryBackend for SimBackend {
             let had_copy = (e - s) - r.on_device.count_neither(&r.on_host, s, e);
             let dev = r.on_device.remove(s, e);
             r.on_host.remove(s, e);
-            self.device_bytes -= dev as u64 * PAGE_SIZE;
+            // Discard does not return memory (h200-facts.md): the pages stay mapped, pooled.
+            self.note_device_released(dev);
             let bytes = had_copy as u64 * PAGE_SIZE;
             total += bytes;
             self.unstamp_empty(id, blocks);
@@ -743,6 +775,7 @@ impl MemoryBackend for SimBackend {
                 let id = a.region;
                 let r = &self.regions[&id];
                 let (s, e) = r.page_range(a.offset, a.len);
+                let mut in_run = false;
                 for b in r.block_range(s, e) {
                     let r = &self.regions[&id];
                     let adv = r.blocks[b].advice;
@@ -766,6 +799,7 @@ impl MemoryBackend for SimBackend {
                     }
                     let r = &self.regions[&id];
                     if r.on_device.count(ss, se) == se - ss {
+                        in_run = false;
                         continue;
                     }
                     if adv & ADV_PREFER_HOST != 0 && adv & ADV_ACCESSED_BY != 0 {
@@ -773,10 +807,11 @@ impl MemoryBackend for SimBackend {
                         remote_bytes += missing as u64 * PAGE_SIZE;
                         let r = self.regions.get_mut(&id).expect("checked");
                         r.on_host.insert(ss, se); // first touch populates at the preferred location
+                        in_run = false;
                         continue;
                     }
                     let duplicate = adv & ADV_READ_MOSTLY != 0 && !a.mode.writes();
-                    let (g, m, p) = self.fault_in(id, ss, se, duplicate);
+                    let (g, m, p) = self.fault_in(id, ss, se, duplicate, &mut in_run);
                     groups += g;
                     moved += m;
                     populated += p;
@@ -945,6 +980,23 @@ impl MemoryBackend for SimBackend {
 
     fn drain_events(&mut self, out: &mut Vec<MemEvent>) {
         out.append(&mut self.events);
+    }
+
+    fn preload_host(&mut self, range: ByteRange) -> Result<()> {
+        let (s, e) = self.checked(range.region, range.offset, range.len)?;
+        let r = self.region_mut(range.region)?;
+        let mut dev_pages = Vec::new();
+        r.on_device.for_each(s, e, |p| dev_pages.push(p));
+        for &p in &dev_pages {
+            let page = r.dev_data.take(p);
+            r.host_data.put(p, page);
+        }
+        r.on_host.insert(s, e);
+        let removed = r.on_device.remove(s, e);
+        let blocks = r.block_range(s, e);
+        self.note_device_released(removed);
+        self.unstamp_empty(range.region, blocks);
+        Ok(())
     }
 
     fn read(&mut self, id: RegionId, offset: u64, buf: &mut [u8]) -> Result<()> {

@@ -2,7 +2,7 @@
 //! trace of many gigabytes keeps no data, while tests that write data get it back exactly.
 //! A page that is absent reads as zeros (managed memory is zero-filled on first touch).
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::backend::PAGE_SIZE;
 

@@ -1,0 +1,158 @@
+//! `unimem replay`: play a trace through policies and report.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+
+use unimem_core::backend;
+use unimem_core::config::{BackendChoice, PolicyName};
+use unimem_core::replay::{self, ReplayReport};
+use unimem_core::trace::{TraceReader, TraceStats};
+use unimem_core::{Budget, Config, Error, Result};
+
+use crate::output;
+
+/// Arguments of `unimem replay`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Trace file (`.jsonl` or `.jsonl.gz`).
+    pub trace: PathBuf,
+    /// Device budget: bytes (`8GiB`) or a percent of the trace's peak live bytes (`50%`).
+    /// Default: the config's `budget`.
+    #[arg(long)]
+    pub budget: Option<String>,
+    /// Comma-separated policies: none, oracle. Default: the config's `replay.policies`.
+    #[arg(long, value_delimiter = ',')]
+    pub policy: Option<Vec<String>>,
+    /// Backend: auto, sim or cuda. Default: the config's `backend`.
+    #[arg(long)]
+    pub backend: Option<String>,
+    /// Print one JSON object per run instead of a table (and no progress bar).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Resolves a budget against a trace: a percent refers to its peak live (page-rounded) bytes.
+pub fn resolve_budget(budget: Budget, stats: &TraceStats) -> u64 {
+    budget.resolve(stats.peak_live_page_bytes)
+}
+
+/// Replays one trace (opened fresh by `open`) with one policy.
+pub fn replay_one(
+    open: &dyn Fn() -> Result<TraceReader>,
+    budget_bytes: u64,
+    policy: PolicyName,
+    config: &Config,
+    show_progress: bool,
+) -> Result<ReplayReport> {
+    let cost = backend::cost_model(config)?;
+    let mut backend = backend::open(config.backend, cost.clone(), budget_bytes)?;
+    let mut policy_impl = replay::make_policy(
+        policy,
+        backend.device_capacity(),
+        config.replay.oracle_lookahead,
+        &cost,
+    );
+    let reader = open()?;
+    let (consumed, total) = reader.progress();
+    let bar = output::progress_bar(total, !show_progress, policy.as_str());
+    tracing::info!(trace = reader.file(), %policy, budget_bytes, backend = %backend.describe(), "replay starts");
+    let mut on_progress = |events: u64| {
+        if let Some(bar) = &bar {
+            bar.set_position(consumed.load(Ordering::Relaxed));
+            bar.set_message(format!("{events} events"));
+        }
+    };
+    let report = replay::run(
+        reader,
+        backend.as_mut(),
+        policy_impl.as_mut(),
+        &mut on_progress,
+    );
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    let report = report?;
+    tracing::info!(
+        time_ns = report.time_ns,
+        events = report.events,
+        wall_ns = report.wall_ns,
+        "replay done"
+    );
+    Ok(report)
+}
+
+pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
+    let mut config = crate::load_config(config_file)?.config;
+    if let Some(b) = &args.backend {
+        config.backend = match b.as_str() {
+            "auto" => BackendChoice::Auto,
+            "sim" => BackendChoice::Sim,
+            "cuda" => BackendChoice::Cuda,
+            other => {
+                return Err(Error::InvalidArgument(format!(
+                    "--backend `{other}`: allowed values are auto, sim, cuda"
+                )))
+            }
+        };
+    }
+    let budget = match &args.budget {
+        Some(text) => {
+            Budget::parse(text).map_err(|e| Error::InvalidArgument(format!("--budget: {e}")))?
+        }
+        None => config.budget,
+    };
+    let policies: Vec<PolicyName> = match &args.policy {
+        Some(names) => names
+            .iter()
+            .map(|n| {
+                n.parse()
+                    .map_err(|e| Error::InvalidArgument(format!("--policy: {e}")))
+            })
+            .collect::<Result<_>>()?,
+        None => config.replay.policies.clone(),
+    };
+    let open = || TraceReader::open(&args.trace);
+    // A first streaming pass finds the peak live bytes a percent budget refers to, and checks
+    // the whole trace before any replay starts.
+    let stats = TraceStats::compute(open()?)?;
+    let budget_bytes = resolve_budget(budget, &stats);
+    let name = args
+        .trace
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut table = output::report_table();
+    for policy in policies {
+        let report = replay_one(&open, budget_bytes, policy, &config, !args.json)?;
+        if args.json {
+            println!("{}", output::report_json(&report, &budget.to_string()));
+        } else {
+            table.row(output::report_row(&name, &budget.to_string(), &report));
+            eprintln!(
+                "{}: {} events in {:.2} s ({:.2} M events/s)",
+                report.policy,
+                report.events,
+                report.wall_ns as f64 / 1e9,
+                report.events_per_sec() / 1e6
+            );
+        }
+    }
+    if !args.json {
+        println!("{}", table.render());
+        println!(
+            "compute floor {}; backend {}; peak RSS {}",
+            unimem_core::units::Nanos(stats.compute_floor_ns),
+            config_backend_label(&config),
+            output::peak_rss_bytes()
+                .map(|b| unimem_core::units::Bytes(b).to_string())
+                .unwrap_or("n/a".into())
+        );
+    }
+    Ok(())
+}
+
+fn config_backend_label(config: &Config) -> String {
+    backend::cost_model(config)
+        .map(|c| format!("sim (profile \"{}\")", c.name))
+        .unwrap_or_else(|_| "sim".into())
+}

@@ -1,0 +1,126 @@
+//! `unimem trace stats|gen`.
+
+use std::path::PathBuf;
+
+use unimem_core::trace::synth::{Pattern, Synth, SynthSpec};
+use unimem_core::trace::{TraceHeader, TraceReader, TraceStats, TraceWriter};
+use unimem_core::units::{parse_bytes, Bytes, Nanos};
+use unimem_core::{Error, Result};
+
+use crate::output::Table;
+
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Regions, peak live bytes, kernels, compute floor and reuse of a trace.
+    Stats {
+        /// Trace file.
+        trace: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Generate a synthetic trace (streamed to disk; gzip if OUT ends in .gz).
+    Gen {
+        /// streaming, strided, alternating, graph or random.
+        #[arg(long, default_value = "streaming")]
+        pattern: String,
+        /// Number of events.
+        #[arg(long, default_value_t = 1_000_000)]
+        events: u64,
+        /// Persistent regions (chunks, for strided).
+        #[arg(long, default_value_t = 64)]
+        regions: u64,
+        /// Bytes per region, e.g. 4MiB.
+        #[arg(long, default_value = "4MiB")]
+        region_bytes: String,
+        /// GPU time per kernel in nanoseconds.
+        #[arg(long, default_value_t = 100_000)]
+        kernel_ns: u64,
+        /// Kernels per step.
+        #[arg(long, default_value_t = 64)]
+        kernels_per_step: u64,
+        /// Random seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Output file.
+        out: PathBuf,
+    },
+}
+
+pub fn run(cmd: &Command) -> Result<()> {
+    match cmd {
+        Command::Stats { trace, json } => {
+            let s = TraceStats::compute(TraceReader::open(trace)?)?;
+            if *json {
+                println!("{}", serde_json::to_string(&s).expect("stats serialise"));
+                return Ok(());
+            }
+            let mut t = Table::new(vec!["statistic", "value"]);
+            let rows: Vec<(&str, String)> = vec![
+                ("events", s.events.to_string()),
+                ("regions", s.regions.to_string()),
+                ("allocated", Bytes(s.allocated_bytes).to_string()),
+                ("peak live", Bytes(s.peak_live_bytes).to_string()),
+                (
+                    "peak live (pages)",
+                    Bytes(s.peak_live_page_bytes).to_string(),
+                ),
+                ("kernels", s.kernels.to_string()),
+                ("host events", s.host_events.to_string()),
+                ("steps", s.steps.to_string()),
+                ("compute floor", Nanos(s.compute_floor_ns).to_string()),
+                ("bytes read", Bytes(s.bytes_read).to_string()),
+                ("bytes written", Bytes(s.bytes_written).to_string()),
+                ("largest kernel", Bytes(s.max_kernel_bytes).to_string()),
+                ("accessed regions", s.accessed_regions.to_string()),
+                (
+                    "accesses per region",
+                    format!("{:.2}", s.accesses_per_region),
+                ),
+                ("reuse factor", format!("{:.2}", s.reuse_factor)),
+            ];
+            rows.into_iter()
+                .for_each(|(k, v)| t.row(vec![k.to_string(), v]));
+            println!("{}", t.render());
+            Ok(())
+        }
+        Command::Gen {
+            pattern,
+            events,
+            regions,
+            region_bytes,
+            kernel_ns,
+            kernels_per_step,
+            seed,
+            out,
+        } => {
+            let pattern: Pattern = pattern
+                .parse()
+                .map_err(|e| Error::InvalidArgument(format!("--pattern: {e}")))?;
+            let region_bytes = parse_bytes(region_bytes)
+                .map_err(|e| Error::InvalidArgument(format!("--region-bytes: {e}")))?;
+            if region_bytes == 0 || *regions == 0 {
+                return Err(Error::InvalidArgument(
+                    "--regions and --region-bytes must be > 0".into(),
+                ));
+            }
+            let spec = SynthSpec {
+                pattern,
+                events: *events,
+                regions: *regions,
+                region_bytes,
+                kernel_ns: *kernel_ns,
+                kernels_per_step: *kernels_per_step,
+                seed: *seed,
+            };
+            let header = TraceHeader::new(&format!("unimem trace gen: {spec:?}"));
+            let mut w = TraceWriter::create(out, &header)?;
+            for event in Synth::new(spec) {
+                w.write(&event)?;
+            }
+            w.finish()?;
+            eprintln!("wrote {events} {pattern} events to {}", out.display());
+            Ok(())
+        }
+    }
+}

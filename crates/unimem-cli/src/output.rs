@@ -1,0 +1,133 @@
+//! Shared output: report tables, JSON lines, progress bars, and process memory.
+
+use std::io::IsTerminal;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use unimem_core::replay::ReplayReport;
+use unimem_core::units::{Bytes, Nanos};
+
+/// Peak resident set size of this process (Linux `VmHWM`), if readable.
+pub fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// The JSON object `--json` prints for a run: the report plus derived keys.
+pub fn report_json(report: &ReplayReport, budget_spec: &str) -> serde_json::Value {
+    let mut v = serde_json::to_value(report).expect("reports serialise");
+    let obj = v.as_object_mut().expect("a report is an object");
+    obj.insert("budget".into(), budget_spec.into());
+    obj.insert("over_floor".into(), report.over_floor().into());
+    obj.insert(
+        "events_per_sec".into(),
+        report.events_per_sec().round().into(),
+    );
+    obj.insert("peak_rss_bytes".into(), peak_rss_bytes().into());
+    v
+}
+
+/// A plain-text table with right-aligned numeric columns.
+pub struct Table {
+    header: Vec<&'static str>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    /// A table with these column titles.
+    pub fn new(header: Vec<&'static str>) -> Self {
+        Self {
+            header,
+            rows: Vec::new(),
+        }
+    }
+
+    /// Adds a row.
+    pub fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    /// Renders it; the first column is left-aligned, the rest right-aligned.
+    pub fn render(&self) -> String {
+        let mut width: Vec<usize> = self.header.iter().map(|h| h.len()).collect();
+        for r in &self.rows {
+            for (i, c) in r.iter().enumerate() {
+                width[i] = width[i].max(c.chars().count());
+            }
+        }
+        let line = |cells: Vec<&str>| {
+            cells
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    if i == 0 {
+                        format!("{c:<w$}", w = width[i])
+                    } else {
+                        format!("{c:>w$}", w = width[i])
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("  ")
+        };
+        let mut out = vec![line(self.header.clone())];
+        out.push(
+            width
+                .iter()
+                .map(|w| "-".repeat(*w))
+                .collect::<Vec<_>>()
+                .join("  "),
+        );
+        out.extend(
+            self.rows
+                .iter()
+                .map(|r| line(r.iter().map(String::as_str).collect())),
+        );
+        out.join("\n")
+    }
+}
+
+/// The standard report columns.
+pub fn report_table() -> Table {
+    Table::new(vec![
+        "trace",
+        "budget",
+        "policy",
+        "time",
+        "x floor",
+        "H2D",
+        "D2H",
+        "GPU faults",
+        "peak resident",
+    ])
+}
+
+/// One report as a row of [`report_table`].
+pub fn report_row(trace: &str, budget_spec: &str, r: &ReplayReport) -> Vec<String> {
+    vec![
+        trace.to_string(),
+        format!("{budget_spec} ({})", Bytes(r.budget_bytes)),
+        r.policy.clone(),
+        Nanos(r.time_ns).to_string(),
+        format!("{:.2}", r.over_floor()),
+        Bytes(r.h2d_bytes).to_string(),
+        Bytes(r.d2h_bytes).to_string(),
+        r.gpu_faults.to_string(),
+        Bytes(r.peak_resident_bytes).to_string(),
+    ]
+}
+
+/// A progress bar over `total` source bytes, drawn only when stderr is a terminal and `quiet`
+/// is false.
+pub fn progress_bar(total: Option<u64>, quiet: bool, label: &str) -> Option<ProgressBar> {
+    if quiet || !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let bar = ProgressBar::new(total.unwrap_or(0));
+    let style = ProgressStyle::with_template("{prefix} [{bar:30}] {bytes}/{total_bytes} {msg}")
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ");
+    bar.set_style(style);
+    bar.set_prefix(label.to_string());
+    Some(bar)
+}

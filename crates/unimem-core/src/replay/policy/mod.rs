@@ -1,0 +1,46 @@
+//! Replay policies: what to tell the backend before each trace event. A policy sees the event
+//! about to run and, if it asks for one, a window of the events after it.
+
+mod none;
+mod oracle;
+
+pub use none::NoHints;
+pub use oracle::Oracle;
+
+use crate::backend::MemoryBackend;
+use crate::error::Result;
+use crate::trace::TraceEvent;
+
+/// Decides hints during a replay.
+pub trait Policy {
+    /// Name in reports.
+    fn name(&self) -> &'static str;
+
+    /// How many events after the current one the policy wants to see (0: none). The replay
+    /// engine buffers exactly this many, so memory stays bounded while streaming.
+    fn lookahead(&self) -> usize {
+        0
+    }
+
+    /// An event entered the lookahead window. Called once per event, in trace order, before
+    /// [`Policy::before`] is called for it.
+    fn on_future(&mut self, _index: u64, _event: &TraceEvent) {}
+
+    /// Called just before the event at `index` runs on the backend.
+    fn before(
+        &mut self,
+        index: u64,
+        event: &TraceEvent,
+        backend: &mut dyn MemoryBackend,
+    ) -> Result<()>;
+
+    /// Called just after the event at `index` ran (e.g. to see where a new region landed).
+    fn after(
+        &mut self,
+        _index: u64,
+        _event: &TraceEvent,
+        _backend: &mut dyn MemoryBackend,
+    ) -> Result<()> {
+        Ok(())
+    }
+}
