@@ -14,10 +14,7 @@ pub fn run(config_file: Option<&std::path::Path>) -> Result<()> {
     let config = crate::load_config(config_file)?.config;
     let cost = unimem_core::backend::cost_model(&config)?;
     println!("unimem demo: real PyTorch traces recorded on an H200, replayed on the simulator");
-    println!(
-        "(profile \"{}\"). The budget emulates a GPU with that much memory;",
-        cost.name
-    );
+    println!("(profile \"{}\"). The budget emulates a GPU with that much memory;", cost.name);
     println!("'x floor' is time over the compute floor (all data resident = 1.00).\n");
     let mut table = output::report_table();
     for trace in &TRACES {

@@ -46,12 +46,8 @@ pub fn replay_one(
 ) -> Result<ReplayReport> {
     let cost = backend::cost_model(config)?;
     let mut backend = backend::open(config.backend, cost.clone(), budget_bytes)?;
-    let mut policy_impl = replay::make_policy(
-        policy,
-        backend.device_capacity(),
-        config.replay.oracle_lookahead,
-        &cost,
-    );
+    let mut policy_impl =
+        replay::make_policy(policy, backend.device_capacity(), config.replay.oracle_lookahead, &cost);
     let reader = open()?;
     let (consumed, total) = reader.progress();
     let bar = output::progress_bar(total, !show_progress, policy.as_str());
@@ -62,22 +58,12 @@ pub fn replay_one(
             bar.set_message(format!("{events} events"));
         }
     };
-    let report = replay::run(
-        reader,
-        backend.as_mut(),
-        policy_impl.as_mut(),
-        &mut on_progress,
-    );
+    let report = replay::run(reader, backend.as_mut(), policy_impl.as_mut(), &mut on_progress);
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
     let report = report?;
-    tracing::info!(
-        time_ns = report.time_ns,
-        events = report.events,
-        wall_ns = report.wall_ns,
-        "replay done"
-    );
+    tracing::info!(time_ns = report.time_ns, events = report.events, wall_ns = report.wall_ns, "replay done");
     Ok(report)
 }
 
@@ -96,18 +82,13 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
         };
     }
     let budget = match &args.budget {
-        Some(text) => {
-            Budget::parse(text).map_err(|e| Error::InvalidArgument(format!("--budget: {e}")))?
-        }
+        Some(text) => Budget::parse(text).map_err(|e| Error::InvalidArgument(format!("--budget: {e}")))?,
         None => config.budget,
     };
     let policies: Vec<PolicyName> = match &args.policy {
         Some(names) => names
             .iter()
-            .map(|n| {
-                n.parse()
-                    .map_err(|e| Error::InvalidArgument(format!("--policy: {e}")))
-            })
+            .map(|n| n.parse().map_err(|e| Error::InvalidArgument(format!("--policy: {e}"))))
             .collect::<Result<_>>()?,
         None => config.replay.policies.clone(),
     };
@@ -116,11 +97,7 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
     // the whole trace before any replay starts.
     let stats = TraceStats::compute(open()?)?;
     let budget_bytes = resolve_budget(budget, &stats);
-    let name = args
-        .trace
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let name = args.trace.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let mut table = output::report_table();
     for policy in policies {
         let report = replay_one(&open, budget_bytes, policy, &config, !args.json)?;

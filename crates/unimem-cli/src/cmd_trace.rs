@@ -61,10 +61,7 @@ pub fn run(cmd: &Command) -> Result<()> {
                 ("regions", s.regions.to_string()),
                 ("allocated", Bytes(s.allocated_bytes).to_string()),
                 ("peak live", Bytes(s.peak_live_bytes).to_string()),
-                (
-                    "peak live (pages)",
-                    Bytes(s.peak_live_page_bytes).to_string(),
-                ),
+                ("peak live (pages)", Bytes(s.peak_live_page_bytes).to_string()),
                 ("kernels", s.kernels.to_string()),
                 ("host events", s.host_events.to_string()),
                 ("steps", s.steps.to_string()),
@@ -73,36 +70,20 @@ pub fn run(cmd: &Command) -> Result<()> {
                 ("bytes written", Bytes(s.bytes_written).to_string()),
                 ("largest kernel", Bytes(s.max_kernel_bytes).to_string()),
                 ("accessed regions", s.accessed_regions.to_string()),
-                (
-                    "accesses per region",
-                    format!("{:.2}", s.accesses_per_region),
-                ),
+                ("accesses per region", format!("{:.2}", s.accesses_per_region)),
                 ("reuse factor", format!("{:.2}", s.reuse_factor)),
             ];
-            rows.into_iter()
-                .for_each(|(k, v)| t.row(vec![k.to_string(), v]));
+            rows.into_iter().for_each(|(k, v)| t.row(vec![k.to_string(), v]));
             println!("{}", t.render());
             Ok(())
         }
-        Command::Gen {
-            pattern,
-            events,
-            regions,
-            region_bytes,
-            kernel_ns,
-            kernels_per_step,
-            seed,
-            out,
-        } => {
-            let pattern: Pattern = pattern
-                .parse()
-                .map_err(|e| Error::InvalidArgument(format!("--pattern: {e}")))?;
+        Command::Gen { pattern, events, regions, region_bytes, kernel_ns, kernels_per_step, seed, out } => {
+            let pattern: Pattern =
+                pattern.parse().map_err(|e| Error::InvalidArgument(format!("--pattern: {e}")))?;
             let region_bytes = parse_bytes(region_bytes)
                 .map_err(|e| Error::InvalidArgument(format!("--region-bytes: {e}")))?;
             if region_bytes == 0 || *regions == 0 {
-                return Err(Error::InvalidArgument(
-                    "--regions and --region-bytes must be > 0".into(),
-                ));
+                return Err(Error::InvalidArgument("--regions and --region-bytes must be > 0".into()));
             }
             let spec = SynthSpec {
                 pattern,

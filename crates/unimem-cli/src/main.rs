@@ -61,9 +61,6 @@ fn load_config(file: Option<&std::path::Path>) -> unimem_core::Result<unimem_cor
     let loaded = unimem_core::Config::from_env(file)?;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&loaded.config.log.level));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
     Ok(loaded)
 }

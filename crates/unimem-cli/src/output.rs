@@ -20,10 +20,7 @@ pub fn report_json(report: &ReplayReport, budget_spec: &str) -> serde_json::Valu
     let obj = v.as_object_mut().expect("a report is an object");
     obj.insert("budget".into(), budget_spec.into());
     obj.insert("over_floor".into(), report.over_floor().into());
-    obj.insert(
-        "events_per_sec".into(),
-        report.events_per_sec().round().into(),
-    );
+    obj.insert("events_per_sec".into(), report.events_per_sec().round().into());
     obj.insert("peak_rss_bytes".into(), peak_rss_bytes().into());
     v
 }
@@ -37,10 +34,7 @@ pub struct Table {
 impl Table {
     /// A table with these column titles.
     pub fn new(header: Vec<&'static str>) -> Self {
-        Self {
-            header,
-            rows: Vec::new(),
-        }
+        Self { header, rows: Vec::new() }
     }
 
     /// Adds a row.
@@ -56,33 +50,24 @@ impl Table {
                 width[i] = width[i].max(c.chars().count());
             }
         }
-        let line = |cells: Vec<&str>| {
-            cells
-                .iter()
-                .enumerate()
-                .map(|(i, c)| {
-                    if i == 0 {
-                        format!("{c:<w$}", w = width[i])
-                    } else {
-                        format!("{c:>w$}", w = width[i])
-                    }
-                })
-                .collect::<Vec<_>>()
-                .join("  ")
-        };
+        let line =
+            |cells: Vec<&str>| {
+                cells
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| {
+                        if i == 0 {
+                            format!("{c:<w$}", w = width[i])
+                        } else {
+                            format!("{c:>w$}", w = width[i])
+                        }
+                    })
+                    .collect::<Vec<_>>()
+                    .join("  ")
+            };
         let mut out = vec![line(self.header.clone())];
-        out.push(
-            width
-                .iter()
-                .map(|w| "-".repeat(*w))
-                .collect::<Vec<_>>()
-                .join("  "),
-        );
-        out.extend(
-            self.rows
-                .iter()
-                .map(|r| line(r.iter().map(String::as_str).collect())),
-        );
+        out.push(width.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>().join("  "));
+        out.extend(self.rows.iter().map(|r| line(r.iter().map(String::as_str).collect())));
         out.join("\n")
     }
 }

@@ -48,9 +48,7 @@ impl FromStr for AccessMode {
             "r" => Ok(AccessMode::Read),
             "w" => Ok(AccessMode::Write),
             "rw" => Ok(AccessMode::ReadWrite),
-            other => Err(format!(
-                "unknown access mode `{other}`; allowed: \"r\", \"w\", \"rw\""
-            )),
+            other => Err(format!("unknown access mode `{other}`; allowed: \"r\", \"w\", \"rw\"")),
         }
     }
 }
@@ -114,11 +112,7 @@ impl AccessHistory {
     /// A history keeping the last `capacity` accesses (at least 1).
     pub fn with_capacity(capacity: usize) -> Self {
         let capacity = capacity.max(1);
-        Self {
-            buf: VecDeque::with_capacity(capacity),
-            capacity,
-            total: 0,
-        }
+        Self { buf: VecDeque::with_capacity(capacity), capacity, total: 0 }
     }
 
     /// Appends an access, dropping the oldest when full.
@@ -162,12 +156,7 @@ mod tests {
 
     fn acc(region: u64, at: u64) -> Access {
         Access {
-            range: RangeAccess {
-                region: RegionId(region),
-                offset: 0,
-                len: 8,
-                mode: AccessMode::Read,
-            },
+            range: RangeAccess { region: RegionId(region), offset: 0, len: 8, mode: AccessMode::Read },
             by: Accessor::Device,
             at,
         }

@@ -94,23 +94,12 @@ pub enum Error {
 
 impl Error {
     /// Builds a [`Error::Config`] error.
-    pub fn config(
-        key: impl Into<String>,
-        reason: impl Into<String>,
-        source_desc: impl Into<String>,
-    ) -> Self {
-        Error::Config {
-            key: key.into(),
-            reason: reason.into(),
-            source_desc: source_desc.into(),
-        }
+    pub fn config(key: impl Into<String>, reason: impl Into<String>, source_desc: impl Into<String>) -> Self {
+        Error::Config { key: key.into(), reason: reason.into(), source_desc: source_desc.into() }
     }
 
     /// Builds an [`Error::Io`] error for `what` (usually a path).
     pub fn io(what: impl std::fmt::Display, source: std::io::Error) -> Self {
-        Error::Io {
-            what: what.to_string(),
-            source,
-        }
+        Error::Io { what: what.to_string(), source }
     }
 }

@@ -21,9 +21,7 @@ pub mod units;
 
 pub use access::{Access, AccessHistory, AccessMode, Accessor, RangeAccess};
 pub use backend::sim::{CostModel, SimBackend};
-pub use backend::{
-    Advice, BackendKind, ByteRange, KernelLaunch, Location, MemoryBackend, Residency,
-};
+pub use backend::{Advice, BackendKind, ByteRange, KernelLaunch, Location, MemoryBackend, Residency};
 
 pub use config::{Budget, Config, LoadedConfig};
 pub use error::{Error, Result};

@@ -10,9 +10,7 @@ use dashmap::DashMap;
 use crate::error::{Error, Result};
 
 /// Stable identity of a region for the lifetime of a runtime. Never reused.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 pub struct RegionId(pub u64);
 
 impl fmt::Display for RegionId {
@@ -39,12 +37,7 @@ impl Region {
     pub fn check_range(&self, offset: u64, len: u64) -> Result<()> {
         match offset.checked_add(len) {
             Some(end) if end <= self.bytes => Ok(()),
-            _ => Err(Error::OutOfRange {
-                region: self.id,
-                offset,
-                len,
-                size: self.bytes,
-            }),
+            _ => Err(Error::OutOfRange { region: self.id, offset, len, size: self.bytes }),
         }
     }
 }
@@ -62,10 +55,7 @@ pub struct Registry {
 impl Registry {
     /// An empty registry; ids start at 1.
     pub fn new() -> Self {
-        Self {
-            next_id: AtomicU64::new(1),
-            ..Default::default()
-        }
+        Self { next_id: AtomicU64::new(1), ..Default::default() }
     }
 
     /// Reserves a fresh id (ids are never reused).
@@ -76,21 +66,11 @@ impl Registry {
     /// Records a region. Fails if the id is taken or the address range overlaps a live region.
     pub fn insert(&self, region: Region) -> Result<()> {
         if region.bytes == 0 {
-            return Err(Error::Allocation {
-                bytes: 0,
-                reason: "regions must be at least 1 byte".into(),
-            });
+            return Err(Error::Allocation { bytes: 0, reason: "regions must be at least 1 byte".into() });
         }
         let mut by_addr = self.by_addr.write().unwrap_or_else(|e| e.into_inner());
-        if let Some((&base, &other)) = by_addr
-            .range(..region.addr.saturating_add(region.bytes))
-            .next_back()
-        {
-            let other_end = self
-                .by_id
-                .get(&other)
-                .map(|r| r.addr + r.bytes)
-                .unwrap_or(base);
+        if let Some((&base, &other)) = by_addr.range(..region.addr.saturating_add(region.bytes)).next_back() {
+            let other_end = self.by_id.get(&other).map(|r| r.addr + r.bytes).unwrap_or(base);
             if other_end > region.addr {
                 return Err(Error::InvalidArgument(format!(
                     "region {} at {:#x} overlaps live region {other}",
@@ -99,10 +79,7 @@ impl Registry {
             }
         }
         if self.by_id.contains_key(&region.id) {
-            return Err(Error::InvalidArgument(format!(
-                "region id {} is already registered",
-                region.id
-            )));
+            return Err(Error::InvalidArgument(format!("region id {} is already registered", region.id)));
         }
         by_addr.insert(region.addr, region.id);
         self.live_bytes.fetch_add(region.bytes, Ordering::Relaxed);
@@ -121,10 +98,7 @@ impl Registry {
 
     /// The region with this id (a clone: regions are small and immutable).
     pub fn get(&self, id: RegionId) -> Result<Region> {
-        self.by_id
-            .get(&id)
-            .map(|r| r.clone())
-            .ok_or(Error::UnknownRegion(id))
+        self.by_id.get(&id).map(|r| r.clone()).ok_or(Error::UnknownRegion(id))
     }
 
     /// The region containing `addr`, and the offset of `addr` inside it.
@@ -156,12 +130,7 @@ mod tests {
     use super::*;
 
     fn region(reg: &Registry, addr: u64, bytes: u64) -> Region {
-        Region {
-            id: reg.next_id(),
-            addr,
-            bytes,
-            name: "t".into(),
-        }
+        Region { id: reg.next_id(), addr, bytes, name: "t".into() }
     }
 
     #[test]
@@ -172,19 +141,9 @@ mod tests {
         reg.insert(a.clone()).unwrap();
         reg.insert(b.clone()).unwrap();
         assert_eq!(reg.get(a.id).unwrap(), a);
-        assert_eq!(
-            reg.find_address(0x10ff).map(|(r, o)| (r.id, o)),
-            Some((a.id, 0xff))
-        );
-        assert_eq!(
-            reg.find_address(0x1100),
-            None,
-            "one past the end belongs to nobody"
-        );
-        assert_eq!(
-            reg.find_address(0x2800).map(|(r, o)| (r.id, o)),
-            Some((b.id, 0x800))
-        );
+        assert_eq!(reg.find_address(0x10ff).map(|(r, o)| (r.id, o)), Some((a.id, 0xff)));
+        assert_eq!(reg.find_address(0x1100), None, "one past the end belongs to nobody");
+        assert_eq!(reg.find_address(0x2800).map(|(r, o)| (r.id, o)), Some((b.id, 0x800)));
         assert_eq!(reg.live_bytes(), 0x1100);
         reg.remove(a.id).unwrap();
         assert!(reg.find_address(0x1000).is_none());

@@ -7,15 +7,11 @@ use std::fmt;
 /// Units are case-insensitive; whitespace between number and unit is allowed.
 pub fn parse_bytes(text: &str) -> Result<u64, String> {
     let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let unit = unit.trim();
     if num.is_empty() {
-        return Err(format!(
-            "`{text}` is not a byte size; write e.g. `8GiB`, `512MiB` or `4096`"
-        ));
+        return Err(format!("`{text}` is not a byte size; write e.g. `8GiB`, `512MiB` or `4096`"));
     }
     let mult: u64 = match unit.to_ascii_lowercase().as_str() {
         "" | "b" => 1,
@@ -33,9 +29,7 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
             ))
         }
     };
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("`{num}` is not a number in `{text}`"))?;
+    let value: f64 = num.parse().map_err(|_| format!("`{num}` is not a number in `{text}`"))?;
     let bytes = value * mult as f64;
     if !bytes.is_finite() || bytes > u64::MAX as f64 {
         return Err(format!("`{text}` is too large"));

@@ -74,11 +74,7 @@ pub struct ByteRange {
 impl ByteRange {
     /// The whole of a region of `bytes` bytes.
     pub fn whole(region: RegionId, bytes: u64) -> Self {
-        Self {
-            region,
-            offset: 0,
-            len: bytes,
-        }
+        Self { region, offset: 0, len: bytes }
     }
 }
 
@@ -212,14 +208,11 @@ pub fn open(
 ) -> Result<Box<dyn MemoryBackend>> {
     use crate::config::BackendChoice;
     match choice {
-        BackendChoice::Auto | BackendChoice::Sim => {
-            Ok(Box::new(sim::SimBackend::new(cost, capacity)))
-        }
+        BackendChoice::Auto | BackendChoice::Sim => Ok(Box::new(sim::SimBackend::new(cost, capacity))),
         BackendChoice::Cuda => Err(crate::Error::BackendUnavailable {
             backend: "cuda".into(),
-            reason:
-                "this build of unimem has no CUDA backend yet; use backend = \"sim\" (or \"auto\")"
-                    .into(),
+            reason: "this build of unimem has no CUDA backend yet; use backend = \"sim\" (or \"auto\")"
+                .into(),
         }),
     }
 }

@@ -20,10 +20,8 @@ impl Budget {
     pub fn parse(text: &str) -> Result<Self, String> {
         let t = text.trim();
         let budget = if let Some(p) = t.strip_suffix('%') {
-            let v: f64 = p
-                .trim()
-                .parse()
-                .map_err(|_| format!("`{text}` is not a percent; write e.g. \"50%\""))?;
+            let v: f64 =
+                p.trim().parse().map_err(|_| format!("`{text}` is not a percent; write e.g. \"50%\""))?;
             Budget::Percent(v)
         } else {
             Budget::Bytes(parse_bytes(t).map_err(|e| format!("{e}, or a percent such as \"50%\""))?)
@@ -34,7 +32,10 @@ impl Budget {
 
     fn check(&self) -> Result<(), String> {
         match *self {
-            Budget::Bytes(0) => Err("a budget of 0 bytes leaves no device memory; use a size > 0 or a percent in (0, 100]".into()),
+            Budget::Bytes(0) => {
+                Err("a budget of 0 bytes leaves no device memory; use a size > 0 or a percent in (0, 100]"
+                    .into())
+            }
             Budget::Percent(p) if !(p > 0.0 && p <= 100.0) => {
                 Err(format!("{p}% is out of range; a percent budget must be in (0, 100]"))
             }
@@ -86,14 +87,12 @@ impl<'de> Deserialize<'de> for Budget {
             Text(String),
         }
         let raw = Raw::deserialize(d).map_err(|_| {
-            serde::de::Error::custom(
-                "expected bytes (e.g. \"8GiB\" or 4096) or a percent (e.g. \"50%\")",
-            )
+            serde::de::Error::custom("expected bytes (e.g. \"8GiB\" or 4096) or a percent (e.g. \"50%\")")
         })?;
         match raw {
-            Raw::Int(n) if n < 0 => Err(serde::de::Error::custom(format!(
-                "{n} is negative; a budget must be > 0"
-            ))),
+            Raw::Int(n) if n < 0 => {
+                Err(serde::de::Error::custom(format!("{n} is negative; a budget must be > 0")))
+            }
             Raw::Int(n) => {
                 let b = Budget::Bytes(n as u64);
                 b.check().map_err(serde::de::Error::custom)?;

@@ -19,11 +19,7 @@ pub(super) struct Layered {
 pub(super) fn flatten(table: &Table) -> Vec<(String, Value)> {
     fn walk(prefix: &str, table: &Table, out: &mut Vec<(String, Value)>) {
         for (k, v) in table {
-            let key = if prefix.is_empty() {
-                k.clone()
-            } else {
-                format!("{prefix}.{k}")
-            };
+            let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
             match v {
                 Value::Table(t) => walk(&key, t, out),
                 leaf => out.push((key, leaf.clone())),
@@ -56,10 +52,7 @@ fn set_leaf(table: &mut Table, key: &str, value: Value) {
     let last = parts.pop().expect("keys are non-empty");
     let mut t = table;
     for p in parts {
-        t = match t
-            .entry(p.to_string())
-            .or_insert_with(|| Value::Table(Table::new()))
-        {
+        t = match t.entry(p.to_string()).or_insert_with(|| Value::Table(Table::new())) {
             Value::Table(inner) => inner,
             _ => unreachable!("sections of the defaults are tables"),
         };
@@ -70,11 +63,7 @@ fn set_leaf(table: &mut Table, key: &str, value: Value) {
 impl Layered {
     pub(super) fn defaults(config: &Config) -> Self {
         let defaults = Table::try_from(config).expect("Config serialises to a table");
-        Self {
-            merged: defaults.clone(),
-            defaults,
-            sources: BTreeMap::new(),
-        }
+        Self { merged: defaults.clone(), defaults, sources: BTreeMap::new() }
     }
 
     pub(super) fn source_of(&self, key: &str) -> Source {
@@ -87,10 +76,9 @@ impl Layered {
 
     /// Merges a TOML file; unknown keys and sections are errors that list the allowed keys.
     pub(super) fn apply_file(&mut self, path: &Path, text: &str) -> Result<()> {
-        let table: Table = text.parse().map_err(|e: toml::de::Error| Error::File {
-            path: path.to_path_buf(),
-            reason: e.to_string(),
-        })?;
+        let table: Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| Error::File { path: path.to_path_buf(), reason: e.to_string() })?;
         let source = Source::File(path.to_path_buf());
         let mut leaves = Vec::new();
         check_known("", &table, &self.defaults, &source, &mut leaves)?;
@@ -115,34 +103,14 @@ impl Layered {
         };
         let source = Source::Env(var.to_string());
         let value = match default {
-            Value::Integer(_) => text
-                .trim()
-                .parse::<i64>()
-                .map(Value::Integer)
-                .map_err(|_| {
-                    Error::config(
-                        key.as_str(),
-                        format!("`{text}` is not an integer"),
-                        source.to_string(),
-                    )
-                })?,
-            Value::Boolean(_) => text
-                .trim()
-                .parse::<bool>()
-                .map(Value::Boolean)
-                .map_err(|_| {
-                    Error::config(
-                        key.as_str(),
-                        format!("`{text}` is not true or false"),
-                        source.to_string(),
-                    )
-                })?,
+            Value::Integer(_) => text.trim().parse::<i64>().map(Value::Integer).map_err(|_| {
+                Error::config(key.as_str(), format!("`{text}` is not an integer"), source.to_string())
+            })?,
+            Value::Boolean(_) => text.trim().parse::<bool>().map(Value::Boolean).map_err(|_| {
+                Error::config(key.as_str(), format!("`{text}` is not true or false"), source.to_string())
+            })?,
             Value::Float(_) => text.trim().parse::<f64>().map(Value::Float).map_err(|_| {
-                Error::config(
-                    key.as_str(),
-                    format!("`{text}` is not a number"),
-                    source.to_string(),
-                )
+                Error::config(key.as_str(), format!("`{text}` is not a number"), source.to_string())
             })?,
             Value::Array(_) => Value::Array(
                 text.split(',')
@@ -178,11 +146,7 @@ impl Layered {
                         ));
                     }
                 }
-                Err(Error::config(
-                    "<config>",
-                    whole.message().trim(),
-                    "merged layers",
-                ))
+                Err(Error::config("<config>", whole.message().trim(), "merged layers"))
             }
         }
     }
@@ -198,18 +162,11 @@ fn check_known(
     out: &mut Vec<(String, Value)>,
 ) -> Result<()> {
     for (k, v) in table {
-        let key = if prefix.is_empty() {
-            k.clone()
-        } else {
-            format!("{prefix}.{k}")
-        };
+        let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
         let Some(default) = defaults.get(k) else {
             let allowed: Vec<&str> = defaults.keys().map(String::as_str).collect();
-            let section = if prefix.is_empty() {
-                "at the top level".to_string()
-            } else {
-                format!("in [{prefix}]")
-            };
+            let section =
+                if prefix.is_empty() { "at the top level".to_string() } else { format!("in [{prefix}]") };
             return Err(Error::config(
                 key,
                 format!("unknown key; allowed {section}: {}", allowed.join(", ")),

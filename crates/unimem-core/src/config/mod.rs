@@ -63,13 +63,10 @@ impl fmt::Display for PolicyName {
 impl std::str::FromStr for PolicyName {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        PolicyName::ALL
-            .into_iter()
-            .find(|p| p.as_str() == s.trim())
-            .ok_or_else(|| {
-                let allowed: Vec<_> = PolicyName::ALL.iter().map(|p| p.as_str()).collect();
-                format!("unknown policy `{s}`; allowed: {}", allowed.join(", "))
-            })
+        PolicyName::ALL.into_iter().find(|p| p.as_str() == s.trim()).ok_or_else(|| {
+            let allowed: Vec<_> = PolicyName::ALL.iter().map(|p| p.as_str()).collect();
+            format!("unknown policy `{s}`; allowed: {}", allowed.join(", "))
+        })
     }
 }
 
@@ -121,16 +118,9 @@ impl Default for Config {
         Self {
             backend: BackendChoice::Auto,
             budget: Budget::Percent(100.0),
-            sim: SimConfig {
-                profile: String::new(),
-            },
-            replay: ReplayConfig {
-                policies: PolicyName::ALL.to_vec(),
-                oracle_lookahead: 65_536,
-            },
-            log: LogConfig {
-                level: "warn".into(),
-            },
+            sim: SimConfig { profile: String::new() },
+            replay: ReplayConfig { policies: PolicyName::ALL.to_vec(), oracle_lookahead: 65_536 },
+            log: LogConfig { level: "warn".into() },
         }
     }
 }
@@ -141,10 +131,7 @@ impl Config {
     /// Semantic checks that types alone cannot express; returns (key, reason).
     fn check(&self) -> std::result::Result<(), (&'static str, String)> {
         if self.replay.policies.is_empty() {
-            return Err((
-                "replay.policies",
-                "must name at least one policy: none, oracle".into(),
-            ));
+            return Err(("replay.policies", "must name at least one policy: none, oracle".into()));
         }
         if self.replay.oracle_lookahead == 0 {
             return Err(("replay.oracle_lookahead", "must be at least 1 event".into()));
@@ -152,11 +139,7 @@ impl Config {
         if !LOG_LEVELS.contains(&self.log.level.as_str()) {
             return Err((
                 "log.level",
-                format!(
-                    "`{}` is not a level; allowed: {}",
-                    self.log.level,
-                    LOG_LEVELS.join(", ")
-                ),
+                format!("`{}` is not a level; allowed: {}", self.log.level, LOG_LEVELS.join(", ")),
             ));
         }
         Ok(())
@@ -168,15 +151,10 @@ impl Config {
     where
         I: IntoIterator<Item = (String, String)>,
     {
-        let env: Vec<(String, String)> = env
-            .into_iter()
-            .filter(|(k, _)| k.starts_with("UNIMEM_"))
-            .collect();
-        let file: Option<PathBuf> = file.map(Path::to_path_buf).or_else(|| {
-            env.iter()
-                .find(|(k, _)| k == "UNIMEM_CONFIG")
-                .map(|(_, v)| PathBuf::from(v))
-        });
+        let env: Vec<(String, String)> = env.into_iter().filter(|(k, _)| k.starts_with("UNIMEM_")).collect();
+        let file: Option<PathBuf> = file
+            .map(Path::to_path_buf)
+            .or_else(|| env.iter().find(|(k, _)| k == "UNIMEM_CONFIG").map(|(_, v)| PathBuf::from(v)));
         let mut layered = layers::Layered::defaults(&Config::default());
         if let Some(path) = &file {
             let text = std::fs::read_to_string(path).map_err(|e| Error::io(path.display(), e))?;
@@ -189,17 +167,9 @@ impl Config {
         }
         let config: Config = layered.build()?;
         if let Err((key, reason)) = config.check() {
-            return Err(Error::config(
-                key,
-                reason,
-                layered.source_of(key).to_string(),
-            ));
+            return Err(Error::config(key, reason, layered.source_of(key).to_string()));
         }
-        Ok(LoadedConfig {
-            config,
-            sources: layered.into_sources(),
-            file,
-        })
+        Ok(LoadedConfig { config, sources: layered.into_sources(), file })
     }
 
     /// Loads from the process environment.

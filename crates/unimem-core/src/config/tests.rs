@@ -1,10 +1,7 @@
 use super::*;
 
 fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
 fn file(text: &str) -> tempfile_lite::TempFile {
@@ -22,8 +19,7 @@ mod tempfile_lite {
     impl TempFile {
         pub fn new(ext: &str, text: &str) -> Self {
             let n = N.fetch_add(1, Ordering::Relaxed);
-            let p =
-                std::env::temp_dir().join(format!("unimem-cfg-{}-{n}.{ext}", std::process::id()));
+            let p = std::env::temp_dir().join(format!("unimem-cfg-{}-{n}.{ext}", std::process::id()));
             std::fs::write(&p, text).unwrap();
             TempFile(p)
         }
@@ -50,17 +46,12 @@ fn defaults_load_and_show_sources() {
 #[test]
 fn file_then_env_layers_with_provenance() {
     let f = file("budget = \"8GiB\"\n[replay]\noracle_lookahead = 100\n");
-    let loaded = Config::load(
-        Some(f.path()),
-        env(&[("UNIMEM_REPLAY_ORACLE_LOOKAHEAD", "7"), ("HOME", "/x")]),
-    )
-    .unwrap();
+    let loaded =
+        Config::load(Some(f.path()), env(&[("UNIMEM_REPLAY_ORACLE_LOOKAHEAD", "7"), ("HOME", "/x")]))
+            .unwrap();
     assert_eq!(loaded.config.budget, Budget::Bytes(8 << 30));
     assert_eq!(loaded.config.replay.oracle_lookahead, 7, "env beats file");
-    assert_eq!(
-        loaded.sources["budget"],
-        Source::File(f.path().to_path_buf())
-    );
+    assert_eq!(loaded.sources["budget"], Source::File(f.path().to_path_buf()));
     assert_eq!(
         loaded.sources["replay.oracle_lookahead"],
         Source::Env("UNIMEM_REPLAY_ORACLE_LOOKAHEAD".into())
@@ -83,9 +74,7 @@ fn env_list_values_are_comma_separated() {
 
 fn err(file_text: Option<&str>, vars: &[(&str, &str)]) -> String {
     let f = file_text.map(file);
-    Config::load(f.as_ref().map(|f| f.path()), env(vars))
-        .unwrap_err()
-        .to_string()
+    Config::load(f.as_ref().map(|f| f.path()), env(vars)).unwrap_err().to_string()
 }
 
 #[test]
@@ -97,24 +86,16 @@ fn unknown_key_names_key_allowed_keys_and_file() {
     );
     assert!(e.contains(".toml"), "names the file: {e}");
     let e = err(Some("colour = 1\n"), &[]);
-    assert!(
-        e.contains("colour") && e.contains("at the top level") && e.contains("budget"),
-        "{e}"
-    );
+    assert!(e.contains("colour") && e.contains("at the top level") && e.contains("budget"), "{e}");
 }
 
 #[test]
 fn bad_values_name_key_allowed_values_and_source() {
     let e = err(Some("backend = \"tpu\"\n"), &[]);
-    assert!(
-        e.contains("backend") && e.contains("auto") && e.contains("cuda") && e.contains("file"),
-        "{e}"
-    );
+    assert!(e.contains("backend") && e.contains("auto") && e.contains("cuda") && e.contains("file"), "{e}");
     let e = err(None, &[("UNIMEM_REPLAY_POLICIES", "none,fastest")]);
     assert!(
-        e.contains("replay.policies")
-            && e.contains("oracle")
-            && e.contains("UNIMEM_REPLAY_POLICIES"),
+        e.contains("replay.policies") && e.contains("oracle") && e.contains("UNIMEM_REPLAY_POLICIES"),
         "{e}"
     );
     let e = err(None, &[("UNIMEM_REPLAY_ORACLE_LOOKAHEAD", "many")]);
@@ -124,10 +105,7 @@ fn bad_values_name_key_allowed_values_and_source() {
     let e = err(Some("[log]\nlevel = \"loud\"\n"), &[]);
     assert!(e.contains("log.level") && e.contains("debug"), "{e}");
     let e = err(Some("budget = = 3\n"), &[]);
-    assert!(
-        e.contains("line 1"),
-        "TOML syntax errors carry the line: {e}"
-    );
+    assert!(e.contains("line 1"), "TOML syntax errors carry the line: {e}");
 }
 
 #[test]
@@ -135,10 +113,7 @@ fn budget_zero_or_over_100_percent_is_rejected() {
     let e = err(Some("budget = 0\n"), &[]);
     assert!(e.contains("budget") && e.contains("0 bytes"), "{e}");
     let e = err(None, &[("UNIMEM_BUDGET", "120%")]);
-    assert!(
-        e.contains("budget") && e.contains("(0, 100]") && e.contains("UNIMEM_BUDGET"),
-        "{e}"
-    );
+    assert!(e.contains("budget") && e.contains("(0, 100]") && e.contains("UNIMEM_BUDGET"), "{e}");
     let e = err(None, &[("UNIMEM_BUDGET", "0%")]);
     assert!(e.contains("(0, 100]"), "{e}");
 }
@@ -146,16 +121,11 @@ fn budget_zero_or_over_100_percent_is_rejected() {
 #[test]
 fn unknown_env_variable_lists_allowed_names() {
     let e = err(None, &[("UNIMEM_BUDGIT", "5%")]);
-    assert!(
-        e.contains("UNIMEM_BUDGIT") && e.contains("UNIMEM_BUDGET"),
-        "{e}"
-    );
+    assert!(e.contains("UNIMEM_BUDGIT") && e.contains("UNIMEM_BUDGET"), "{e}");
 }
 
 #[test]
 fn missing_file_is_a_clear_error() {
-    let e = Config::load(Some(Path::new("/nonexistent/unimem.toml")), env(&[]))
-        .unwrap_err()
-        .to_string();
+    let e = Config::load(Some(Path::new("/nonexistent/unimem.toml")), env(&[])).unwrap_err().to_string();
     assert!(e.contains("/nonexistent/unimem.toml"), "{e}");
 }

@@ -30,16 +30,68 @@ pub fn make_policy(
 ) -> Box<dyn Policy> {
     match name {
         PolicyName::None => Box::new(NoHints),
-        PolicyName::Oracle => Box::new(Oracle::new(
-            budget,
-            oracle_lookahead as usize,
-            cost.prefetch_break_even_bytes(),
-        )),
+        PolicyName::Oracle => {
+            Box::new(Oracle::new(budget, oracle_lookahead as usize, cost.prefetch_break_even_bytes()))
+        }
     }
 }
 
 /// How often (in events) the progress callback is called.
 pub const PROGRESS_EVERY: u64 = 1 << 16;
+
+/// Events per batch handed from the parsing thread to the replay thread.
+const BATCH: usize = 4096;
+/// Batches in flight between the threads: bounds the memory of the pipeline.
+const BATCHES_IN_FLIGHT: usize = 4;
+
+/// Events parsed (and validated) on a thread of their own, so that parsing and simulating use
+/// two cores; the bounded channel keeps memory flat however long the trace.
+struct Parsed {
+    rx: crossbeam_channel::Receiver<Result<Vec<TraceEvent>>>,
+    batch: std::vec::IntoIter<TraceEvent>,
+}
+
+impl Parsed {
+    fn spawn<'s>(scope: &'s std::thread::Scope<'s, '_>, mut reader: TraceReader) -> Self {
+        let (tx, rx) = crossbeam_channel::bounded(BATCHES_IN_FLIGHT);
+        scope.spawn(move || loop {
+            let mut batch = Vec::with_capacity(BATCH);
+            let outcome = loop {
+                match reader.next_event() {
+                    Ok(Some(event)) => {
+                        batch.push(event);
+                        if batch.len() == BATCH {
+                            break Ok(false);
+                        }
+                    }
+                    Ok(None) => break Ok(true),
+                    Err(e) => break Err(e),
+                }
+            };
+            let (done, sent) = match outcome {
+                Ok(done) => (done, tx.send(Ok(batch))),
+                Err(e) => (true, tx.send(Err(e))),
+            };
+            // A failed send means the replay stopped early: nobody wants more events.
+            if done || sent.is_err() {
+                return;
+            }
+        });
+        Self { rx, batch: Vec::new().into_iter() }
+    }
+
+    fn next_event(&mut self) -> Result<Option<TraceEvent>> {
+        loop {
+            if let Some(event) = self.batch.next() {
+                return Ok(Some(event));
+            }
+            match self.rx.recv() {
+                Ok(batch) => self.batch = batch?.into_iter(),
+                Err(_) => return Ok(None),
+            }
+        }
+    }
+}
 
 /// Finds the regions whose first access reads them: they hold data from before the trace
 /// (weights, inputs) and start on the host (trace-v1 semantics). It looks at events as they are
@@ -105,7 +157,21 @@ fn to_ranges(acc: &[TraceAccess], out: &mut Vec<RangeAccess>) {
 /// they are (they are unique in a trace). `progress` is called every [`PROGRESS_EVERY`] events
 /// with the number of events done.
 pub fn run(
-    mut reader: TraceReader,
+    reader: TraceReader,
+    backend: &mut dyn MemoryBackend,
+    policy: &mut dyn Policy,
+    progress: &mut dyn FnMut(u64),
+) -> Result<ReplayReport> {
+    let file = reader.file().to_string();
+    std::thread::scope(|scope| {
+        let events = Parsed::spawn(scope, reader);
+        replay_events(events, file, backend, policy, progress)
+    })
+}
+
+fn replay_events(
+    mut reader: Parsed,
+    file: String,
     backend: &mut dyn MemoryBackend,
     policy: &mut dyn Policy,
     progress: &mut dyn FnMut(u64),
@@ -148,11 +214,7 @@ pub fn run(
             }
             TraceEvent::Kernel { name, dur_ns, acc } => {
                 to_ranges(acc, &mut ranges);
-                backend.launch(&KernelLaunch {
-                    name,
-                    dur_ns: *dur_ns,
-                    accesses: &ranges,
-                })?;
+                backend.launch(&KernelLaunch { name, dur_ns: *dur_ns, accesses: &ranges })?;
                 floor += dur_ns;
                 kernels += 1;
             }
@@ -179,20 +241,15 @@ pub fn run(
         .iter()
         .enumerate()
         .map(|(i, &(index, start, floor_at))| {
-            let (next_start, next_floor) =
-                marks.get(i + 1).map(|m| (m.1, m.2)).unwrap_or((end, floor));
-            StepReport {
-                index,
-                time_ns: next_start - start,
-                compute_floor_ns: next_floor - floor_at,
-            }
+            let (next_start, next_floor) = marks.get(i + 1).map(|m| (m.1, m.2)).unwrap_or((end, floor));
+            StepReport { index, time_ns: next_start - start, compute_floor_ns: next_floor - floor_at }
         })
         .filter(|s| s.time_ns > 0 || s.compute_floor_ns > 0)
         .collect();
 
     let stats = backend.stats();
     Ok(ReplayReport {
-        trace: reader.file().to_string(),
+        trace: file,
         backend: backend.kind(),
         backend_detail: backend.describe(),
         policy: policy.name().to_string(),

@@ -14,22 +14,11 @@ fn replay(events: Vec<TraceEvent>, policy: PolicyName, budget: u64) -> ReplayRep
     let cost = CostModel::h200();
     let mut backend = SimBackend::new(cost.clone(), budget);
     let mut policy = make_policy(policy, budget, 4096, &cost);
-    run(
-        reader_of(events),
-        &mut backend,
-        policy.as_mut(),
-        &mut |_| {},
-    )
-    .unwrap()
+    run(reader_of(events), &mut backend, policy.as_mut(), &mut |_| {}).unwrap()
 }
 
 fn read(id: u64, len: u64) -> TraceAccess {
-    TraceAccess {
-        id,
-        offset: 0,
-        len,
-        mode: crate::AccessMode::Read,
-    }
+    TraceAccess { id, offset: 0, len, mode: crate::AccessMode::Read }
 }
 
 #[test]
@@ -37,32 +26,18 @@ fn none_policy_pays_exactly_the_fault_model() {
     // One 4 MiB host-resident region read once: one contiguous fault group, 4 MiB at 4.41 GB/s.
     let mib4 = 4 << 20;
     let events = vec![
-        TraceEvent::Alloc {
-            id: 1,
-            bytes: mib4,
-            name: None,
-        },
+        TraceEvent::Alloc { id: 1, bytes: mib4, name: None },
         TraceEvent::Host {
             name: "init".into(),
-            acc: vec![TraceAccess {
-                mode: crate::AccessMode::Write,
-                ..read(1, mib4)
-            }],
+            acc: vec![TraceAccess { mode: crate::AccessMode::Write, ..read(1, mib4) }],
         },
-        TraceEvent::Kernel {
-            name: "k".into(),
-            dur_ns: 1_000_000,
-            acc: vec![read(1, mib4)],
-        },
+        TraceEvent::Kernel { name: "k".into(), dur_ns: 1_000_000, acc: vec![read(1, mib4)] },
     ];
     let r = replay(events, PolicyName::None, 1 << 30);
     let cost = CostModel::h200();
     let fault = cost.gpu_fault_latency_ns + CostModel::transfer_ns(mib4, cost.gpu_fault_rate_gbps);
     assert_eq!(r.time_ns, 1_000_000 + fault);
-    assert_eq!(
-        (r.h2d_bytes, r.gpu_faults, r.compute_floor_ns),
-        (mib4, 1, 1_000_000)
-    );
+    assert_eq!((r.h2d_bytes, r.gpu_faults, r.compute_floor_ns), (mib4, 1, 1_000_000));
     assert_eq!(r.peak_resident_bytes, mib4);
 }
 
@@ -72,45 +47,18 @@ fn written_then_evicted_data_costs_both_ways() {
     // of region 1 (4 MiB: just enough room). Reading region 1 again faults those 4 MiB back; the
     // rest of region 1 is protected (the kernel uses it), so two blocks of region 2 go.
     let mib8 = 8 << 20;
-    let write = |id| TraceAccess {
-        mode: crate::AccessMode::Write,
-        ..read(id, mib8)
-    };
+    let write = |id| TraceAccess { mode: crate::AccessMode::Write, ..read(id, mib8) };
     let events = vec![
-        TraceEvent::Alloc {
-            id: 1,
-            bytes: mib8,
-            name: None,
-        },
-        TraceEvent::Alloc {
-            id: 2,
-            bytes: mib8,
-            name: None,
-        },
-        TraceEvent::Kernel {
-            name: "a".into(),
-            dur_ns: 1000,
-            acc: vec![write(1)],
-        },
-        TraceEvent::Kernel {
-            name: "b".into(),
-            dur_ns: 1000,
-            acc: vec![write(2)],
-        },
-        TraceEvent::Kernel {
-            name: "c".into(),
-            dur_ns: 1000,
-            acc: vec![read(1, mib8)],
-        },
+        TraceEvent::Alloc { id: 1, bytes: mib8, name: None },
+        TraceEvent::Alloc { id: 2, bytes: mib8, name: None },
+        TraceEvent::Kernel { name: "a".into(), dur_ns: 1000, acc: vec![write(1)] },
+        TraceEvent::Kernel { name: "b".into(), dur_ns: 1000, acc: vec![write(2)] },
+        TraceEvent::Kernel { name: "c".into(), dur_ns: 1000, acc: vec![read(1, mib8)] },
     ];
     let r = replay(events, PolicyName::None, 12 << 20);
     assert_eq!(r.d2h_bytes, mib8, "4 MiB of each region was evicted");
     assert_eq!(r.evicted_bytes, mib8);
-    assert_eq!(
-        r.h2d_bytes,
-        mib8 / 2,
-        "only the evicted half of region 1 came back"
-    );
+    assert_eq!(r.h2d_bytes, mib8 / 2, "only the evicted half of region 1 came back");
     assert!(r.peak_resident_bytes <= 12 << 20);
 }
 
@@ -129,17 +77,8 @@ fn oracle_beats_none_streaming_over_budget_and_holds_the_budget() {
     assert_eq!(none.compute_floor_ns, oracle.compute_floor_ns);
     // Link-bound: 8 MiB in (171 us at 48.9 GB/s) and 8 MiB back (500 us at 16.8 GB/s) per
     // 100 us kernel for the oracle, against 1.9 ms of faults plus the same eviction for none.
-    assert!(
-        oracle.time_ns * 2 < none.time_ns,
-        "oracle {} vs none {}",
-        oracle.time_ns,
-        none.time_ns
-    );
-    assert!(
-        oracle.peak_resident_bytes <= budget,
-        "{} > {budget}",
-        oracle.peak_resident_bytes
-    );
+    assert!(oracle.time_ns * 2 < none.time_ns, "oracle {} vs none {}", oracle.time_ns, none.time_ns);
+    assert!(oracle.peak_resident_bytes <= budget, "{} > {budget}", oracle.peak_resident_bytes);
     assert!(oracle.prefetch_h2d_bytes > 0 && oracle.gpu_faults < none.gpu_faults);
 }
 
@@ -173,9 +112,6 @@ fn steps_partition_the_total_time() {
     };
     let r = replay(Synth::new(spec).collect(), PolicyName::None, 4 << 20);
     assert_eq!(r.steps.iter().map(|s| s.time_ns).sum::<u64>(), r.time_ns);
-    assert_eq!(
-        r.steps.iter().map(|s| s.compute_floor_ns).sum::<u64>(),
-        r.compute_floor_ns
-    );
+    assert_eq!(r.steps.iter().map(|s| s.compute_floor_ns).sum::<u64>(), r.compute_floor_ns);
     assert_eq!(r.steps[0].index, 0);
 }

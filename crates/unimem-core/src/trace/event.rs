@@ -1,5 +1,7 @@
 //! Trace v1 events as typed values (`docs/trace-format.md`).
 
+use std::sync::Arc;
+
 use crate::access::AccessMode;
 
 /// One access of a kernel or host event: `[id, offset, len, mode]`.
@@ -34,8 +36,8 @@ pub enum TraceEvent {
     },
     /// One kernel launch.
     Kernel {
-        /// Kernel name.
-        name: String,
+        /// Kernel name (shared: the reader interns repeated names).
+        name: Arc<str>,
         /// Measured GPU time with all data resident, in nanoseconds.
         dur_ns: u64,
         /// What it touches.
@@ -44,7 +46,7 @@ pub enum TraceEvent {
     /// The CPU touches ranges.
     Host {
         /// What the host does.
-        name: String,
+        name: Arc<str>,
         /// What it touches.
         acc: Vec<TraceAccess>,
     },

@@ -5,13 +5,14 @@
 //! [`MAX_LINE_BYTES`].
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use rustc_hash::FxHashMap;
 use serde::Deserialize;
 
 use super::event::{TraceAccess, TraceEvent, TraceHeader};
@@ -38,7 +39,61 @@ impl<R: Read> Read for Counting<R> {
 struct RegionState {
     bytes: u64,
     alloc_line: u64,
-    freed_line: Option<u64>,
+}
+
+/// Ids of freed regions as disjoint ranges `start -> end` (exclusive). Traces free ids mostly
+/// in allocation order, so this stays a handful of ranges however long the trace: the reader's
+/// memory is bounded by the live regions, not by the trace.
+#[derive(Debug, Default)]
+struct FreedIds(BTreeMap<u64, u64>);
+
+impl FreedIds {
+    fn contains(&self, id: u64) -> bool {
+        self.0.range(..=id).next_back().is_some_and(|(_, &end)| id < end)
+    }
+
+    fn insert(&mut self, id: u64) {
+        let mut start = id;
+        let mut end = id + 1;
+        if let Some((&s, &e)) = self.0.range(..=id).next_back() {
+            if e >= id {
+                start = s;
+                end = end.max(e);
+            }
+        }
+        if let Some(&e) = self.0.get(&end) {
+            self.0.remove(&end);
+            end = e;
+        }
+        self.0.insert(start, end);
+    }
+}
+
+/// Interned event names: kernels repeat a few names millions of times, so each event shares one
+/// allocation instead of making its own. Capped, so a trace of unique names cannot grow it.
+#[derive(Debug, Default)]
+struct Names(rustc_hash::FxHashSet<Arc<str>>);
+
+impl Names {
+    const MAX: usize = 4096;
+
+    fn get(&mut self, name: &str) -> Arc<str> {
+        if let Some(n) = self.0.get(name) {
+            return n.clone();
+        }
+        let n: Arc<str> = name.into();
+        if self.0.len() < Self::MAX {
+            self.0.insert(n.clone());
+        }
+        n
+    }
+}
+
+/// What the reader knows of regions: the live ones, and which ids were freed.
+#[derive(Debug, Default)]
+struct Regions {
+    live: FxHashMap<u64, RegionState>,
+    freed: FreedIds,
 }
 
 /// An access as written: `[id, offset, len, mode]`.
@@ -67,7 +122,8 @@ pub struct TraceReader {
     line: u64,
     buf: Vec<u8>,
     header: TraceHeader,
-    regions: HashMap<u64, RegionState>,
+    regions: Regions,
+    names: Names,
     consumed: Arc<AtomicU64>,
     total_bytes: Option<u64>,
     done: bool,
@@ -75,10 +131,7 @@ pub struct TraceReader {
 
 impl std::fmt::Debug for TraceReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TraceReader")
-            .field("file", &self.file)
-            .field("line", &self.line)
-            .finish()
+        f.debug_struct("TraceReader").field("file", &self.file).field("line", &self.line).finish()
     }
 }
 
@@ -95,20 +148,11 @@ impl TraceReader {
     /// Reads a trace from any byte source; `name` appears in errors.
     pub fn from_read<R: Read + Send + 'static>(name: &str, source: R) -> Result<Self> {
         let consumed = Arc::new(AtomicU64::new(0));
-        let mut raw = BufReader::with_capacity(
-            1 << 16,
-            Counting {
-                inner: source,
-                count: consumed.clone(),
-            },
-        );
+        let mut raw = BufReader::with_capacity(1 << 16, Counting { inner: source, count: consumed.clone() });
         let magic = raw.fill_buf().map_err(|e| Error::io(name, e))?;
         let gz = magic.len() >= 2 && magic[0] == 0x1f && magic[1] == 0x8b;
         let input: Box<dyn BufRead + Send> = if gz {
-            Box::new(BufReader::with_capacity(
-                1 << 16,
-                flate2::bufread::MultiGzDecoder::new(raw),
-            ))
+            Box::new(BufReader::with_capacity(1 << 16, flate2::bufread::MultiGzDecoder::new(raw)))
         } else {
             Box::new(raw)
         };
@@ -118,7 +162,8 @@ impl TraceReader {
             line: 0,
             buf: Vec::with_capacity(4096),
             header: TraceHeader::default(),
-            regions: HashMap::new(),
+            regions: Regions::default(),
+            names: Names::default(),
             consumed,
             total_bytes: None,
             done: false,
@@ -154,11 +199,7 @@ impl TraceReader {
     }
 
     fn err(&self, line: u64, reason: impl Into<String>) -> Error {
-        Error::Trace {
-            file: self.file.clone(),
-            line,
-            reason: reason.into(),
-        }
+        Error::Trace { file: self.file.clone(), line, reason: reason.into() }
     }
 
     /// Reads the next non-blank line into `self.buf`; false at the end of input.
@@ -166,10 +207,8 @@ impl TraceReader {
         loop {
             self.buf.clear();
             let at = self.line + 1;
-            let n = (&mut self.input)
-                .take(MAX_LINE_BYTES + 1)
-                .read_until(b'\n', &mut self.buf)
-                .map_err(|e| {
+            let n =
+                (&mut self.input).take(MAX_LINE_BYTES + 1).read_until(b'\n', &mut self.buf).map_err(|e| {
                     let reason = match e.kind() {
                         io::ErrorKind::UnexpectedEof => {
                             "gzip stream ends early: the file is truncated".to_string()
@@ -195,36 +234,26 @@ impl TraceReader {
     }
 
     fn read_header(&mut self) -> Result<TraceHeader> {
-        const EXPECTED: &str =
-            r#"the first line must be {"format": "unimem-trace", "version": 1, ...}"#;
+        const EXPECTED: &str = r#"the first line must be {"format": "unimem-trace", "version": 1, ...}"#;
         if !self.next_line()? {
             return Err(self.err(0, format!("empty trace: {EXPECTED}")));
         }
         let line = self.line;
-        let meta: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&self.buf)
-            .map_err(|e| {
-                self.err(
-                    line,
-                    format!("missing or malformed header ({}); {EXPECTED}", short(&e)),
-                )
+        let meta: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_slice(&self.buf).map_err(|e| {
+                self.err(line, format!("missing or malformed header ({}); {EXPECTED}", short(&e)))
             })?;
         match meta.get("format").and_then(|v| v.as_str()) {
             Some("unimem-trace") => {}
             Some(other) => {
-                return Err(self.err(
-                    line,
-                    format!("not a unimem trace: format is \"{other}\"; {EXPECTED}"),
-                ))
+                return Err(self.err(line, format!("not a unimem trace: format is \"{other}\"; {EXPECTED}")))
             }
             None => return Err(self.err(line, format!("header has no `format`; {EXPECTED}"))),
         }
         match meta.get("version") {
             Some(v) if v.as_u64() == Some(1) => {}
             Some(v) => {
-                return Err(self.err(
-                    line,
-                    format!("unsupported version {v}; this reader reads version 1"),
-                ))
+                return Err(self.err(line, format!("unsupported version {v}; this reader reads version 1")))
             }
             None => return Err(self.err(line, format!("header has no `version`; {EXPECTED}"))),
         }
@@ -252,23 +281,16 @@ impl TraceReader {
             Ok(raw) => raw,
             Err(e) => return Err(self.err(line, format!("not a valid event: {}", short(&e)))),
         };
-        let event = validate(&raw, &self.regions).map_err(|reason| self.err(line, reason))?;
+        let event =
+            validate(&raw, &self.regions, &mut self.names).map_err(|reason| self.err(line, reason))?;
         // Validated: now apply the state change (never half-applied).
         match &event {
             TraceEvent::Alloc { id, bytes, .. } => {
-                self.regions.insert(
-                    *id,
-                    RegionState {
-                        bytes: *bytes,
-                        alloc_line: line,
-                        freed_line: None,
-                    },
-                );
+                self.regions.live.insert(*id, RegionState { bytes: *bytes, alloc_line: line });
             }
             TraceEvent::Free { id } => {
-                if let Some(r) = self.regions.get_mut(id) {
-                    r.freed_line = Some(line);
-                }
+                self.regions.live.remove(id);
+                self.regions.freed.insert(*id);
             }
             _ => {}
         }
@@ -298,24 +320,19 @@ fn need<T: Copy>(v: Option<T>, ev: &str, field: &str) -> std::result::Result<T, 
 
 fn validate(
     raw: &RawEvent<'_>,
-    regions: &HashMap<u64, RegionState>,
+    regions: &Regions,
+    names: &mut Names,
 ) -> std::result::Result<TraceEvent, String> {
     let ev = raw.ev.as_deref().ok_or("event has no `ev` field")?;
     let live = |id: u64| -> std::result::Result<&RegionState, String> {
-        match regions.get(&id) {
-            None => Err(format!("region {id} was never allocated")),
-            Some(RegionState {
-                freed_line: Some(l),
-                ..
-            }) => Err(format!("region {id} was already freed at line {l}")),
+        match regions.live.get(&id) {
             Some(r) => Ok(r),
+            None if regions.freed.contains(id) => Err(format!("region {id} was already freed")),
+            None => Err(format!("region {id} was never allocated")),
         }
     };
     let accesses = |ev: &str| -> std::result::Result<Vec<TraceAccess>, String> {
-        let acc = raw
-            .acc
-            .as_ref()
-            .ok_or_else(|| format!("`{ev}` event is missing field `acc`"))?;
+        let acc = raw.acc.as_ref().ok_or_else(|| format!("`{ev}` event is missing field `acc`"))?;
         acc.iter()
             .enumerate()
             .map(|(i, (id, offset, len, mode))| {
@@ -332,10 +349,10 @@ fn validate(
             })
             .collect()
     };
-    let name = |ev: &str| -> std::result::Result<String, String> {
+    let mut name = |ev: &str| -> std::result::Result<Arc<str>, String> {
         raw.name
             .as_deref()
-            .map(str::to_string)
+            .map(|n| names.get(n))
             .ok_or_else(|| format!("`{ev}` event is missing field `name`"))
     };
     Ok(match ev {
@@ -345,17 +362,16 @@ fn validate(
             if bytes == 0 {
                 return Err(format!("region {id} has 0 bytes; `bytes` must be > 0"));
             }
-            if let Some(r) = regions.get(&id) {
+            if let Some(r) = regions.live.get(&id) {
                 return Err(format!(
                     "region {id} was already allocated at line {}; ids are never reused",
                     r.alloc_line
                 ));
             }
-            TraceEvent::Alloc {
-                id,
-                bytes,
-                name: raw.name.as_deref().map(str::to_string),
+            if regions.freed.contains(id) {
+                return Err(format!("region {id} was allocated and freed before; ids are never reused"));
             }
+            TraceEvent::Alloc { id, bytes, name: raw.name.as_deref().map(str::to_string) }
         }
         "free" => {
             let id = need(raw.id, ev, "id")?;
@@ -364,24 +380,11 @@ fn validate(
         }
         "kernel" => {
             let dur_ns = need(raw.dur_ns, ev, "dur_ns")?;
-            TraceEvent::Kernel {
-                name: name(ev)?,
-                dur_ns,
-                acc: accesses(ev)?,
-            }
+            TraceEvent::Kernel { name: name(ev)?, dur_ns, acc: accesses(ev)? }
         }
-        "host" => TraceEvent::Host {
-            name: name(ev)?,
-            acc: accesses(ev)?,
-        },
-        "step" => TraceEvent::Step {
-            index: need(raw.index, ev, "index")?,
-        },
-        other => {
-            return Err(format!(
-                "unknown event `{other}`; allowed: alloc, free, kernel, host, step"
-            ))
-        }
+        "host" => TraceEvent::Host { name: name(ev)?, acc: accesses(ev)? },
+        "step" => TraceEvent::Step { index: need(raw.index, ev, "index")? },
+        other => return Err(format!("unknown event `{other}`; allowed: alloc, free, kernel, host, step")),
     })
 }
 

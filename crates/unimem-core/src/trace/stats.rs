@@ -1,6 +1,6 @@
 //! Whole-trace statistics in one streaming pass: sizes, compute floor, reuse.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use serde::Serialize;
 
@@ -51,8 +51,8 @@ impl TraceStats {
     pub fn compute(reader: TraceReader) -> Result<Self> {
         let mut s = TraceStats::default();
         let (mut live, mut live_pages) = (0u64, 0u64);
-        let mut sizes: HashMap<u64, u64> = HashMap::new();
-        let mut touched: HashMap<u64, u64> = HashMap::new();
+        // Live regions only (size, touched yet?): memory stays bounded by what is live.
+        let mut regions: HashMap<u64, (u64, bool)> = HashMap::default();
         let mut accessed_region_bytes = 0u64;
         let mut accesses = 0u64;
         for event in reader {
@@ -66,10 +66,10 @@ impl TraceStats {
                     live_pages += page_round(*bytes);
                     s.peak_live_bytes = s.peak_live_bytes.max(live);
                     s.peak_live_page_bytes = s.peak_live_page_bytes.max(live_pages);
-                    sizes.insert(*id, *bytes);
+                    regions.insert(*id, (*bytes, false));
                 }
                 TraceEvent::Free { id } => {
-                    let bytes = sizes.remove(id).unwrap_or(0);
+                    let bytes = regions.remove(id).map(|(b, _)| b).unwrap_or(0);
                     live -= bytes;
                     live_pages -= page_round(bytes);
                 }
@@ -89,25 +89,20 @@ impl TraceStats {
                 if a.mode.writes() {
                     s.bytes_written += a.len;
                 }
-                let n = touched.entry(a.id).or_insert(0);
-                if *n == 0 {
-                    accessed_region_bytes += sizes.get(&a.id).copied().unwrap_or(0);
+                if let Some((bytes, touched)) = regions.get_mut(&a.id) {
+                    if !*touched {
+                        *touched = true;
+                        s.accessed_regions += 1;
+                        accessed_region_bytes += *bytes;
+                    }
                 }
-                *n += 1;
             }
         }
-        s.accessed_regions = touched.len() as u64;
-        s.accesses_per_region = if touched.is_empty() {
-            0.0
-        } else {
-            accesses as f64 / touched.len() as f64
-        };
+        s.accesses_per_region =
+            if s.accessed_regions == 0 { 0.0 } else { accesses as f64 / s.accessed_regions as f64 };
         let accessed: u64 = s.bytes_read.max(s.bytes_written);
-        s.reuse_factor = if accessed_region_bytes == 0 {
-            0.0
-        } else {
-            accessed as f64 / accessed_region_bytes as f64
-        };
+        s.reuse_factor =
+            if accessed_region_bytes == 0 { 0.0 } else { accessed as f64 / accessed_region_bytes as f64 };
         Ok(s)
     }
 }

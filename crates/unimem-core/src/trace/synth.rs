@@ -29,13 +29,8 @@ pub enum Pattern {
 
 impl Pattern {
     /// All patterns.
-    pub const ALL: [Pattern; 5] = [
-        Pattern::Streaming,
-        Pattern::Strided,
-        Pattern::Alternating,
-        Pattern::Graph,
-        Pattern::Random,
-    ];
+    pub const ALL: [Pattern; 5] =
+        [Pattern::Streaming, Pattern::Strided, Pattern::Alternating, Pattern::Graph, Pattern::Random];
 
     /// Name as written on the command line.
     pub fn as_str(self) -> &'static str {
@@ -58,13 +53,10 @@ impl fmt::Display for Pattern {
 impl FromStr for Pattern {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        Pattern::ALL
-            .into_iter()
-            .find(|p| p.as_str() == s)
-            .ok_or_else(|| {
-                let names: Vec<_> = Pattern::ALL.iter().map(|p| p.as_str()).collect();
-                format!("unknown pattern `{s}`; allowed: {}", names.join(", "))
-            })
+        Pattern::ALL.into_iter().find(|p| p.as_str() == s).ok_or_else(|| {
+            let names: Vec<_> = Pattern::ALL.iter().map(|p| p.as_str()).collect();
+            format!("unknown pattern `{s}`; allowed: {}", names.join(", "))
+        })
     }
 }
 
@@ -133,6 +125,7 @@ pub struct Synth {
     walk_at: u64,
     successors: Vec<[u64; 2]>,
     prev_out: Option<u64>,
+    kernel_name: std::sync::Arc<str>,
 }
 
 impl Synth {
@@ -142,9 +135,8 @@ impl Synth {
         spec.region_bytes = spec.region_bytes.max(1);
         spec.kernels_per_step = spec.kernels_per_step.max(1);
         let mut rng = SplitMix(spec.seed);
-        let successors = (0..spec.regions)
-            .map(|_| [rng.below(spec.regions), rng.below(spec.regions)])
-            .collect();
+        let successors =
+            (0..spec.regions).map(|_| [rng.below(spec.regions), rng.below(spec.regions)]).collect();
         let mut pending = std::collections::VecDeque::new();
         if spec.pattern == Pattern::Strided {
             pending.push_back(TraceEvent::Alloc {
@@ -161,6 +153,7 @@ impl Synth {
                 });
             }
         }
+        let kernel_name = format!("{}_k", spec.pattern).into();
         Self {
             spec,
             rng,
@@ -170,6 +163,7 @@ impl Synth {
             walk_at: 0,
             successors,
             prev_out: None,
+            kernel_name,
         }
     }
 
@@ -200,41 +194,20 @@ impl Synth {
 
     fn refill(&mut self) {
         if self.kernel % self.spec.kernels_per_step == 0 {
-            self.pending.push_back(TraceEvent::Step {
-                index: self.kernel / self.spec.kernels_per_step,
-            });
+            self.pending.push_back(TraceEvent::Step { index: self.kernel / self.spec.kernels_per_step });
         }
         let out = OUT_ID_BASE + self.kernel;
-        self.pending.push_back(TraceEvent::Alloc {
-            id: out,
-            bytes: OUT_BYTES,
-            name: None,
-        });
+        self.pending.push_back(TraceEvent::Alloc { id: out, bytes: OUT_BYTES, name: None });
         let (id, offset) = self.next_input();
         let mut acc = vec![
-            TraceAccess {
-                id,
-                offset,
-                len: self.spec.region_bytes,
-                mode: AccessMode::Read,
-            },
-            TraceAccess {
-                id: out,
-                offset: 0,
-                len: OUT_BYTES,
-                mode: AccessMode::Write,
-            },
+            TraceAccess { id, offset, len: self.spec.region_bytes, mode: AccessMode::Read },
+            TraceAccess { id: out, offset: 0, len: OUT_BYTES, mode: AccessMode::Write },
         ];
         if let Some(prev) = self.prev_out {
-            acc.push(TraceAccess {
-                id: prev,
-                offset: 0,
-                len: OUT_BYTES,
-                mode: AccessMode::Read,
-            });
+            acc.push(TraceAccess { id: prev, offset: 0, len: OUT_BYTES, mode: AccessMode::Read });
         }
         self.pending.push_back(TraceEvent::Kernel {
-            name: format!("{}_k", self.spec.pattern),
+            name: self.kernel_name.clone(),
             dur_ns: self.spec.kernel_ns,
             acc,
         });
@@ -266,13 +239,8 @@ mod tests {
     #[test]
     fn generates_exactly_n_events_with_valid_references() {
         for pattern in Pattern::ALL {
-            let spec = SynthSpec {
-                pattern,
-                events: 5000,
-                regions: 10,
-                region_bytes: 8192,
-                ..Default::default()
-            };
+            let spec =
+                SynthSpec { pattern, events: 5000, regions: 10, region_bytes: 8192, ..Default::default() };
             let events: Vec<_> = Synth::new(spec).collect();
             assert_eq!(events.len(), 5000, "{pattern}");
             // Round-trip through the validating reader: every access refers to a live region.
@@ -296,13 +264,8 @@ mod tests {
     #[test]
     fn patterns_have_their_shape() {
         let inputs = |pattern, n| -> Vec<(u64, u64)> {
-            let spec = SynthSpec {
-                pattern,
-                events: u64::MAX,
-                regions: n,
-                region_bytes: 100,
-                ..Default::default()
-            };
+            let spec =
+                SynthSpec { pattern, events: u64::MAX, regions: n, region_bytes: 100, ..Default::default() };
             let mut s = Synth::new(spec);
             (0..12)
                 .map(|_| {
@@ -313,24 +276,15 @@ mod tests {
                 .collect()
         };
         assert_eq!(
-            inputs(Pattern::Streaming, 4)
-                .iter()
-                .map(|x| x.0)
-                .collect::<Vec<_>>(),
+            inputs(Pattern::Streaming, 4).iter().map(|x| x.0).collect::<Vec<_>>(),
             [0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3]
         );
         assert_eq!(
-            inputs(Pattern::Strided, 4)
-                .iter()
-                .map(|x| x.1 / 100)
-                .collect::<Vec<_>>(),
+            inputs(Pattern::Strided, 4).iter().map(|x| x.1 / 100).collect::<Vec<_>>(),
             [0, 3, 2, 1, 0, 3, 2, 1, 0, 3, 2, 1]
         );
         assert_eq!(
-            inputs(Pattern::Alternating, 4)
-                .iter()
-                .map(|x| x.0)
-                .collect::<Vec<_>>(),
+            inputs(Pattern::Alternating, 4).iter().map(|x| x.0).collect::<Vec<_>>(),
             [0, 1, 0, 1, 2, 3, 2, 3, 0, 1, 0, 1]
         );
         let random = inputs(Pattern::Random, 1000);

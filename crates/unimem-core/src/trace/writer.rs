@@ -51,19 +51,12 @@ impl<W: Write> TraceWriter<W> {
     pub fn new(out: W, gz: bool, what: &str, header: &TraceHeader) -> Result<Self> {
         let buf = BufWriter::with_capacity(1 << 16, out);
         let sink = if gz {
-            Sink::Gz(flate2::write::GzEncoder::new(
-                buf,
-                flate2::Compression::fast(),
-            ))
+            Sink::Gz(flate2::write::GzEncoder::new(buf, flate2::Compression::fast()))
         } else {
             Sink::Plain(buf)
         };
-        let mut w = Self {
-            sink,
-            what: what.to_string(),
-        };
-        let line = serde_json::to_string(&header.meta)
-            .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        let mut w = Self { sink, what: what.to_string() };
+        let line = serde_json::to_string(&header.meta).map_err(|e| Error::InvalidArgument(e.to_string()))?;
         w.write_line(line.as_bytes())?;
         Ok(w)
     }
@@ -76,66 +69,26 @@ impl<W: Write> TraceWriter<W> {
     }
 
     fn write_line(&mut self, bytes: &[u8]) -> Result<()> {
-        let r = self
-            .out()
-            .write_all(bytes)
-            .and_then(|_| self.out().write_all(b"\n"));
+        let r = self.out().write_all(bytes).and_then(|_| self.out().write_all(b"\n"));
         r.map_err(|e| Error::io(&self.what, e))
     }
 
     /// Appends one event.
     pub fn write(&mut self, event: &TraceEvent) -> Result<()> {
         let acc = |acc: &[super::TraceAccess]| {
-            Some(
-                acc.iter()
-                    .map(|a| (a.id, a.offset, a.len, a.mode.as_str()))
-                    .collect(),
-            )
+            Some(acc.iter().map(|a| (a.id, a.offset, a.len, a.mode.as_str())).collect())
         };
-        let none = RawOut {
-            ev: "",
-            id: None,
-            bytes: None,
-            name: None,
-            dur_ns: None,
-            acc: None,
-            index: None,
-        };
+        let none = RawOut { ev: "", id: None, bytes: None, name: None, dur_ns: None, acc: None, index: None };
         let raw = match event {
-            TraceEvent::Alloc { id, bytes, name } => RawOut {
-                ev: "alloc",
-                id: Some(*id),
-                bytes: Some(*bytes),
-                name: name.as_deref(),
-                ..none
-            },
-            TraceEvent::Free { id } => RawOut {
-                ev: "free",
-                id: Some(*id),
-                ..none
-            },
-            TraceEvent::Kernel {
-                name,
-                dur_ns,
-                acc: a,
-            } => RawOut {
-                ev: "kernel",
-                name: Some(name),
-                dur_ns: Some(*dur_ns),
-                acc: acc(a),
-                ..none
-            },
-            TraceEvent::Host { name, acc: a } => RawOut {
-                ev: "host",
-                name: Some(name),
-                acc: acc(a),
-                ..none
-            },
-            TraceEvent::Step { index } => RawOut {
-                ev: "step",
-                index: Some(*index),
-                ..none
-            },
+            TraceEvent::Alloc { id, bytes, name } => {
+                RawOut { ev: "alloc", id: Some(*id), bytes: Some(*bytes), name: name.as_deref(), ..none }
+            }
+            TraceEvent::Free { id } => RawOut { ev: "free", id: Some(*id), ..none },
+            TraceEvent::Kernel { name, dur_ns, acc: a } => {
+                RawOut { ev: "kernel", name: Some(name), dur_ns: Some(*dur_ns), acc: acc(a), ..none }
+            }
+            TraceEvent::Host { name, acc: a } => RawOut { ev: "host", name: Some(name), acc: acc(a), ..none },
+            TraceEvent::Step { index } => RawOut { ev: "step", index: Some(*index), ..none },
         };
         let line = serde_json::to_vec(&raw).map_err(|e| Error::InvalidArgument(e.to_string()))?;
         self.write_line(&line)
@@ -148,7 +101,6 @@ impl<W: Write> TraceWriter<W> {
             Sink::Plain(w) => w,
             Sink::Gz(w) => w.finish().map_err(|e| Error::io(&what, e))?,
         };
-        buf.into_inner()
-            .map_err(|e| Error::io(&what, e.into_error()))
+        buf.into_inner().map_err(|e| Error::io(&what, e.into_error()))
     }
 }

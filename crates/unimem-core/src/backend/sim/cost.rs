@@ -71,10 +71,8 @@ impl CostModel {
 
     /// Parses and validates a profile from TOML text; `origin` names it in errors.
     pub fn from_toml(text: &str, origin: &str) -> Result<Self> {
-        let model: CostModel = toml::from_str(text).map_err(|e| Error::File {
-            path: origin.into(),
-            reason: e.to_string(),
-        })?;
+        let model: CostModel =
+            toml::from_str(text).map_err(|e| Error::File { path: origin.into(), reason: e.to_string() })?;
         model.validate(origin)?;
         Ok(model)
     }
@@ -92,10 +90,7 @@ impl CostModel {
             ("cpu_fault_rate_gbps", self.cpu_fault_rate_gbps),
             ("prefetch_h2d_rate_gbps", self.prefetch_h2d_rate_gbps),
             ("prefetch_d2h_rate_gbps", self.prefetch_d2h_rate_gbps),
-            (
-                "prefetch_populate_rate_gbps",
-                self.prefetch_populate_rate_gbps,
-            ),
+            ("prefetch_populate_rate_gbps", self.prefetch_populate_rate_gbps),
             ("evict_d2h_rate_gbps", self.evict_d2h_rate_gbps),
             ("duplicate_drop_rate_gbps", self.duplicate_drop_rate_gbps),
             ("remote_rate_gbps", self.remote_rate_gbps),
@@ -103,11 +98,7 @@ impl CostModel {
         ];
         for (key, v) in rates {
             if !(v.is_finite() && v > 0.0) {
-                return Err(Error::config(
-                    key,
-                    format!("must be a positive rate in GB/s, got {v}"),
-                    origin,
-                ));
+                return Err(Error::config(key, format!("must be a positive rate in GB/s, got {v}"), origin));
             }
         }
         let u = self.fault_unit_bytes;
@@ -129,9 +120,7 @@ impl CostModel {
     /// prefetch rate. Smaller ranges are better left to faults.
     pub fn prefetch_break_even_bytes(&self) -> u64 {
         let per_byte_saving = 1.0 / self.gpu_fault_rate_gbps - 1.0 / self.prefetch_h2d_rate_gbps;
-        let overhead = self
-            .batch_range_ns
-            .saturating_sub(self.gpu_fault_latency_ns) as f64;
+        let overhead = self.batch_range_ns.saturating_sub(self.gpu_fault_latency_ns) as f64;
         if per_byte_saving <= 0.0 {
             return u64::MAX; // faults are as fast as prefetches: never worth a call
         }
@@ -153,8 +142,8 @@ mod tests {
         let m = CostModel::h200();
         assert_eq!(m.gpu_fault_rate_gbps, 4.41);
         // An isolated fault of one 64 KiB unit costs the measured 15.8 us (within 1%).
-        let isolated = m.gpu_fault_latency_ns
-            + CostModel::transfer_ns(m.fault_unit_bytes, m.gpu_fault_rate_gbps);
+        let isolated =
+            m.gpu_fault_latency_ns + CostModel::transfer_ns(m.fault_unit_bytes, m.gpu_fault_rate_gbps);
         assert!((isolated as f64 - 15_800.0).abs() < 158.0, "{isolated}");
         // A 2 MiB prefetch call lands near the measured 18.5 GB/s.
         let t = m.prefetch_call_ns + CostModel::transfer_ns(2 << 20, m.prefetch_h2d_rate_gbps);
@@ -172,22 +161,12 @@ mod tests {
     #[test]
     fn rejects_bad_profiles() {
         let bad = H200_PROFILE.replace("gpu_fault_rate_gbps = 4.41", "gpu_fault_rate_gbps = -1.0");
-        let e = CostModel::from_toml(&bad, "p.toml")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("gpu_fault_rate_gbps") && e.contains("positive"),
-            "{e}"
-        );
+        let e = CostModel::from_toml(&bad, "p.toml").unwrap_err().to_string();
+        assert!(e.contains("gpu_fault_rate_gbps") && e.contains("positive"), "{e}");
         let bad = H200_PROFILE.replace("fault_unit_bytes = 65536", "fault_unit_bytes = 1000");
-        assert!(CostModel::from_toml(&bad, "p.toml")
-            .unwrap_err()
-            .to_string()
-            .contains("power of two"));
+        assert!(CostModel::from_toml(&bad, "p.toml").unwrap_err().to_string().contains("power of two"));
         let bad = format!("{H200_PROFILE}\nwarp_speed = 9\n");
-        let e = CostModel::from_toml(&bad, "p.toml")
-            .unwrap_err()
-            .to_string();
+        let e = CostModel::from_toml(&bad, "p.toml").unwrap_err().to_string();
         assert!(e.contains("p.toml") && e.contains("warp_speed"), "{e}");
     }
 }

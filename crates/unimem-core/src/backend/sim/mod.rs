@@ -31,8 +31,8 @@ use pages::PageSet;
 use store::PageStore;
 
 use super::{
-    Advice, BackendKind, BackendStats, ByteRange, Direction, KernelLaunch, Location, MemEvent,
-    MemoryBackend, MigrationCause, Residency, BLOCK_SIZE, PAGE_SIZE,
+    Advice, BackendKind, BackendStats, ByteRange, Direction, KernelLaunch, Location, MemEvent, MemoryBackend,
+    MigrationCause, Residency, BLOCK_SIZE, PAGE_SIZE,
 };
 use crate::access::{Accessor, RangeAccess};
 use crate::error::{Error, Result};
@@ -72,10 +72,7 @@ struct SimRegion {
 
 impl SimRegion {
     fn page_range(&self, offset: u64, len: u64) -> (usize, usize) {
-        (
-            (offset / PAGE_SIZE) as usize,
-            (offset + len).div_ceil(PAGE_SIZE) as usize,
-        )
+        ((offset / PAGE_SIZE) as usize, (offset + len).div_ceil(PAGE_SIZE) as usize)
     }
 
     fn block_range(&self, start: usize, end: usize) -> std::ops::Range<usize> {
@@ -86,10 +83,7 @@ impl SimRegion {
     }
 
     fn block_pages(&self, b: usize) -> (usize, usize) {
-        (
-            b * PAGES_PER_BLOCK,
-            ((b + 1) * PAGES_PER_BLOCK).min(self.pages),
-        )
+        (b * PAGES_PER_BLOCK, ((b + 1) * PAGES_PER_BLOCK).min(self.pages))
     }
 }
 
@@ -169,25 +163,13 @@ impl SimBackend {
     /// kernel would) and the bytes land in the device copy. Lets tests prove that data written
     /// on the device survives eviction and migration.
     pub fn kernel_write(&mut self, id: RegionId, offset: u64, data: &[u8]) -> Result<()> {
-        let acc = [RangeAccess {
-            region: id,
-            offset,
-            len: data.len() as u64,
-            mode: crate::AccessMode::ReadWrite,
-        }];
-        self.launch(&KernelLaunch {
-            name: "kernel_write",
-            dur_ns: 0,
-            accesses: &acc,
-        })?;
+        let acc =
+            [RangeAccess { region: id, offset, len: data.len() as u64, mode: crate::AccessMode::ReadWrite }];
+        self.launch(&KernelLaunch { name: "kernel_write", dur_ns: 0, accesses: &acc })?;
         let r = self.region_mut(id)?;
         let (on_device, dev_data, host_data) = (&r.on_device, &mut r.dev_data, &mut r.host_data);
         for_each_page_chunk(offset, data.len(), |p, at, lo, hi| {
-            let side = if on_device.contains(p) {
-                &mut *dev_data
-            } else {
-                &mut *host_data
-            };
+            let side = if on_device.contains(p) { &mut *dev_data } else { &mut *host_data };
             side.write(at, &data[lo..hi]);
         });
         Ok(())
@@ -195,25 +177,12 @@ impl SimBackend {
 
     /// Reads bytes as a GPU kernel would see them (pages made device-valid first).
     pub fn kernel_read(&mut self, id: RegionId, offset: u64, buf: &mut [u8]) -> Result<()> {
-        let acc = [RangeAccess {
-            region: id,
-            offset,
-            len: buf.len() as u64,
-            mode: crate::AccessMode::Read,
-        }];
-        self.launch(&KernelLaunch {
-            name: "kernel_read",
-            dur_ns: 0,
-            accesses: &acc,
-        })?;
+        let acc = [RangeAccess { region: id, offset, len: buf.len() as u64, mode: crate::AccessMode::Read }];
+        self.launch(&KernelLaunch { name: "kernel_read", dur_ns: 0, accesses: &acc })?;
         // Remote-mapped pages are read in place on the host; the rest from the device copy.
         let r = self.region(id)?;
         for_each_page_chunk(offset, buf.len(), |p, at, lo, hi| {
-            let side = if r.on_device.contains(p) {
-                &r.dev_data
-            } else {
-                &r.host_data
-            };
+            let side = if r.on_device.contains(p) { &r.dev_data } else { &r.host_data };
             side.read(at, &mut buf[lo..hi]);
         });
         Ok(())
@@ -231,12 +200,7 @@ impl SimBackend {
         let r = self.region(id)?;
         match offset.checked_add(len) {
             Some(end) if end <= r.bytes => Ok(r.page_range(offset, len)),
-            _ => Err(Error::OutOfRange {
-                region: id,
-                offset,
-                len,
-                size: r.bytes,
-            }),
+            _ => Err(Error::OutOfRange { region: id, offset, len, size: r.bytes }),
         }
     }
 
@@ -266,17 +230,14 @@ impl SimBackend {
         self.device_bytes += pages as u64 * PAGE_SIZE;
         self.stats.peak_device_bytes = self.stats.peak_device_bytes.max(self.device_bytes);
         // The pool holds only memory the working set does not need.
-        self.pool_bytes = self
-            .pool_bytes
-            .min(self.capacity.saturating_sub(self.device_bytes));
+        self.pool_bytes = self.pool_bytes.min(self.capacity.saturating_sub(self.device_bytes));
     }
 
     /// Device pages leaving the working set without a transfer go back to the pool.
     fn note_device_released(&mut self, pages: usize) {
         let bytes = pages as u64 * PAGE_SIZE;
         self.device_bytes -= bytes;
-        self.pool_bytes =
-            (self.pool_bytes + bytes).min(self.capacity.saturating_sub(self.device_bytes));
+        self.pool_bytes = (self.pool_bytes + bytes).min(self.capacity.saturating_sub(self.device_bytes));
     }
 
     /// Re-stamps blocks that just received device pages (least-recently-migrated order).
@@ -319,11 +280,7 @@ impl SimBackend {
             let (on_host, on_device) = (&r.on_host, &r.on_device);
             let (host_data, dev_data) = (&mut r.host_data, &mut r.dev_data);
             on_host.for_each_not_in(on_device, s, e, |p| {
-                let page = if duplicate {
-                    host_data.copy(p)
-                } else {
-                    host_data.take(p)
-                };
+                let page = if duplicate { host_data.copy(p) } else { host_data.take(p) };
                 dev_data.put(p, page);
             });
         }
@@ -332,11 +289,7 @@ impl SimBackend {
             r.on_host.remove(s, e);
         }
         self.note_device_added(added);
-        Moved {
-            transferred: host_only,
-            populated,
-            dropped: 0,
-        }
+        Moved { transferred: host_only, populated, dropped: 0 }
     }
 
     /// Makes pages `s..e` host-valid and drops them from the device. Pages with no copy stay so.
@@ -360,11 +313,7 @@ impl SimBackend {
         self.device_bytes -= removed as u64 * PAGE_SIZE;
         let blocks = r.block_range(s, e);
         self.unstamp_empty(id, blocks);
-        Moved {
-            transferred: dev_only,
-            populated: 0,
-            dropped: dup,
-        }
+        Moved { transferred: dev_only, populated: 0, dropped: dup }
     }
 
     /// Evicts least-recently-migrated blocks not in `protect` until `need` more bytes fit.
@@ -403,10 +352,7 @@ impl SimBackend {
         done
     }
 
-    fn blocks_of(
-        &self,
-        ranges: impl Iterator<Item = (RegionId, u64, u64)>,
-    ) -> HashSet<(RegionId, u32)> {
+    fn blocks_of(&self, ranges: impl Iterator<Item = (RegionId, u64, u64)>) -> HashSet<(RegionId, u32)> {
         let mut set = HashSet::default();
         for (id, offset, len) in ranges {
             if let Some(r) = self.regions.get(&id) {
@@ -430,24 +376,39 @@ impl SimBackend {
         in_run: &mut bool,
     ) -> (u64, usize, usize) {
         let unit = self.unit_pages;
-        let pages = self.regions[&id].pages;
+        let (us, ue) = self.unit_span(&self.regions[&id], s, e);
         let (mut groups, mut moved, mut populated) = (0u64, 0usize, 0usize);
-        let mut u = s / unit * unit;
-        while u < e {
-            let ue = (u + unit).min(pages);
-            let r = &self.regions[&id];
-            if r.on_device.count(u, ue) < ue - u {
-                if !*in_run {
-                    groups += 1;
-                    *in_run = true;
+        // Fast path: nothing on the device yet, so the whole span is one run (the common case
+        // of streaming data in); otherwise find the runs of faulting units.
+        if self.regions[&id].on_device.count(us, ue) == 0 {
+            groups += u64::from(!*in_run);
+            *in_run = true;
+            let m = self.move_to_device(id, us, ue, duplicate);
+            return (groups, m.transferred, m.populated);
+        }
+        let mut run_start = None;
+        let mut u = us;
+        while u < ue {
+            let end = (u + unit).min(ue);
+            let faults = self.regions[&id].on_device.count(u, end) < end - u;
+            match (faults, run_start) {
+                (true, None) => {
+                    groups += u64::from(!*in_run);
+                    run_start = Some(u);
                 }
-                let m = self.move_to_device(id, u, ue, duplicate);
-                moved += m.transferred;
-                populated += m.populated;
-            } else {
-                *in_run = false;
+                (false, Some(start)) => {
+                    let m = self.move_to_device(id, start, u, duplicate);
+                    (moved, populated) = (moved + m.transferred, populated + m.populated);
+                    run_start = None;
+                }
+                _ => {}
             }
-            u += unit;
+            *in_run = faults;
+            u = end;
+        }
+        if let Some(start) = run_start {
+            let m = self.move_to_device(id, start, ue, duplicate);
+            (moved, populated) = (moved + m.transferred, populated + m.populated);
         }
         (groups, moved, populated)
     }
@@ -492,15 +453,10 @@ impl MemoryBackend for SimBackend {
 
     fn allocate(&mut self, id: RegionId, bytes: u64) -> Result<u64> {
         if bytes == 0 {
-            return Err(Error::Allocation {
-                bytes,
-                reason: "size must be at least 1 byte".into(),
-            });
+            return Err(Error::Allocation { bytes, reason: "size must be at least 1 byte".into() });
         }
         if self.regions.contains_key(&id) {
-            return Err(Error::InvalidArgument(format!(
-                "region {id} is already allocated"
-            )));
+            return Err(Error::InvalidArgument(format!("region {id} is already allocated")));
         }
         let pages = bytes.div_ceil(PAGE_SIZE) as usize;
         let addr = self.next_addr;
@@ -555,9 +511,7 @@ impl MemoryBackend for SimBackend {
                 Advice::SetPreferredLocation(Location::Device) => {
                     blk.advice = (blk.advice & !ADV_PREFER_HOST) | ADV_PREFER_DEVICE
                 }
-                Advice::UnsetPreferredLocation => {
-                    blk.advice &= !(ADV_PREFER_HOST | ADV_PREFER_DEVICE)
-                }
+                Advice::UnsetPreferredLocation => blk.advice &= !(ADV_PREFER_HOST | ADV_PREFER_DEVICE),
                 Advice::SetAccessedByDevice => blk.advice |= ADV_ACCESSED_BY,
                 Advice::UnsetAccessedByDevice => blk.advice &= !ADV_ACCESSED_BY,
             }
@@ -592,14 +546,8 @@ impl MemoryBackend for SimBackend {
             HashSet::default()
         };
         for (i, range) in ranges.iter().enumerate() {
-            let call_ns = if i == 0 {
-                self.cost.prefetch_call_ns
-            } else {
-                self.cost.batch_range_ns
-            };
-            let (s, e) = self
-                .region(range.region)?
-                .page_range(range.offset, range.len);
+            let call_ns = if i == 0 { self.cost.prefetch_call_ns } else { self.cost.batch_range_ns };
+            let (s, e) = self.region(range.region)?.page_range(range.offset, range.len);
             self.stats.prefetch_ranges += 1;
             let id = range.region;
             match to {
@@ -607,11 +555,8 @@ impl MemoryBackend for SimBackend {
                     let r = &self.regions[&id];
                     let missing = (e - s) - r.on_device.count(s, e);
                     let blocks = r.block_range(s, e);
-                    let read_mostly = blocks
-                        .clone()
-                        .all(|b| r.blocks[b].advice & ADV_READ_MOSTLY != 0);
-                    let room_at =
-                        self.make_room(missing as u64 * PAGE_SIZE, &protect, self.host_now);
+                    let read_mostly = blocks.clone().all(|b| r.blocks[b].advice & ADV_READ_MOSTLY != 0);
+                    let room_at = self.make_room(missing as u64 * PAGE_SIZE, &protect, self.host_now);
                     let m = self.move_to_device(id, s, e, read_mostly);
                     let bytes = m.transferred as u64 * PAGE_SIZE;
                     let dur = call_ns
@@ -642,11 +587,7 @@ impl MemoryBackend for SimBackend {
                 }
                 Location::Host => {
                     let r = &self.regions[&id];
-                    let last_use = r
-                        .block_range(s, e)
-                        .map(|b| r.blocks[b].last_use_ns)
-                        .max()
-                        .unwrap_or(0);
+                    let last_use = r.block_range(s, e).map(|b| r.blocks[b].last_use_ns).max().unwrap_or(0);
                     let m = self.move_to_host(id, s, e);
                     let bytes = m.transferred as u64 * PAGE_SIZE;
                     let dur = call_ns
@@ -655,8 +596,7 @@ impl MemoryBackend for SimBackend {
                             m.dropped as u64 * PAGE_SIZE,
                             self.cost.duplicate_drop_rate_gbps,
                         );
-                    let (start, end) =
-                        self.occupy_link(Direction::D2H, self.host_now.max(last_use), dur);
+                    let (start, end) = self.occupy_link(Direction::D2H, self.host_now.max(last_use), dur);
                     self.stats.d2h_bytes += bytes;
                     self.stats.prefetch_d2h_bytes += bytes;
                     self.emit(|| MemEvent::Migration {
@@ -685,13 +625,7 @@ impl MemoryBackend for SimBackend {
             let r = self.regions.get_mut(&id).expect("checked");
             let (s, e) = r.page_range(range.offset, range.len);
             let blocks = r.block_range(s, e);
-            after = after.max(
-                blocks
-                    .clone()
-                    .map(|b| r.blocks[b].last_use_ns)
-                    .max()
-                    .unwrap_or(0),
-            );
+            after = after.max(blocks.clone().map(|b| r.blocks[b].last_use_ns).max().unwrap_or(0));
             let mut dropped_dev = Vec::new();
             r.on_device.for_each(s, e, |p| dropped_dev.push(p));
             for &p in &dropped_dev {
@@ -710,15 +644,9 @@ impl MemoryBackend for SimBackend {
             let bytes = had_copy as u64 * PAGE_SIZE;
             total += bytes;
             self.unstamp_empty(id, blocks);
-            self.emit(|| MemEvent::Drop {
-                region: id,
-                offset: range.offset,
-                bytes,
-                from: Location::Device,
-            });
+            self.emit(|| MemEvent::Drop { region: id, offset: range.offset, bytes, from: Location::Device });
         }
-        let dur =
-            self.cost.discard_call_ns + CostModel::transfer_ns(total, self.cost.discard_rate_gbps);
+        let dur = self.cost.discard_call_ns + CostModel::transfer_ns(total, self.cost.discard_rate_gbps);
         self.occupy_link(Direction::D2H, after, dur);
         self.stats.discarded_bytes += total;
         Ok(())
@@ -767,8 +695,7 @@ impl MemoryBackend for SimBackend {
         let mut touched_new: Vec<(RegionId, std::ops::Range<usize>)> = Vec::new();
         if any_missing || kernel.accesses.iter().any(|a| a.mode.writes()) {
             if need_pages > 0 {
-                let protect =
-                    self.blocks_of(kernel.accesses.iter().map(|a| (a.region, a.offset, a.len)));
+                let protect = self.blocks_of(kernel.accesses.iter().map(|a| (a.region, a.offset, a.len)));
                 room_at = self.make_room(need_pages as u64 * PAGE_SIZE, &protect, start);
             }
             for a in kernel.accesses {
@@ -945,10 +872,7 @@ impl MemoryBackend for SimBackend {
     }
 
     fn completion_ns(&self) -> u64 {
-        self.host_now
-            .max(self.compute_free)
-            .max(self.link_h2d)
-            .max(self.link_d2h)
+        self.host_now.max(self.compute_free).max(self.link_h2d).max(self.link_d2h)
     }
 
     fn residency(&self, range: ByteRange) -> Result<Residency> {
@@ -1000,24 +924,15 @@ impl MemoryBackend for SimBackend {
     }
 
     fn read(&mut self, id: RegionId, offset: u64, buf: &mut [u8]) -> Result<()> {
-        let acc = [RangeAccess {
-            region: id,
-            offset,
-            len: buf.len() as u64,
-            mode: crate::AccessMode::Read,
-        }];
+        let acc = [RangeAccess { region: id, offset, len: buf.len() as u64, mode: crate::AccessMode::Read }];
         self.host_access(&acc)?;
         self.region(id)?.host_data.read(offset, buf);
         Ok(())
     }
 
     fn write(&mut self, id: RegionId, offset: u64, data: &[u8]) -> Result<()> {
-        let acc = [RangeAccess {
-            region: id,
-            offset,
-            len: data.len() as u64,
-            mode: crate::AccessMode::Write,
-        }];
+        let acc =
+            [RangeAccess { region: id, offset, len: data.len() as u64, mode: crate::AccessMode::Write }];
         self.host_access(&acc)?;
         self.region_mut(id)?.host_data.write(offset, data);
         Ok(())

@@ -14,11 +14,7 @@ fn masks(start: usize, end: usize) -> impl Iterator<Item = (usize, u64)> {
     (first..=last).filter(move |_| start < end).map(move |w| {
         let lo = if w == first { start % 64 } else { 0 };
         let hi = if w == last { (end - 1) % 64 + 1 } else { 64 };
-        let mask = if hi - lo == 64 {
-            u64::MAX
-        } else {
-            ((1u64 << (hi - lo)) - 1) << lo
-        };
+        let mask = if hi - lo == 64 { u64::MAX } else { ((1u64 << (hi - lo)) - 1) << lo };
         (w, mask)
     })
 }
@@ -26,9 +22,7 @@ fn masks(start: usize, end: usize) -> impl Iterator<Item = (usize, u64)> {
 impl PageSet {
     /// An empty set over `pages` pages.
     pub fn new(pages: usize) -> Self {
-        Self {
-            words: vec![0; pages.div_ceil(64)],
-        }
+        Self { words: vec![0; pages.div_ceil(64)] }
     }
 
     /// Is page `p` in the set?
@@ -38,9 +32,7 @@ impl PageSet {
 
     /// Pages of `start..end` in the set.
     pub fn count(&self, start: usize, end: usize) -> usize {
-        masks(start, end)
-            .map(|(w, m)| (self.words[w] & m).count_ones() as usize)
-            .sum()
+        masks(start, end).map(|(w, m)| (self.words[w] & m).count_ones() as usize).sum()
     }
 
     /// Adds `start..end`; returns how many pages were newly added.
@@ -67,16 +59,12 @@ impl PageSet {
 
     /// Pages of `start..end` in `self` and also in `other`.
     pub fn count_and(&self, other: &PageSet, start: usize, end: usize) -> usize {
-        masks(start, end)
-            .map(|(w, m)| (self.words[w] & other.words[w] & m).count_ones() as usize)
-            .sum()
+        masks(start, end).map(|(w, m)| (self.words[w] & other.words[w] & m).count_ones() as usize).sum()
     }
 
     /// Pages of `start..end` in neither `self` nor `other`.
     pub fn count_neither(&self, other: &PageSet, start: usize, end: usize) -> usize {
-        masks(start, end)
-            .map(|(w, m)| (!(self.words[w] | other.words[w]) & m).count_ones() as usize)
-            .sum()
+        masks(start, end).map(|(w, m)| (!(self.words[w] | other.words[w]) & m).count_ones() as usize).sum()
     }
 
     /// Adds the pages of `start..end` that are in `other` (self |= other over the range).
@@ -94,13 +82,7 @@ impl PageSet {
     }
 
     /// Calls `f(p)` for each page of `start..end` that is in `self` but not in `other`.
-    pub fn for_each_not_in(
-        &self,
-        other: &PageSet,
-        start: usize,
-        end: usize,
-        mut f: impl FnMut(usize),
-    ) {
+    pub fn for_each_not_in(&self, other: &PageSet, start: usize, end: usize, mut f: impl FnMut(usize)) {
         for (w, m) in masks(start, end) {
             let mut bits = self.words[w] & !other.words[w] & m;
             while bits != 0 {

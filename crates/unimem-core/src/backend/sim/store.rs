@@ -67,10 +67,7 @@ impl PageStore {
             let pos = offset + done as u64;
             let (p, within) = ((pos / PAGE_SIZE) as usize, (pos % PAGE_SIZE) as usize);
             let n = (PAGE_SIZE as usize - within).min(data.len() - done);
-            let page = self
-                .pages
-                .entry(p)
-                .or_insert_with(|| vec![0; PAGE_SIZE as usize].into_boxed_slice());
+            let page = self.pages.entry(p).or_insert_with(|| vec![0; PAGE_SIZE as usize].into_boxed_slice());
             page[within..within + n].copy_from_slice(&data[done..done + n]);
             done += n;
         }
@@ -95,10 +92,6 @@ mod tests {
         let moved = s.take(1);
         assert!(moved.is_some());
         s.read(4096, &mut back[..10]);
-        assert_eq!(
-            &back[..10],
-            &[0; 10],
-            "a page moved away reads as absent here"
-        );
+        assert_eq!(&back[..10], &[0; 10], "a page moved away reads as absent here");
     }
 }

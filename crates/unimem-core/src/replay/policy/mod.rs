@@ -27,20 +27,10 @@ pub trait Policy {
     fn on_future(&mut self, _index: u64, _event: &TraceEvent) {}
 
     /// Called just before the event at `index` runs on the backend.
-    fn before(
-        &mut self,
-        index: u64,
-        event: &TraceEvent,
-        backend: &mut dyn MemoryBackend,
-    ) -> Result<()>;
+    fn before(&mut self, index: u64, event: &TraceEvent, backend: &mut dyn MemoryBackend) -> Result<()>;
 
     /// Called just after the event at `index` ran (e.g. to see where a new region landed).
-    fn after(
-        &mut self,
-        _index: u64,
-        _event: &TraceEvent,
-        _backend: &mut dyn MemoryBackend,
-    ) -> Result<()> {
+    fn after(&mut self, _index: u64, _event: &TraceEvent, _backend: &mut dyn MemoryBackend) -> Result<()> {
         Ok(())
     }
 }

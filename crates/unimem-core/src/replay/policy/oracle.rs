@@ -91,11 +91,7 @@ fn ranges_of(mut units: Vec<Unit>, sizes: &HashMap<u64, u64>) -> Vec<ByteRange> 
         }
         match out.last_mut() {
             Some(r) if r.region == RegionId(id) && r.offset + r.len == lo => r.len = hi - r.offset,
-            _ => out.push(ByteRange {
-                region: RegionId(id),
-                offset: lo,
-                len: hi - lo,
-            }),
+            _ => out.push(ByteRange { region: RegionId(id), offset: lo, len: hi - lo }),
         }
     }
     out
@@ -194,11 +190,7 @@ impl Oracle {
     /// When `unit` is next read after kernel `j` (`NEVER` if not in the window, or if it is
     /// wholly overwritten first: then its data is dead and dropping it is free).
     fn next_use_after(&self, unit: Unit, j: u64) -> u64 {
-        match self
-            .uses
-            .get(&unit)
-            .and_then(|q| q.iter().find(|u| u.index > j))
-        {
+        match self.uses.get(&unit).and_then(|q| q.iter().find(|u| u.index > j)) {
             Some(u) if !u.overwrite => u.index,
             _ => NEVER,
         }
@@ -217,15 +209,12 @@ impl Oracle {
         to_host: &mut Vec<Unit>,
     ) -> bool {
         while self.used + need > self.budget {
-            let Some(&(key, unit)) = self.order.iter().rev().find(|(_, u)| !protect.contains(u))
-            else {
+            let Some(&(key, unit)) = self.order.iter().rev().find(|(_, u)| !protect.contains(u)) else {
                 return false;
             };
             // Early, even dead data that is rewritten before j keeps its place: it would need
             // room again before j, which displaces something else.
-            if key.0 != CLASS_BEYOND_WINDOW
-                && early.is_some_and(|(j, rival)| key.1 <= j || key.1 <= rival)
-            {
+            if key.0 != CLASS_BEYOND_WINDOW && early.is_some_and(|(j, rival)| key.1 <= j || key.1 <= rival) {
                 return false;
             }
             self.remove_resident(unit);
@@ -258,12 +247,7 @@ impl Policy for Oracle {
             }
             TraceEvent::Free { id } => {
                 self.freed.insert(*id);
-                let blocks = self
-                    .sizes
-                    .get(id)
-                    .copied()
-                    .unwrap_or(0)
-                    .div_ceil(BLOCK_SIZE);
+                let blocks = self.sizes.get(id).copied().unwrap_or(0).div_ceil(BLOCK_SIZE);
                 for b in 0..blocks as u32 {
                     self.rekey((*id, b));
                 }
@@ -271,10 +255,7 @@ impl Policy for Oracle {
             TraceEvent::Kernel { acc, .. } => {
                 let units = units_of(acc, &self.sizes);
                 for &(unit, overwrite) in &units {
-                    self.uses
-                        .entry(unit)
-                        .or_default()
-                        .push_back(Use { index, overwrite });
+                    self.uses.entry(unit).or_default().push_back(Use { index, overwrite });
                     self.rekey(unit);
                 }
                 self.kernels.push_back((index, units));
@@ -283,20 +264,10 @@ impl Policy for Oracle {
         }
     }
 
-    fn before(
-        &mut self,
-        index: u64,
-        event: &TraceEvent,
-        backend: &mut dyn MemoryBackend,
-    ) -> Result<()> {
+    fn before(&mut self, index: u64, event: &TraceEvent, backend: &mut dyn MemoryBackend) -> Result<()> {
         match event {
             TraceEvent::Free { id } => {
-                let blocks = self
-                    .sizes
-                    .get(id)
-                    .copied()
-                    .unwrap_or(0)
-                    .div_ceil(BLOCK_SIZE);
+                let blocks = self.sizes.get(id).copied().unwrap_or(0).div_ceil(BLOCK_SIZE);
                 for b in 0..blocks as u32 {
                     self.remove_resident((*id, b));
                     self.uses.remove(&(*id, b));
@@ -337,11 +308,8 @@ impl Policy for Oracle {
 
         // Demand: this kernel's units must be on the device now.
         let protect: HashSet<Unit> = units.iter().map(|(u, _)| *u).collect();
-        let missing: Vec<(Unit, bool)> = units
-            .iter()
-            .copied()
-            .filter(|(u, _)| !self.resident.contains_key(u))
-            .collect();
+        let missing: Vec<(Unit, bool)> =
+            units.iter().copied().filter(|(u, _)| !self.resident.contains_key(u)).collect();
         let need: u64 = missing.iter().map(|(u, _)| self.unit_bytes(*u)).sum();
         let (mut discard, mut to_host) = (Vec::new(), Vec::new());
         self.evict_for(need, &protect, None, &mut discard, &mut to_host);
@@ -358,10 +326,7 @@ impl Policy for Oracle {
         //   unit used in between (`rival`).
         // The cursor makes this amortised: kernels before it were already placed.
         let stop_at = self.kernels.len().min(MAX_SCAN_KERNELS);
-        let mut p = self
-            .kernels
-            .partition_point(|(j, _)| *j < self.cursor)
-            .min(stop_at);
+        let mut p = self.kernels.partition_point(|(j, _)| *j < self.cursor).min(stop_at);
         let mut between: HashSet<Unit> = HashSet::default();
         let mut pending = 0u64;
         for (_, units) in self.kernels.range(..p).filter(|_| p < stop_at) {
@@ -387,19 +352,9 @@ impl Policy for Oracle {
                 }
                 let rival = *rival.get_or_insert_with(|| {
                     // Every unit used in between is in the cache at j, resident now or not.
-                    between
-                        .iter()
-                        .map(|&u| self.next_use_after(u, j))
-                        .max()
-                        .unwrap_or(0)
+                    between.iter().map(|&u| self.next_use_after(u, j)).max().unwrap_or(0)
                 });
-                if !self.evict_for(
-                    bytes + pending,
-                    &guard,
-                    Some((j, rival)),
-                    &mut discard,
-                    &mut to_host,
-                ) {
+                if !self.evict_for(bytes + pending, &guard, Some((j, rival)), &mut discard, &mut to_host) {
                     self.cursor = j;
                     break 'scan;
                 }

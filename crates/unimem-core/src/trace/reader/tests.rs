@@ -11,9 +11,7 @@ fn read_all(text: &str) -> Result<Vec<TraceEvent>> {
 }
 
 fn err_of(body: &str) -> String {
-    read_all(&format!("{HEADER}\n{body}"))
-        .unwrap_err()
-        .to_string()
+    read_all(&format!("{HEADER}\n{body}")).unwrap_err().to_string()
 }
 
 fn gz(text: &str) -> Vec<u8> {
@@ -36,34 +34,16 @@ const GOOD: &str = r#"{"ev": "step", "index": 0}
 fn reads_a_valid_trace() {
     let events = read_all(&format!("{HEADER}\n{GOOD}")).unwrap();
     assert_eq!(events.len(), 6, "blank lines are skipped");
-    assert_eq!(
-        events[1],
-        TraceEvent::Alloc {
-            id: 1,
-            bytes: 4096,
-            name: Some("w".into())
-        }
-    );
-    let TraceEvent::Kernel { acc, dur_ns: 5, .. } = &events[3] else {
-        panic!("{:?}", events[3])
-    };
-    assert_eq!(
-        acc[1],
-        TraceAccess {
-            id: 2,
-            offset: 10,
-            len: 90,
-            mode: AccessMode::Write
-        }
-    );
+    assert_eq!(events[1], TraceEvent::Alloc { id: 1, bytes: 4096, name: Some("w".into()) });
+    let TraceEvent::Kernel { acc, dur_ns: 5, .. } = &events[3] else { panic!("{:?}", events[3]) };
+    assert_eq!(acc[1], TraceAccess { id: 2, offset: 10, len: 90, mode: AccessMode::Write });
 }
 
 #[test]
 fn writer_round_trips_plain_and_gzip() {
     let events = read_all(&format!("{HEADER}\n{GOOD}")).unwrap();
     for gzip in [false, true] {
-        let mut w =
-            TraceWriter::new(Vec::new(), gzip, "mem", &TraceHeader::new("round trip")).unwrap();
+        let mut w = TraceWriter::new(Vec::new(), gzip, "mem", &TraceHeader::new("round trip")).unwrap();
         events.iter().for_each(|e| w.write(e).unwrap());
         let bytes: &'static [u8] = Box::leak(w.finish().unwrap().into_boxed_slice());
         assert_eq!(bytes[0] == 0x1f, gzip);
@@ -77,17 +57,11 @@ fn writer_round_trips_plain_and_gzip() {
 fn header_errors() {
     let e = read_all("").unwrap_err().to_string();
     assert!(e.contains("t.jsonl:0") && e.contains("empty trace"), "{e}");
-    let e = read_all("{\"ev\": \"step\", \"index\": 0}\n")
-        .unwrap_err()
-        .to_string();
+    let e = read_all("{\"ev\": \"step\", \"index\": 0}\n").unwrap_err().to_string();
     assert!(e.contains(":1:") && e.contains("no `format`"), "{e}");
-    let e = read_all("{\"format\": \"other\", \"version\": 1}\n")
-        .unwrap_err()
-        .to_string();
+    let e = read_all("{\"format\": \"other\", \"version\": 1}\n").unwrap_err().to_string();
     assert!(e.contains("not a unimem trace"), "{e}");
-    let e = read_all("{\"format\": \"unimem-trace\", \"version\": 2}\n")
-        .unwrap_err()
-        .to_string();
+    let e = read_all("{\"format\": \"unimem-trace\", \"version\": 2}\n").unwrap_err().to_string();
     assert!(e.contains("unsupported version 2"), "{e}");
     let e = read_all("hello\n").unwrap_err().to_string();
     assert!(e.contains("malformed header"), "{e}");
@@ -96,26 +70,17 @@ fn header_errors() {
 #[test]
 fn event_errors_name_line_and_reason() {
     let cases = [
-        (
-            r#"{"ev": "launch"}"#,
-            "unknown event `launch`; allowed: alloc, free, kernel, host, step",
-        ),
+        (r#"{"ev": "launch"}"#, "unknown event `launch`; allowed: alloc, free, kernel, host, step"),
         (r#"{"id": 1}"#, "no `ev`"),
         (r#"{"ev": "alloc", "id": 1}"#, "missing field `bytes`"),
         (r#"{"ev": "alloc", "id": "x", "bytes": 4}"#, "invalid type"),
         (r#"{"ev": "alloc", "id": 1, "bytes": 0}"#, "must be > 0"),
-        (
-            r#"{"ev": "kernel", "name": "k", "acc": []}"#,
-            "missing field `dur_ns`",
-        ),
+        (r#"{"ev": "kernel", "name": "k", "acc": []}"#, "missing field `dur_ns`"),
         (
             r#"{"ev": "kernel", "name": "k", "dur_ns": 1, "acc": [[9, 0, 1, "r"]]}"#,
             "region 9 was never allocated",
         ),
-        (
-            r#"{"ev": "kernel", "name": "k", "dur_ns": 1, "acc": [[1, 0, 1]]}"#,
-            "invalid length",
-        ),
+        (r#"{"ev": "kernel", "name": "k", "dur_ns": 1, "acc": [[1, 0, 1]]}"#, "invalid length"),
         (r#"{"ev": "free", "id": 7}"#, "never allocated"),
         (r#"{"ev": "step"}"#, "missing field `index`"),
         ("{not json", "not a valid event"),
@@ -131,24 +96,20 @@ fn event_errors_name_line_and_reason() {
 fn state_errors() {
     let base = "{\"ev\": \"alloc\", \"id\": 1, \"bytes\": 64}\n";
     let e = err_of(&format!("{base}{base}"));
-    assert!(
-        e.contains(":3:") && e.contains("already allocated at line 2"),
-        "{e}"
-    );
+    assert!(e.contains(":3:") && e.contains("already allocated at line 2"), "{e}");
     let e = err_of(&format!("{base}{{\"ev\": \"free\", \"id\": 1}}\n{{\"ev\": \"host\", \"name\": \"h\", \"acc\": [[1, 0, 8, \"r\"]]}}\n"));
-    assert!(
-        e.contains(":4:") && e.contains("already freed at line 3"),
-        "{e}"
-    );
-    let e = err_of(&format!(
-        "{base}{{\"ev\": \"free\", \"id\": 1}}\n{{\"ev\": \"free\", \"id\": 1}}\n"
-    ));
+    assert!(e.contains(":4:") && e.contains("region 1 was already freed"), "{e}");
+    let e = err_of(&format!("{base}{{\"ev\": \"free\", \"id\": 1}}\n{{\"ev\": \"free\", \"id\": 1}}\n"));
     assert!(e.contains("already freed"), "{e}");
-    let e = err_of(&format!("{base}{{\"ev\": \"kernel\", \"name\": \"k\", \"dur_ns\": 1, \"acc\": [[1, 60, 5, \"r\"]]}}\n"));
+    let e = err_of(&format!(
+        "{base}{{\"ev\": \"kernel\", \"name\": \"k\", \"dur_ns\": 1, \"acc\": [[1, 60, 5, \"r\"]]}}\n"
+    ));
     assert!(e.contains("past the end of region 1 (64 bytes)"), "{e}");
     let e = err_of(&format!("{base}{{\"ev\": \"kernel\", \"name\": \"k\", \"dur_ns\": 1, \"acc\": [[1, 18446744073709551615, 5, \"r\"]]}}\n"));
     assert!(e.contains("past the end"), "offset overflow is caught: {e}");
-    let e = err_of(&format!("{base}{{\"ev\": \"kernel\", \"name\": \"k\", \"dur_ns\": 1, \"acc\": [[1, 0, 5, \"x\"]]}}\n"));
+    let e = err_of(&format!(
+        "{base}{{\"ev\": \"kernel\", \"name\": \"k\", \"dur_ns\": 1, \"acc\": [[1, 0, 5, \"x\"]]}}\n"
+    ));
     assert!(e.contains("unknown access mode `x`"), "{e}");
 }
 
@@ -160,34 +121,43 @@ fn a_bad_line_is_not_half_applied_and_reading_stops() {
     let mut r = TraceReader::from_bytes("t", bytes).unwrap();
     assert!(r.next_event().unwrap().is_some());
     assert!(r.next_event().is_err());
-    assert_eq!(r.regions[&1].bytes, 64);
+    assert_eq!(r.regions.live[&1].bytes, 64);
     assert!(r.next_event().unwrap().is_none(), "fused after an error");
+}
+
+#[test]
+fn freed_ids_are_remembered_compactly_and_never_reused() {
+    let mut f = FreedIds::default();
+    for id in [5, 3, 4, 10, 6] {
+        f.insert(id);
+    }
+    assert_eq!(f.0.len(), 2, "3..7 and 10..11: {:?}", f.0);
+    assert!(f.contains(3) && f.contains(6) && f.contains(10));
+    assert!(!f.contains(2) && !f.contains(7) && !f.contains(11));
+    let base = "{\"ev\": \"alloc\", \"id\": 1, \"bytes\": 64}\n";
+    let e = err_of(&format!("{base}{{\"ev\": \"free\", \"id\": 1}}\n{base}"));
+    assert!(e.contains(":4:") && e.contains("never reused"), "{e}");
 }
 
 #[test]
 fn truncated_and_garbled_gzip_are_clear_errors() {
     let full = gz(&format!("{HEADER}\n{GOOD}"));
     let truncated: &'static [u8] = Box::leak(full[..full.len() - 12].to_vec().into_boxed_slice());
-    let e = TraceReader::from_bytes("t.gz", truncated)
-        .and_then(|r| r.collect::<Result<Vec<_>>>())
-        .unwrap_err();
+    let e =
+        TraceReader::from_bytes("t.gz", truncated).and_then(|r| r.collect::<Result<Vec<_>>>()).unwrap_err();
     assert!(e.to_string().contains("truncated"), "{e}");
     let mut garbled = full.clone();
     for b in garbled.iter_mut().skip(20).step_by(7) {
         *b ^= 0x5a;
     }
     let garbled: &'static [u8] = Box::leak(garbled.into_boxed_slice());
-    let e = TraceReader::from_bytes("t.gz", garbled)
-        .and_then(|r| r.collect::<Result<Vec<_>>>())
-        .unwrap_err();
+    let e = TraceReader::from_bytes("t.gz", garbled).and_then(|r| r.collect::<Result<Vec<_>>>()).unwrap_err();
     assert!(e.to_string().starts_with("t.gz:"), "{e}");
 }
 
 #[test]
 fn missing_file_is_an_error_naming_it() {
-    let e = TraceReader::open(Path::new("/no/such/trace.jsonl.gz"))
-        .unwrap_err()
-        .to_string();
+    let e = TraceReader::open(Path::new("/no/such/trace.jsonl.gz")).unwrap_err().to_string();
     assert!(e.contains("/no/such/trace.jsonl.gz"), "{e}");
 }
 
