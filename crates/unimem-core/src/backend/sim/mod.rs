@@ -693,6 +693,8 @@ impl MemoryBackend for SimBackend {
         let (mut remote_bytes, mut collapse_pages) = (0u64, 0usize);
         let mut room_at = start;
         let mut touched_new: Vec<(RegionId, std::ops::Range<usize>)> = Vec::new();
+        // (region, offset, bytes) of fault migrations, for telemetry when recording.
+        let mut fault_moves: Vec<(RegionId, u64, u64)> = Vec::new();
         if any_missing || kernel.accesses.iter().any(|a| a.mode.writes()) {
             if need_pages > 0 {
                 let protect = self.blocks_of(kernel.accesses.iter().map(|a| (a.region, a.offset, a.len)));
@@ -733,7 +735,10 @@ impl MemoryBackend for SimBackend {
                         let missing = (se - ss) - r.on_device.count(ss, se);
                         remote_bytes += missing as u64 * PAGE_SIZE;
                         let r = self.regions.get_mut(&id).expect("checked");
-                        r.on_host.insert(ss, se); // first touch populates at the preferred location
+                        // First touch of pages with no copy populates them at the preferred location;
+                        // pages already on the device stay the only valid copy.
+                        let (on_host, on_device) = (&mut r.on_host, &r.on_device);
+                        on_host.insert_not_in(on_device, ss, se);
                         in_run = false;
                         continue;
                     }
@@ -744,6 +749,9 @@ impl MemoryBackend for SimBackend {
                     populated += p;
                     if m + p > 0 {
                         touched_new.push((id, b..b + 1));
+                    }
+                    if m > 0 && self.recording {
+                        fault_moves.push((id, ss as u64 * PAGE_SIZE, m as u64 * PAGE_SIZE));
                     }
                     if g > 0 {
                         let at = start;
@@ -767,17 +775,21 @@ impl MemoryBackend for SimBackend {
             // and the forced evictions come first.
             let (fs, fe) = self.occupy_link(Direction::H2D, room_at, fault_ns);
             begin = fe;
-            let bytes = moved as u64 * PAGE_SIZE;
-            if bytes > 0 {
+            // Each faulting segment gets its share of the fault interval, in order.
+            let total = (moved as u64 * PAGE_SIZE).max(1);
+            let mut at = fs;
+            for (region, offset, bytes) in std::mem::take(&mut fault_moves) {
+                let end = (at + (fe - fs) * bytes / total).min(fe);
                 self.emit(|| MemEvent::Migration {
-                    region: kernel.accesses[0].region,
-                    offset: 0,
+                    region,
+                    offset,
                     bytes,
                     dir: Direction::H2D,
                     cause: MigrationCause::Fault,
-                    start_ns: fs,
-                    end_ns: fe,
+                    start_ns: at,
+                    end_ns: end,
                 });
+                at = end;
             }
         }
         let remote_ns = CostModel::transfer_ns(remote_bytes, self.cost.remote_rate_gbps);
@@ -938,3 +950,6 @@ impl MemoryBackend for SimBackend {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;

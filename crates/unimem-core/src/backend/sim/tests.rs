@@ -1,0 +1,310 @@
+use proptest::prelude::*;
+
+use super::*;
+use crate::AccessMode;
+
+const MIB: u64 = 1 << 20;
+
+fn sim(capacity: u64) -> SimBackend {
+    SimBackend::new(CostModel::h200(), capacity)
+}
+
+fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+fn whole(id: u64, bytes: u64) -> ByteRange {
+    ByteRange::whole(RegionId(id), bytes)
+}
+
+fn read_back(s: &mut SimBackend, id: u64, len: usize) -> Vec<u8> {
+    let mut buf = vec![0xAA; len];
+    s.read(RegionId(id), 0, &mut buf).unwrap();
+    buf
+}
+
+#[test]
+fn data_survives_faults_eviction_and_migration_back() {
+    let mut s = sim(8 * MIB);
+    let (a, b) = (RegionId(1), RegionId(2));
+    s.allocate(a, 6 * MIB).unwrap();
+    s.allocate(b, 6 * MIB).unwrap();
+    let pa = pattern(1, (6 * MIB) as usize);
+    let pb = pattern(2, (6 * MIB) as usize);
+    s.write(a, 0, &pa).unwrap();
+    let mut seen = vec![0; pa.len()];
+    s.kernel_read(a, 0, &mut seen).unwrap();
+    assert_eq!(seen, pa, "a kernel reads what the host wrote");
+    assert_eq!(s.residency(whole(1, 6 * MIB)).unwrap().device, 6 * MIB);
+    // Writing b on the device does not fit beside a: part of a is evicted to the host.
+    s.kernel_write(b, 0, &pb).unwrap();
+    assert!(s.stats().evicted_bytes >= 4 * MIB, "{:?}", s.stats());
+    assert!(s.device_resident_bytes() <= 8 * MIB);
+    assert_eq!(read_back(&mut s, 1, pa.len()), pa, "evicted data came back intact");
+    assert_eq!(read_back(&mut s, 2, pb.len()), pb, "device-written data migrated to the host intact");
+}
+
+#[test]
+fn discard_drops_data_without_transfer_and_keeps_memory_pooled() {
+    let mut s = sim(64 * MIB);
+    s.allocate(RegionId(1), 4 * MIB).unwrap();
+    s.kernel_write(RegionId(1), 0, &pattern(3, (4 * MIB) as usize)).unwrap();
+    let before = s.stats();
+    s.discard(&[whole(1, 4 * MIB)]).unwrap();
+    let after = s.stats();
+    assert_eq!(after.d2h_bytes, before.d2h_bytes, "no transfer");
+    assert_eq!(after.discarded_bytes, 4 * MIB);
+    assert_eq!(s.device_resident_bytes(), 0);
+    assert_eq!(s.residency(whole(1, 4 * MIB)).unwrap().unpopulated, 4 * MIB);
+    assert!(read_back(&mut s, 1, 4096).iter().all(|&x| x == 0), "discarded data reads as zeros");
+    // The discarded pages stayed mapped: a new region takes them without first-touch faults.
+    s.allocate(RegionId(2), 4 * MIB).unwrap();
+    assert_eq!(s.residency(whole(2, 4 * MIB)).unwrap().device, 4 * MIB);
+    let faults = s.stats().gpu_faults;
+    s.kernel_write(RegionId(2), 0, &[1; 64]).unwrap();
+    assert_eq!(s.stats().gpu_faults, faults, "pooled pages need no fault");
+}
+
+#[test]
+fn read_mostly_duplicates_and_drops_cheaply() {
+    let mut s = sim(64 * MIB);
+    let id = RegionId(1);
+    s.allocate(id, 8 * MIB).unwrap();
+    let p = pattern(4, (8 * MIB) as usize);
+    s.write(id, 0, &p).unwrap();
+    s.advise(whole(1, 8 * MIB), Advice::SetReadMostly).unwrap();
+    let mut seen = vec![0; p.len()];
+    s.kernel_read(id, 0, &mut seen).unwrap();
+    assert_eq!(seen, p);
+    assert_eq!(s.residency(whole(1, 8 * MIB)).unwrap().duplicated, 8 * MIB);
+    let d2h = s.stats().d2h_bytes;
+    let t0 = s.synchronize().unwrap();
+    s.prefetch(&[whole(1, 8 * MIB)], Location::Host).unwrap();
+    let t1 = s.synchronize().unwrap();
+    assert_eq!(s.stats().d2h_bytes, d2h, "dropping a duplicate moves nothing");
+    let evict_cost = CostModel::transfer_ns(8 * MIB, s.cost().prefetch_d2h_rate_gbps);
+    assert!(t1 - t0 < s.cost().prefetch_call_ns + evict_cost / 20, "{} ns", t1 - t0);
+    assert_eq!(read_back(&mut s, 1, p.len()), p);
+    // The host copy alone remains; a kernel read duplicates again.
+    assert_eq!(s.residency(whole(1, 8 * MIB)).unwrap().host, 8 * MIB);
+}
+
+#[test]
+fn gpu_write_to_duplicates_is_a_fault_storm() {
+    let mut s = sim(64 * MIB);
+    let id = RegionId(1);
+    s.allocate(id, MIB).unwrap();
+    s.write(id, 0, &pattern(5, MIB as usize)).unwrap();
+    s.advise(whole(1, MIB), Advice::SetReadMostly).unwrap();
+    s.kernel_read(id, 0, &mut vec![0; MIB as usize]).unwrap();
+    let t0 = s.synchronize().unwrap();
+    s.kernel_write(id, 0, &[7; MIB as usize]).unwrap();
+    let t1 = s.synchronize().unwrap();
+    let pages = MIB / PAGE_SIZE;
+    assert!(t1 - t0 >= pages * s.cost().duplicate_write_fault_ns_per_page, "{} ns", t1 - t0);
+    assert_eq!(s.residency(whole(1, MIB)).unwrap().duplicated, 0, "duplicates collapsed");
+    let mut head = [0u8; 16];
+    s.read(id, 0, &mut head).unwrap();
+    assert_eq!(head, [7; 16]);
+    // Only the pages a kernel writes collapse.
+    let mut s = sim(64 * MIB);
+    s.allocate(id, MIB).unwrap();
+    s.write(id, 0, &pattern(5, MIB as usize)).unwrap();
+    s.advise(whole(1, MIB), Advice::SetReadMostly).unwrap();
+    s.kernel_read(id, 0, &mut vec![0; MIB as usize]).unwrap();
+    s.kernel_write(id, 0, &[7; 16]).unwrap();
+    assert_eq!(s.residency(whole(1, MIB)).unwrap().duplicated, MIB - PAGE_SIZE);
+}
+
+#[test]
+fn remote_mapping_uses_no_device_memory() {
+    let mut s = sim(64 * MIB);
+    let id = RegionId(1);
+    s.allocate(id, 32 * MIB).unwrap();
+    let p = pattern(6, (32 * MIB) as usize);
+    s.write(id, 0, &p).unwrap();
+    s.advise(whole(1, 32 * MIB), Advice::SetPreferredLocation(Location::Host)).unwrap();
+    s.advise(whole(1, 32 * MIB), Advice::SetAccessedByDevice).unwrap();
+    let acc = [RangeAccess { region: id, offset: 0, len: 32 * MIB, mode: AccessMode::Read }];
+    let t0 = s.synchronize().unwrap();
+    s.launch(&KernelLaunch { name: "k", dur_ns: 10, accesses: &acc }).unwrap();
+    let t1 = s.synchronize().unwrap();
+    assert_eq!(s.device_resident_bytes(), 0);
+    assert_eq!(s.stats().remote_bytes, 32 * MIB);
+    assert_eq!(s.stats().h2d_bytes, 0);
+    assert_eq!(
+        t1 - t0,
+        CostModel::transfer_ns(32 * MIB, s.cost().remote_rate_gbps),
+        "bound by the remote rate"
+    );
+    let mut seen = vec![0; p.len()];
+    s.kernel_read(id, 0, &mut seen).unwrap();
+    assert_eq!(seen, p, "remote reads see the host data");
+}
+
+#[test]
+fn isolated_fault_costs_the_measured_latency() {
+    let mut s = sim(64 * MIB);
+    let id = RegionId(1);
+    s.allocate(id, 4 * MIB).unwrap();
+    s.preload_host(whole(1, 4 * MIB)).unwrap();
+    let acc = [RangeAccess { region: id, offset: 2 * MIB, len: 4, mode: AccessMode::Read }];
+    s.launch(&KernelLaunch { name: "touch", dur_ns: 0, accesses: &acc }).unwrap();
+    let t = s.synchronize().unwrap();
+    assert!((15_600..16_000).contains(&t), "one 64 KiB fault took {t} ns (measured: 15.8 us)");
+    assert_eq!((s.stats().gpu_faults, s.stats().h2d_bytes), (1, 64 << 10));
+}
+
+#[test]
+fn prefetch_overlaps_compute_and_kernels_wait_for_data_in_flight() {
+    let mut s = sim(1 << 30);
+    let (a, b) = (RegionId(1), RegionId(2));
+    for id in [a, b] {
+        s.allocate(id, 64 * MIB).unwrap();
+        s.preload_host(ByteRange::whole(id, 64 * MIB)).unwrap();
+    }
+    let xfer = s.cost().prefetch_call_ns + CostModel::transfer_ns(64 * MIB, s.cost().prefetch_h2d_rate_gbps);
+    s.prefetch(&[ByteRange::whole(a, 64 * MIB)], Location::Device).unwrap();
+    let read_a = [RangeAccess { region: a, offset: 0, len: 64 * MIB, mode: AccessMode::Read }];
+    s.launch(&KernelLaunch { name: "k1", dur_ns: 2_000_000, accesses: &read_a }).unwrap();
+    // While k1 computes, b streams in behind a on the link.
+    s.prefetch(&[ByteRange::whole(b, 64 * MIB)], Location::Device).unwrap();
+    let read_b = [RangeAccess { region: b, offset: 0, len: 64 * MIB, mode: AccessMode::Read }];
+    s.launch(&KernelLaunch { name: "k2", dur_ns: 2_000_000, accesses: &read_b }).unwrap();
+    let t = s.synchronize().unwrap();
+    assert_eq!(s.stats().gpu_faults, 0, "data in flight is waited for, not faulted");
+    assert_eq!(t, xfer + 4_000_000, "k1 waits for a; b's transfer hides under k1");
+}
+
+#[test]
+fn um_migrations_are_not_full_duplex() {
+    let mut s = sim(1 << 30);
+    let (a, b) = (RegionId(1), RegionId(2));
+    s.allocate(a, 64 * MIB).unwrap();
+    s.allocate(b, 64 * MIB).unwrap();
+    s.preload_host(ByteRange::whole(a, 64 * MIB)).unwrap();
+    s.prefetch(&[ByteRange::whole(b, 64 * MIB)], Location::Device).unwrap();
+    let t0 = s.synchronize().unwrap();
+    s.prefetch(&[ByteRange::whole(a, 64 * MIB)], Location::Device).unwrap();
+    s.prefetch(&[ByteRange::whole(b, 64 * MIB)], Location::Host).unwrap();
+    let t1 = s.synchronize().unwrap();
+    let c = s.cost();
+    let serial = 2 * c.prefetch_call_ns
+        + CostModel::transfer_ns(64 * MIB, c.prefetch_h2d_rate_gbps)
+        + CostModel::transfer_ns(64 * MIB, c.prefetch_d2h_rate_gbps);
+    assert_eq!(t1 - t0, serial);
+}
+
+#[test]
+fn errors_for_unknown_regions_and_ranges() {
+    let mut s = sim(MIB);
+    assert!(matches!(s.free(RegionId(9)), Err(Error::UnknownRegion(_))));
+    s.allocate(RegionId(1), 100).unwrap();
+    assert!(s.allocate(RegionId(1), 100).is_err(), "ids are unique");
+    assert!(s.allocate(RegionId(2), 0).is_err());
+    let e =
+        s.prefetch(&[ByteRange { region: RegionId(1), offset: 50, len: 51 }], Location::Device).unwrap_err();
+    assert!(matches!(e, Error::OutOfRange { .. }), "{e}");
+    let acc = [RangeAccess { region: RegionId(1), offset: u64::MAX, len: 2, mode: AccessMode::Read }];
+    assert!(s.launch(&KernelLaunch { name: "k", dur_ns: 1, accesses: &acc }).is_err());
+}
+
+/// One step of a random workload.
+#[derive(Debug, Clone)]
+enum Op {
+    Alloc(u64),
+    Free(usize),
+    HostWrite(usize, u64, u8),
+    KernelWrite(usize, u64, u8),
+    KernelRead(usize),
+    Prefetch(usize, bool),
+    ReadMostly(usize, bool),
+    Remote(usize),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (1u64..3 * MIB).prop_map(Op::Alloc),
+        any::<usize>().prop_map(Op::Free),
+        (any::<usize>(), any::<u64>(), any::<u8>()).prop_map(|(r, o, v)| Op::HostWrite(r, o, v)),
+        (any::<usize>(), any::<u64>(), any::<u8>()).prop_map(|(r, o, v)| Op::KernelWrite(r, o, v)),
+        any::<usize>().prop_map(Op::KernelRead),
+        (any::<usize>(), any::<bool>()).prop_map(|(r, d)| Op::Prefetch(r, d)),
+        (any::<usize>(), any::<bool>()).prop_map(|(r, on)| Op::ReadMostly(r, on)),
+        any::<usize>().prop_map(Op::Remote),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Under any sequence of allocations, frees, writes on either side, prefetches, advice and
+    /// eviction pressure, every byte read (by the host or a kernel) equals the byte last
+    /// written there, and the device never holds more than its capacity plus what the one
+    /// running kernel needs.
+    #[test]
+    fn bytes_are_never_lost_and_capacity_holds(ops in prop::collection::vec(op(), 1..60)) {
+        let cap = 4 * MIB;
+        let mut s = sim(cap);
+        let mut live: Vec<(RegionId, Vec<u8>)> = Vec::new();
+        let mut next = 1;
+        for op in ops {
+            let n = live.len().max(1);
+            let pick = |i: usize| i % n;
+            match op {
+                Op::Alloc(bytes) => {
+                    let id = RegionId(next);
+                    next += 1;
+                    s.allocate(id, bytes).unwrap();
+                    live.push((id, vec![0; bytes as usize]));
+                }
+                _ if live.is_empty() => {}
+                Op::Free(i) => {
+                    let (id, _) = live.remove(pick(i));
+                    s.free(id).unwrap();
+                }
+                Op::HostWrite(i, off, v) | Op::KernelWrite(i, off, v) => {
+                    let (id, data) = &mut live[pick(i)];
+                    let off = (off % data.len() as u64) as usize;
+                    let len = (data.len() - off).min(70_000);
+                    data[off..off + len].fill(v);
+                    if matches!(op, Op::HostWrite(..)) {
+                        s.write(*id, off as u64, &data[off..off + len]).unwrap();
+                    } else {
+                        // Writes go to plain data: never write a read-mostly range on the GPU.
+                        s.advise(ByteRange::whole(*id, data.len() as u64), Advice::UnsetReadMostly).unwrap();
+                        s.kernel_write(*id, off as u64, &data[off..off + len]).unwrap();
+                    }
+                }
+                Op::KernelRead(i) => {
+                    let (id, data) = &live[pick(i)];
+                    let mut seen = vec![0xEE; data.len()];
+                    s.kernel_read(*id, 0, &mut seen).unwrap();
+                    prop_assert!(seen == *data, "kernel read of {id} differs");
+                    prop_assert!(s.device_resident_bytes() <= cap.max(data.len() as u64 + 2 * MIB));
+                }
+                Op::Prefetch(i, to_device) => {
+                    let (id, data) = &live[pick(i)];
+                    let to = if to_device { Location::Device } else { Location::Host };
+                    s.prefetch(&[ByteRange::whole(*id, data.len() as u64)], to).unwrap();
+                }
+                Op::ReadMostly(i, on) => {
+                    let (id, data) = &live[pick(i)];
+                    let advice = if on { Advice::SetReadMostly } else { Advice::UnsetReadMostly };
+                    s.advise(ByteRange::whole(*id, data.len() as u64), advice).unwrap();
+                }
+                Op::Remote(i) => {
+                    let (id, data) = &live[pick(i)];
+                    let r = ByteRange::whole(*id, data.len() as u64);
+                    s.advise(r, Advice::SetPreferredLocation(Location::Host)).unwrap();
+                    s.advise(r, Advice::SetAccessedByDevice).unwrap();
+                }
+            }
+        }
+        for (id, data) in &live {
+            let mut seen = vec![0xEE; data.len()];
+            s.read(*id, 0, &mut seen).unwrap();
+            prop_assert!(seen == *data, "host read of {id} differs");
+        }
+    }
+}

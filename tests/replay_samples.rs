@@ -1,0 +1,120 @@
+//! End-to-end replays of the bundled real traces on the simulator, checked against an
+//! independent back-of-the-envelope model and against each other.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+
+use unimem::core::backend::sim::{CostModel, SimBackend};
+use unimem::core::config::PolicyName;
+use unimem::core::replay::{self, ReplayReport};
+use unimem::core::trace::{TraceEvent, TraceReader, TraceStats};
+use unimem::core::Budget;
+
+fn trace(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("traces").join(name)
+}
+
+fn replay(name: &str, budget: Budget, policy: PolicyName) -> ReplayReport {
+    let stats = TraceStats::compute(TraceReader::open(&trace(name)).unwrap()).unwrap();
+    let bytes = budget.resolve(stats.peak_live_page_bytes);
+    let cost = CostModel::h200();
+    let mut backend = SimBackend::new(cost.clone(), bytes);
+    let mut policy = replay::make_policy(policy, bytes, 65_536, &cost);
+    replay::run(TraceReader::open(&trace(name)).unwrap(), &mut backend, policy.as_mut(), &mut |_| {}).unwrap()
+}
+
+/// The rough estimate, written independently of the simulator: whole regions, evict
+/// least-recently-migrated, fault in at 4.4 GB/s, migrate out at 16.8 GB/s, nothing overlapped.
+/// A region first written by a kernel needs no transfer; one first read starts on the host.
+fn rough_estimate_ns(name: &str, budget: u64) -> u64 {
+    let mut sizes: HashMap<u64, u64> = HashMap::new();
+    let mut fresh: HashMap<u64, bool> = HashMap::new();
+    let mut resident: VecDeque<u64> = VecDeque::new(); // oldest migration first
+    let (mut used, mut t) = (0u64, 0f64);
+    for event in TraceReader::open(&trace(name)).unwrap() {
+        match event.unwrap() {
+            TraceEvent::Alloc { id, bytes, .. } => {
+                sizes.insert(id, bytes);
+                fresh.insert(id, true);
+            }
+            TraceEvent::Free { id } => {
+                if let Some(p) = resident.iter().position(|&r| r == id) {
+                    resident.remove(p);
+                    used -= sizes[&id];
+                }
+            }
+            TraceEvent::Kernel { dur_ns, acc, .. } => {
+                let mine: Vec<u64> = acc.iter().map(|a| a.id).collect();
+                for a in &acc {
+                    if resident.contains(&a.id) {
+                        continue;
+                    }
+                    let bytes = sizes[&a.id];
+                    let first_write = fresh[&a.id] && !a.mode.reads();
+                    while used + bytes > budget {
+                        let Some(p) = resident.iter().position(|r| !mine.contains(r)) else { break };
+                        let victim = resident.remove(p).unwrap();
+                        used -= sizes[&victim];
+                        t += sizes[&victim] as f64 / 16.8;
+                    }
+                    if !first_write {
+                        t += bytes as f64 / 4.4;
+                    }
+                    resident.push_back(a.id);
+                    used += bytes;
+                }
+                for a in &acc {
+                    fresh.insert(a.id, false);
+                }
+                t += dur_ns as f64;
+            }
+            _ => {}
+        }
+    }
+    t as u64
+}
+
+#[test]
+fn none_on_resnet_at_half_budget_is_within_2x_of_the_rough_estimate() {
+    let r = replay("resnet50-train.jsonl.gz", Budget::Percent(50.0), PolicyName::None);
+    let estimate = rough_estimate_ns("resnet50-train.jsonl.gz", r.budget_bytes);
+    let ratio = r.time_ns as f64 / estimate as f64;
+    eprintln!(
+        "sim {:.1}x floor, estimate {:.1}x floor, ratio {ratio:.2}",
+        r.over_floor(),
+        estimate as f64 / r.compute_floor_ns as f64
+    );
+    assert!((0.5..=2.0).contains(&ratio), "sim/estimate = {ratio:.2}");
+}
+
+#[test]
+fn oracle_is_never_slower_than_none_and_holds_the_budget() {
+    for name in ["resnet50-train.jsonl.gz", "transformer-decode.jsonl.gz"] {
+        for pct in [100.0, 75.0, 50.0, 25.0] {
+            let none = replay(name, Budget::Percent(pct), PolicyName::None);
+            let oracle = replay(name, Budget::Percent(pct), PolicyName::Oracle);
+            assert_eq!(none.compute_floor_ns, oracle.compute_floor_ns);
+            assert!(
+                oracle.time_ns <= none.time_ns,
+                "{name} at {pct}%: oracle {} > none {}",
+                oracle.time_ns,
+                none.time_ns
+            );
+            assert!(oracle.h2d_bytes <= none.h2d_bytes, "{name} at {pct}%: the oracle moved more in");
+            assert!(oracle.peak_resident_bytes <= oracle.budget_bytes, "{name} at {pct}%");
+            assert!(none.peak_resident_bytes <= none.budget_bytes, "{name} at {pct}%");
+        }
+    }
+}
+
+#[test]
+fn at_full_budget_steps_after_the_first_run_at_the_floor() {
+    for name in ["resnet50-train.jsonl.gz", "transformer-decode.jsonl.gz"] {
+        let r = replay(name, Budget::Percent(100.0), PolicyName::Oracle);
+        assert_eq!(r.steps.len(), 3, "{name}: three recorded steps");
+        for s in &r.steps[1..] {
+            let over = s.time_ns as f64 / s.compute_floor_ns as f64;
+            assert!(over < 1.05, "{name} step {}: {over:.3}x the floor", s.index);
+        }
+    }
+}
