@@ -1,1 +1,87 @@
-fn main() {}
+//! Replay and simulator throughput (criterion). Run: `cargo bench -p unimem-benches`.
+//! Figures are recorded in docs/benchmarks.md with date and machine.
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use unimem_core::backend::sim::{CostModel, SimBackend};
+use unimem_core::config::PolicyName;
+use unimem_core::replay;
+use unimem_core::trace::synth::{Pattern, Synth, SynthSpec};
+use unimem_core::trace::{TraceHeader, TraceReader, TraceStats, TraceWriter};
+use unimem_core::{AccessMode, KernelLaunch, MemoryBackend, RangeAccess, RegionId};
+
+/// A synthetic trace encoded in memory (plain JSON Lines), and its event count.
+fn encoded(pattern: Pattern, events: u64) -> (&'static [u8], u64) {
+    let spec = SynthSpec {
+        pattern,
+        events,
+        regions: 256,
+        region_bytes: 1 << 20,
+        kernel_ns: 20_000,
+        ..Default::default()
+    };
+    let mut w = TraceWriter::new(Vec::new(), false, "bench", &TraceHeader::new("bench")).unwrap();
+    Synth::new(spec).for_each(|e| w.write(&e).unwrap());
+    (Box::leak(w.finish().unwrap().into_boxed_slice()), events)
+}
+
+fn replay_none(c: &mut Criterion) {
+    let (bytes, events) = encoded(Pattern::Streaming, 200_000);
+    let stats = TraceStats::compute(TraceReader::from_bytes("bench", bytes).unwrap()).unwrap();
+    let budget = stats.peak_live_page_bytes / 2;
+    let mut g = c.benchmark_group("replay");
+    g.sample_size(10).throughput(Throughput::Elements(events));
+    g.bench_function("none_streaming_50pct_200k_events", |b| {
+        b.iter_batched(
+            || (TraceReader::from_bytes("bench", bytes).unwrap(), SimBackend::new(CostModel::h200(), budget)),
+            |(reader, mut sim)| {
+                let mut policy = replay::make_policy(PolicyName::None, budget, 1, &CostModel::h200());
+                replay::run(reader, &mut sim, policy.as_mut(), &mut |_| {}).unwrap()
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    g.bench_function("parse_only_200k_events", |b| {
+        b.iter(|| TraceReader::from_bytes("bench", bytes).unwrap().map(|e| e.unwrap()).count())
+    });
+    g.finish();
+}
+
+fn replay_oracle(c: &mut Criterion) {
+    let (bytes, events) = encoded(Pattern::Graph, 20_000);
+    let stats = TraceStats::compute(TraceReader::from_bytes("bench", bytes).unwrap()).unwrap();
+    let budget = stats.peak_live_page_bytes / 2;
+    let mut g = c.benchmark_group("replay");
+    g.sample_size(10).throughput(Throughput::Elements(events));
+    g.bench_function("oracle_graph_50pct_20k_events", |b| {
+        b.iter_batched(
+            || (TraceReader::from_bytes("bench", bytes).unwrap(), SimBackend::new(CostModel::h200(), budget)),
+            |(reader, mut sim)| {
+                let cost = CostModel::h200();
+                let mut policy = replay::make_policy(PolicyName::Oracle, budget, 65_536, &cost);
+                replay::run(reader, &mut sim, policy.as_mut(), &mut |_| {}).unwrap()
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    g.finish();
+}
+
+/// The simulator's cost for one kernel whose data is resident: the floor of per-launch overhead.
+fn sim_launch(c: &mut Criterion) {
+    let mut sim = SimBackend::h200();
+    let ids: Vec<RegionId> = (1..=8).map(RegionId).collect();
+    for &id in &ids {
+        sim.allocate(id, 1 << 20).unwrap();
+    }
+    let acc: Vec<RangeAccess> = ids
+        .iter()
+        .map(|&region| RangeAccess { region, offset: 0, len: 1 << 20, mode: AccessMode::ReadWrite })
+        .collect();
+    sim.launch(&KernelLaunch { name: "warm", dur_ns: 1, accesses: &acc }).unwrap();
+    c.bench_function("sim/launch_8_resident_regions", |b| {
+        b.iter(|| sim.launch(&KernelLaunch { name: "k", dur_ns: 1000, accesses: &acc }).unwrap())
+    });
+}
+
+criterion_group!(benches, replay_none, replay_oracle, sim_launch);
+criterion_main!(benches);

@@ -1,1 +1,1 @@
-//! Benchmarks live in benches/.
+//! unimem's criterion benchmarks live in `benches/` of this crate; this library is empty.

@@ -72,10 +72,20 @@ impl std::str::FromStr for Budget {
 impl Serialize for Budget {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match *self {
-            Budget::Bytes(b) => s.serialize_str(&b.to_string()),
+            Budget::Bytes(b) => s.serialize_str(&exact_units(b)),
             Budget::Percent(p) => s.serialize_str(&format!("{p}%")),
         }
     }
+}
+
+/// Bytes in the largest binary unit that divides them exactly: `8GiB`, `1536MiB`, `4097`.
+fn exact_units(b: u64) -> String {
+    for (shift, unit) in [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")] {
+        if b > 0 && b % (1u64 << shift) == 0 {
+            return format!("{}{unit}", b >> shift);
+        }
+    }
+    b.to_string()
 }
 
 impl<'de> Deserialize<'de> for Budget {
@@ -113,6 +123,11 @@ mod tests {
         assert_eq!(Budget::parse("8GiB"), Ok(Budget::Bytes(8 << 30)));
         assert_eq!(Budget::parse("50%").unwrap().resolve(1000 << 20), 500 << 20);
         assert_eq!(Budget::Bytes(10).resolve(0), 4096, "never below one page");
+        assert_eq!(exact_units(8 << 30), "8GiB");
+        assert_eq!(exact_units(1536 << 20), "1536MiB");
+        assert_eq!(exact_units(4097), "4097");
+        let round_trip: Budget = toml::Value::try_from(Budget::Bytes(3 << 20)).unwrap().try_into().unwrap();
+        assert_eq!(round_trip, Budget::Bytes(3 << 20));
     }
 
     #[test]

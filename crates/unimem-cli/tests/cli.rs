@@ -1,0 +1,217 @@
+//! The `unimem` binary end to end: the main jobs work, and every kind of bad input gives a
+//! clear error (non-zero exit, a message naming the problem) and never a panic.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn unimem(args: &[&str]) -> Output {
+    unimem_env(args, &[])
+}
+
+fn unimem_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_unimem"));
+    cmd.args(args).env_remove("UNIMEM_CONFIG");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A fresh temporary directory for one test.
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("unimem-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn write(path: &Path, bytes: &[u8]) {
+    std::fs::File::create(path).unwrap().write_all(bytes).unwrap();
+}
+
+fn sample(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../traces").join(name).display().to_string()
+}
+
+/// Fails with a clear message: exit code 1, `error: ` + the expected words, no panic.
+fn assert_clear_error(o: &Output, words: &[&str]) {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(1), "exit code; stderr: {err}");
+    assert!(err.starts_with("error: "), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    for w in words {
+        assert!(err.contains(w), "missing `{w}` in: {err}");
+    }
+}
+
+#[test]
+fn demo_runs_with_no_arguments() {
+    let o = unimem(&["demo"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    for want in
+        ["resnet50-train.jsonl.gz", "transformer-decode.jsonl.gz", "none", "oracle", "100%", "50%", "x floor"]
+    {
+        assert!(out.contains(want), "demo output lacks {want}:\n{out}");
+    }
+}
+
+#[test]
+fn replay_json_has_the_documented_keys() {
+    let o = unimem(&[
+        "replay",
+        &sample("transformer-decode.jsonl.gz"),
+        "--budget",
+        "50%",
+        "--policy",
+        "none,oracle",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let runs: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(runs.len(), 2);
+    for (run, policy) in runs.iter().zip(["none", "oracle"]) {
+        for key in [
+            "trace",
+            "backend",
+            "policy",
+            "budget_bytes",
+            "time_ns",
+            "compute_floor_ns",
+            "h2d_bytes",
+            "d2h_bytes",
+            "gpu_faults",
+            "peak_resident_bytes",
+            "steps",
+            "over_floor",
+        ] {
+            assert!(run.get(key).is_some(), "missing {key} in {run}");
+        }
+        assert_eq!(run["policy"], policy);
+        assert_eq!(run["backend"], "sim");
+        assert!(run["peak_resident_bytes"].as_u64() <= run["budget_bytes"].as_u64());
+    }
+    assert!(runs[1]["time_ns"].as_u64() < runs[0]["time_ns"].as_u64(), "oracle beats none");
+}
+
+#[test]
+fn trace_gen_then_stats_and_replay() {
+    let d = tmp("gen");
+    let path = d.join("t.jsonl.gz");
+    let o = unimem(&[
+        "trace",
+        "gen",
+        "--pattern",
+        "graph",
+        "--events",
+        "5000",
+        "--regions",
+        "16",
+        "--region-bytes",
+        "1MiB",
+        path.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = unimem(&["trace", "stats", path.to_str().unwrap(), "--json"]);
+    let stats: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(stats["events"], 5000);
+    assert_eq!(stats["regions"].as_u64().unwrap() > 16, true, "data regions plus outputs");
+    let o = unimem(&["replay", path.to_str().unwrap(), "--budget", "4MiB", "--policy", "none"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("none"));
+}
+
+#[test]
+fn bad_traces_are_clear_errors() {
+    let d = tmp("bad");
+    let good = std::fs::read(sample("transformer-decode.jsonl.gz")).unwrap();
+    let cases: Vec<(&str, Vec<u8>, Vec<&str>)> = vec![
+        ("truncated.jsonl.gz", good[..good.len() / 2].to_vec(), vec!["truncated.jsonl.gz:", "truncated"]),
+        ("garbled.jsonl.gz", {
+            let mut g = good.clone();
+            g.iter_mut().skip(100).step_by(5).for_each(|b| *b ^= 0xa5);
+            g
+        }, vec!["garbled.jsonl.gz:"]),
+        ("header.jsonl", b"{\"format\": \"perf\", \"version\": 1}\n".to_vec(), vec!["header.jsonl:1:", "not a unimem trace"]),
+        ("event.jsonl", b"{\"format\": \"unimem-trace\", \"version\": 1}\n{\"ev\": \"launch\"}\n".to_vec(), vec!["event.jsonl:2:", "unknown event `launch`"]),
+        ("freed.jsonl", b"{\"format\": \"unimem-trace\", \"version\": 1}\n{\"ev\": \"alloc\", \"id\": 1, \"bytes\": 8}\n{\"ev\": \"free\", \"id\": 1}\n{\"ev\": \"kernel\", \"name\": \"k\", \"dur_ns\": 1, \"acc\": [[1, 0, 8, \"r\"]]}\n".to_vec(), vec!["freed.jsonl:4:", "already freed"]),
+        ("range.jsonl", b"{\"format\": \"unimem-trace\", \"version\": 1}\n{\"ev\": \"alloc\", \"id\": 1, \"bytes\": 8}\n{\"ev\": \"kernel\", \"name\": \"k\", \"dur_ns\": 1, \"acc\": [[1, 4, 8, \"r\"]]}\n".to_vec(), vec!["range.jsonl:3:", "past the end"]),
+        ("dup.jsonl", b"{\"format\": \"unimem-trace\", \"version\": 1}\n{\"ev\": \"alloc\", \"id\": 1, \"bytes\": 8}\n{\"ev\": \"alloc\", \"id\": 1, \"bytes\": 8}\n".to_vec(), vec!["dup.jsonl:3:", "already allocated"]),
+    ];
+    for (name, bytes, words) in cases {
+        let path = d.join(name);
+        write(&path, &bytes);
+        for args in [vec!["replay", path.to_str().unwrap()], vec!["trace", "stats", path.to_str().unwrap()]] {
+            assert_clear_error(&unimem(&args), &words);
+        }
+    }
+    assert_clear_error(&unimem(&["replay", "/no/such/trace.jsonl"]), &["/no/such/trace.jsonl"]);
+}
+
+#[test]
+fn bad_budgets_policies_and_backends_are_clear_errors() {
+    let t = sample("transformer-decode.jsonl.gz");
+    assert_clear_error(&unimem(&["replay", &t, "--budget", "0"]), &["--budget", "0 bytes"]);
+    assert_clear_error(&unimem(&["replay", &t, "--budget", "150%"]), &["--budget", "(0, 100]"]);
+    assert_clear_error(&unimem(&["replay", &t, "--budget", "0%"]), &["(0, 100]"]);
+    assert_clear_error(
+        &unimem(&["replay", &t, "--policy", "fastest"]),
+        &["--policy", "fastest", "none, oracle"],
+    );
+    assert_clear_error(&unimem(&["replay", &t, "--backend", "tpu"]), &["--backend", "auto, sim, cuda"]);
+    assert_clear_error(&unimem(&["replay", &t, "--backend", "cuda"]), &["cuda", "unavailable"]);
+    assert_clear_error(
+        &unimem(&["trace", "gen", "--pattern", "zigzag", "/tmp/x.jsonl"]),
+        &["zigzag", "streaming"],
+    );
+}
+
+#[test]
+fn config_show_check_and_errors() {
+    let d = tmp("cfg");
+    let good = d.join("good.toml");
+    write(&good, b"budget = \"8GiB\"\n[replay]\npolicies = [\"oracle\"]\n");
+    let o = unimem(&["config", "check", good.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o =
+        unimem_env(&["--config", good.to_str().unwrap(), "config", "show"], &[("UNIMEM_LOG_LEVEL", "info")]);
+    let out = stdout(&o);
+    assert!(out.contains("budget = \"8GiB\"") && out.contains("good.toml"), "{out}");
+    assert!(out.contains("env UNIMEM_LOG_LEVEL"), "{out}");
+
+    let bad_key = d.join("bad_key.toml");
+    write(&bad_key, b"[replay]\npolicy = [\"none\"]\n");
+    assert_clear_error(
+        &unimem(&["config", "check", bad_key.to_str().unwrap()]),
+        &["replay.policy", "policies", "bad_key.toml"],
+    );
+    let bad_value = d.join("bad_value.toml");
+    write(&bad_value, b"budget = \"120%\"\n");
+    assert_clear_error(&unimem(&["config", "check", bad_value.to_str().unwrap()]), &["budget", "(0, 100]"]);
+    let zero = d.join("zero.toml");
+    write(&zero, b"budget = 0\n");
+    assert_clear_error(&unimem(&["config", "check", zero.to_str().unwrap()]), &["budget", "0 bytes"]);
+    assert_clear_error(
+        &unimem_env(&["config", "show"], &[("UNIMEM_BUDGET", "lots")]),
+        &["budget", "UNIMEM_BUDGET"],
+    );
+    // The replay honours the config file's policies.
+    let o = unimem(&[
+        "--config",
+        good.to_str().unwrap(),
+        "replay",
+        &sample("transformer-decode.jsonl.gz"),
+        "--json",
+    ]);
+    assert_eq!(stdout(&o).lines().count(), 1, "only the oracle: {}", stderr(&o));
+}
