@@ -28,3 +28,8 @@
 pub use unimem_core as core;
 pub use unimem_telemetry as telemetry;
 pub use unimem_tensor as tensor;
+
+/// The README's Rust example, compiled and run as a doctest so it stays true.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

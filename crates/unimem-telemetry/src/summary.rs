@@ -99,4 +99,24 @@ mod tests {
             assert!(v["kind"].is_string(), "{line}");
         }
     }
+
+    #[test]
+    fn first_touch_on_the_device_is_a_populate_not_a_migration() {
+        let mut gpu = SimBackend::new(CostModel::h200(), 4 << 20);
+        gpu.record_events(true);
+        gpu.allocate(RegionId(3), 1 << 20).unwrap();
+        let acc = [RangeAccess { region: RegionId(3), offset: 0, len: 1 << 20, mode: AccessMode::Write }];
+        gpu.launch(&KernelLaunch { name: "write", dur_ns: 1000, accesses: &acc }).unwrap();
+        let mut events = Vec::new();
+        gpu.drain_events(&mut events);
+        let populated: u64 = events
+            .iter()
+            .filter_map(|e| match e {
+                MemEvent::Populate { region: RegionId(3), bytes, .. } => Some(*bytes),
+                _ => None,
+            })
+            .sum();
+        assert_eq!(populated, 1 << 20);
+        assert!(!events.iter().any(|e| matches!(e, MemEvent::Migration { .. })));
+    }
 }

@@ -575,6 +575,11 @@ impl MemoryBackend for SimBackend {
                     if m.transferred + m.populated > 0 {
                         self.restamp(id, blocks);
                     }
+                    if m.populated > 0 {
+                        let bytes = m.populated as u64 * PAGE_SIZE;
+                        let offset = range.offset;
+                        self.emit(|| MemEvent::Populate { region: id, offset, bytes, on: Location::Device });
+                    }
                     self.emit(|| MemEvent::Migration {
                         region: id,
                         offset: range.offset,
@@ -752,6 +757,10 @@ impl MemoryBackend for SimBackend {
                     }
                     if m > 0 && self.recording {
                         fault_moves.push((id, ss as u64 * PAGE_SIZE, m as u64 * PAGE_SIZE));
+                    }
+                    if p > 0 {
+                        let (offset, bytes) = (ss as u64 * PAGE_SIZE, p as u64 * PAGE_SIZE);
+                        self.emit(|| MemEvent::Populate { region: id, offset, bytes, on: Location::Device });
                     }
                     if g > 0 {
                         let at = start;

@@ -1,0 +1,52 @@
+# unimem's routine commands. Install just with `cargo install just` where it is missing;
+# the README's two commands (demo, tests) need nothing but cargo.
+
+# List the recipes.
+default:
+    @just --list
+
+# Format, lint and test: what CI runs (.ci/run).
+check: fmt-check lint test
+
+# Run the whole test suite.
+test:
+    cargo test --workspace
+
+# Clippy on every target, warnings are errors.
+lint:
+    cargo clippy --workspace --all-targets -- -D warnings
+
+# Format the code.
+fmt:
+    cargo fmt --all
+
+# Check formatting without changing files.
+fmt-check:
+    cargo fmt --all -- --check
+
+# Replay the bundled traces on the simulator.
+demo:
+    cargo run --release -p unimem-cli -- demo
+
+# Criterion benchmarks (replay throughput, parse, simulator launch).
+bench:
+    cargo bench -p unimem-benches
+
+# The replay table of docs/benchmarks.md (100/75/50/25% budget, every policy).
+replay-table:
+    cargo build --release -p unimem-cli
+    python3 scripts/replay-table.py target/release/unimem
+
+# Replay a generated 1M-event trace with the none policy: throughput and peak RSS.
+replay-1m:
+    cargo build --release -p unimem-cli
+    target/release/unimem trace gen --pattern streaming --events 1000000 --regions 256 --region-bytes 1MiB --kernel-ns 20000 target/synth1m.jsonl.gz
+    target/release/unimem replay target/synth1m.jsonl.gz --budget 50% --policy none
+
+# API documentation, warnings are errors.
+docs:
+    RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
+
+# Build release and test binaries into .gpu/ for the GPU machine (see DEVELOPERS notes).
+gpu-build:
+    ../shared/gpu/pack.sh
