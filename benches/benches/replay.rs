@@ -2,6 +2,10 @@
 //! Figures are recorded in docs/benchmarks.md with date and machine.
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+
+/// The same allocator as the `unimem` binary, so the figures match what users run.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use unimem_core::backend::sim::{CostModel, SimBackend};
 use unimem_core::config::PolicyName;
 use unimem_core::replay;

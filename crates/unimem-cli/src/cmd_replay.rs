@@ -102,7 +102,7 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
     for policy in policies {
         let report = replay_one(&open, budget_bytes, policy, &config, !args.json)?;
         if args.json {
-            println!("{}", output::report_json(&report, &budget.to_string()));
+            output::print_report_json(&report, &budget.to_string()).map_err(|e| Error::io("stdout", e))?;
         } else {
             table.row(output::report_row(&name, &budget.to_string(), &report));
             eprintln!(

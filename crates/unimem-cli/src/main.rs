@@ -13,6 +13,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// The replay parses on one thread and frees on another; mimalloc's per-thread heaps avoid the
+/// arena lock traffic that cost the system allocator ~15% of replay time.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// unimem: host RAM as a fast extension of GPU memory.
 #[derive(Debug, Parser)]
 #[command(name = "unimem", version, about, long_about = None)]

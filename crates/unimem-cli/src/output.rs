@@ -15,14 +15,29 @@ pub fn peak_rss_bytes() -> Option<u64> {
 }
 
 /// The JSON object `--json` prints for a run: the report plus derived keys.
-pub fn report_json(report: &ReplayReport, budget_spec: &str) -> serde_json::Value {
-    let mut v = serde_json::to_value(report).expect("reports serialise");
-    let obj = v.as_object_mut().expect("a report is an object");
-    obj.insert("budget".into(), budget_spec.into());
-    obj.insert("over_floor".into(), report.over_floor().into());
-    obj.insert("events_per_sec".into(), report.events_per_sec().round().into());
-    obj.insert("peak_rss_bytes".into(), peak_rss_bytes().into());
-    v
+#[derive(serde::Serialize)]
+struct JsonRun<'a> {
+    #[serde(flatten)]
+    report: &'a ReplayReport,
+    budget: &'a str,
+    over_floor: f64,
+    events_per_sec: f64,
+    peak_rss_bytes: Option<u64>,
+}
+
+/// Prints one run as a JSON line, streamed (a report with many steps is not built in memory).
+pub fn print_report_json(report: &ReplayReport, budget_spec: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let run = JsonRun {
+        report,
+        budget: budget_spec,
+        over_floor: report.over_floor(),
+        events_per_sec: report.events_per_sec().round(),
+        peak_rss_bytes: peak_rss_bytes(),
+    };
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer(&mut out, &run).map_err(std::io::Error::other)?;
+    writeln!(out)
 }
 
 /// A plain-text table with right-aligned numeric columns.

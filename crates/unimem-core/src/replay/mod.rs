@@ -52,9 +52,10 @@ struct Parsed {
 }
 
 impl Parsed {
-    fn spawn<'s>(scope: &'s std::thread::Scope<'s, '_>, mut reader: TraceReader) -> Self {
+    fn spawn<'s>(scope: &'s std::thread::Scope<'s, '_>, mut reader: TraceReader) -> Result<Self> {
         let (tx, rx) = crossbeam_channel::bounded(BATCHES_IN_FLIGHT);
-        scope.spawn(move || loop {
+        let parser = std::thread::Builder::new().name("unimem-parse".into());
+        let spawned = parser.spawn_scoped(scope, move || loop {
             let mut batch = Vec::with_capacity(BATCH);
             let outcome = loop {
                 match reader.next_event() {
@@ -77,7 +78,8 @@ impl Parsed {
                 return;
             }
         });
-        Self { rx, batch: Vec::new().into_iter() }
+        spawned.map_err(|e| crate::Error::io("starting the trace parser thread", e))?;
+        Ok(Self { rx, batch: Vec::new().into_iter() })
     }
 
     fn next_event(&mut self) -> Result<Option<TraceEvent>> {
@@ -164,7 +166,7 @@ pub fn run(
 ) -> Result<ReplayReport> {
     let file = reader.file().to_string();
     std::thread::scope(|scope| {
-        let events = Parsed::spawn(scope, reader);
+        let events = Parsed::spawn(scope, reader)?;
         replay_events(events, file, backend, policy, progress)
     })
 }
