@@ -1,7 +1,6 @@
 //! `unimem replay`: play a trace through policies and report.
 
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 
 use unimem_core::backend;
 use unimem_core::config::{BackendChoice, PolicyName};
@@ -50,18 +49,10 @@ pub fn replay_one(
         replay::make_policy(policy, backend.device_capacity(), config.replay.oracle_lookahead, &cost);
     let reader = open()?;
     let (consumed, total) = reader.progress();
-    let bar = output::progress_bar(total, !show_progress, policy.as_str());
     tracing::info!(trace = reader.file(), %policy, budget_bytes, backend = %backend.describe(), "replay starts");
-    let mut on_progress = |events: u64| {
-        if let Some(bar) = &bar {
-            bar.set_position(consumed.load(Ordering::Relaxed));
-            bar.set_message(format!("{events} events"));
-        }
-    };
-    let report = replay::run(reader, backend.as_mut(), policy_impl.as_mut(), &mut on_progress);
-    if let Some(bar) = bar {
-        bar.finish_and_clear();
-    }
+    let progress = output::Progress::start(consumed, total, !show_progress, policy.as_str());
+    let report = replay::run(reader, backend.as_mut(), policy_impl.as_mut(), &mut |_| {});
+    drop(progress);
     let report = report?;
     tracing::info!(time_ns = report.time_ns, events = report.events, wall_ns = report.wall_ns, "replay done");
     Ok(report)
@@ -95,7 +86,12 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
     let open = || TraceReader::open(&args.trace);
     // A first streaming pass finds the peak live bytes a percent budget refers to, and checks
     // the whole trace before any replay starts.
-    let stats = TraceStats::compute(open()?)?;
+    let stats = {
+        let reader = open()?;
+        let (consumed, total) = reader.progress();
+        let _progress = output::Progress::start(consumed, total, args.json, "checking");
+        TraceStats::compute(reader)?
+    };
     let budget_bytes = resolve_budget(budget, &stats);
     let name = args.trace.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let mut table = output::report_table();

@@ -2,6 +2,9 @@
 
 use std::io::IsTerminal;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
 use indicatif::{ProgressBar, ProgressStyle};
 use unimem_core::replay::ReplayReport;
 use unimem_core::units::{Bytes, Nanos};
@@ -117,17 +120,46 @@ pub fn report_row(trace: &str, budget_spec: &str, r: &ReplayReport) -> Vec<Strin
     ]
 }
 
-/// A progress bar over `total` source bytes, drawn only when stderr is a terminal and `quiet`
-/// is false.
-pub fn progress_bar(total: Option<u64>, quiet: bool, label: &str) -> Option<ProgressBar> {
-    if quiet || !std::io::stderr().is_terminal() {
-        return None;
+/// A progress bar over a trace's source bytes, drawn on stderr while it lives, only when stderr
+/// is a terminal and `quiet` is false. A ticker thread polls the reader's byte counter every
+/// 100 ms, so the work being measured needs no callbacks.
+pub struct Progress {
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    ticker: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Progress {
+    /// Starts a bar labelled `label` over `consumed` of `total` bytes.
+    pub fn start(consumed: Arc<AtomicU64>, total: Option<u64>, quiet: bool, label: &str) -> Self {
+        if quiet || !std::io::stderr().is_terminal() {
+            return Self { stop: None, ticker: None };
+        }
+        let bar = match total {
+            Some(t) => ProgressBar::new(t),
+            None => ProgressBar::no_length(),
+        };
+        let style = ProgressStyle::with_template("{prefix:>8} [{bar:30}] {bytes}/{total_bytes} {elapsed}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> ");
+        bar.set_style(style);
+        bar.set_prefix(label.to_string());
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let ticker = std::thread::spawn(move || loop {
+            bar.set_position(consumed.load(Ordering::Relaxed));
+            match stopped.recv_timeout(std::time::Duration::from_millis(100)) {
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => continue,
+                _ => break bar.finish_and_clear(),
+            }
+        });
+        Self { stop: Some(stop), ticker: Some(ticker) }
     }
-    let bar = ProgressBar::new(total.unwrap_or(0));
-    let style = ProgressStyle::with_template("{prefix} [{bar:30}] {bytes}/{total_bytes} {msg}")
-        .unwrap_or_else(|_| ProgressStyle::default_bar())
-        .progress_chars("=> ");
-    bar.set_style(style);
-    bar.set_prefix(label.to_string());
-    Some(bar)
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.ticker.take() {
+            let _ = t.join();
+        }
+    }
 }
