@@ -85,6 +85,34 @@ impl SimRegion {
     fn block_pages(&self, b: usize) -> (usize, usize) {
         (b * PAGES_PER_BLOCK, ((b + 1) * PAGES_PER_BLOCK).min(self.pages))
     }
+
+    /// Pages of `s..e` valid on both sides keep only their device copy (a GPU write collapsed
+    /// them, or read-mostly was unset); returns how many.
+    fn drop_host_duplicates(&mut self, s: usize, e: usize) -> usize {
+        if !self.host_data.is_empty() {
+            let (on_host, host_data) = (&self.on_host, &mut self.host_data);
+            self.on_device.for_each(s, e, |p| {
+                if on_host.contains(p) {
+                    host_data.drop_page(p)
+                }
+            });
+        }
+        self.on_host.remove_in(&self.on_device, s, e)
+    }
+
+    /// Pages of `s..e` valid on both sides keep only their host copy (a CPU write); returns
+    /// how many device pages that frees.
+    fn drop_device_duplicates(&mut self, s: usize, e: usize) -> usize {
+        if !self.dev_data.is_empty() {
+            let (on_device, dev_data) = (&self.on_device, &mut self.dev_data);
+            self.on_host.for_each(s, e, |p| {
+                if on_device.contains(p) {
+                    dev_data.drop_page(p)
+                }
+            });
+        }
+        self.on_device.remove_in(&self.on_host, s, e)
+    }
 }
 
 /// What moving pages to one side did.
@@ -520,17 +548,7 @@ impl MemoryBackend for SimBackend {
             // Duplicates collapse to the device copy; the host copies were identical.
             for b in blocks {
                 let (bs, be) = r.block_pages(b);
-                let (on_host, on_device) = (&mut r.on_host, &r.on_device);
-                let mut dups = Vec::new();
-                on_device.for_each(bs, be, |p| {
-                    if on_host.contains(p) {
-                        dups.push(p)
-                    }
-                });
-                for p in dups {
-                    on_host.remove(p, p + 1);
-                    r.host_data.drop_page(p);
-                }
+                r.drop_host_duplicates(bs, be);
             }
         }
         Ok(())
@@ -631,15 +649,14 @@ impl MemoryBackend for SimBackend {
             let (s, e) = r.page_range(range.offset, range.len);
             let blocks = r.block_range(s, e);
             after = after.max(blocks.clone().map(|b| r.blocks[b].last_use_ns).max().unwrap_or(0));
-            let mut dropped_dev = Vec::new();
-            r.on_device.for_each(s, e, |p| dropped_dev.push(p));
-            for &p in &dropped_dev {
-                r.dev_data.drop_page(p);
+            // Trace replays keep no bytes: only walk pages when a side holds some.
+            if !r.dev_data.is_empty() {
+                let dev_data = &mut r.dev_data;
+                r.on_device.for_each(s, e, |p| dev_data.drop_page(p));
             }
-            let mut dropped_host = Vec::new();
-            r.on_host.for_each(s, e, |p| dropped_host.push(p));
-            for &p in &dropped_host {
-                r.host_data.drop_page(p);
+            if !r.host_data.is_empty() {
+                let host_data = &mut r.host_data;
+                r.on_host.for_each(s, e, |p| host_data.drop_page(p));
             }
             let had_copy = (e - s) - r.on_device.count_neither(&r.on_host, s, e);
             let dev = r.on_device.remove(s, e);
@@ -717,18 +734,9 @@ impl MemoryBackend for SimBackend {
                     let (ss, se) = (bs.max(s), be.min(e));
                     if adv & ADV_READ_MOSTLY != 0 && a.mode.writes() {
                         // A GPU write to duplicated pages collapses them: a fault storm.
-                        let dups = r.on_device.count_and(&r.on_host, ss, se);
-                        if dups > 0 {
-                            collapse_pages += dups;
+                        if r.on_device.count_and(&r.on_host, ss, se) > 0 {
                             let r = self.regions.get_mut(&id).expect("checked");
-                            let mut ps = Vec::new();
-                            r.on_device.for_each(ss, se, |p| ps.push(p));
-                            for p in ps {
-                                if r.on_host.contains(p) {
-                                    r.on_host.remove(p, p + 1);
-                                    r.host_data.drop_page(p);
-                                }
-                            }
+                            collapse_pages += r.drop_host_duplicates(ss, se);
                         }
                     }
                     let r = &self.regions[&id];
@@ -847,17 +855,10 @@ impl MemoryBackend for SimBackend {
             if a.mode.writes() {
                 // Writing invalidates device duplicates: drop them, no transfer.
                 let r = self.regions.get_mut(&id).expect("checked");
-                let mut dups = Vec::new();
-                r.on_device.for_each(s, e, |p| {
-                    if r.on_host.contains(p) {
-                        dups.push(p)
-                    }
-                });
-                for p in &dups {
-                    r.on_device.remove(*p, p + 1);
-                    r.dev_data.drop_page(*p);
-                }
-                self.device_bytes -= dups.len() as u64 * PAGE_SIZE;
+                let dropped = r.drop_device_duplicates(s, e);
+                let blocks = r.block_range(s, e);
+                self.note_device_released(dropped);
+                self.unstamp_empty(id, blocks);
             }
             let r = &self.regions[&id];
             let dev_only = r.on_device.count(s, e) - r.on_device.count_and(&r.on_host, s, e);

@@ -74,6 +74,18 @@ impl PageSet {
         }
     }
 
+    /// Removes the pages of `start..end` that are in `other` (self &= !other over the range);
+    /// returns how many were removed.
+    pub fn remove_in(&mut self, other: &PageSet, start: usize, end: usize) -> usize {
+        masks(start, end)
+            .map(|(w, m)| {
+                let gone = self.words[w] & other.words[w] & m;
+                self.words[w] &= !gone;
+                gone.count_ones() as usize
+            })
+            .sum()
+    }
+
     /// Adds the pages of `start..end` that are not in `other` (self |= !other over the range).
     pub fn insert_not_in(&mut self, other: &PageSet, start: usize, end: usize) {
         for (w, m) in masks(start, end) {
