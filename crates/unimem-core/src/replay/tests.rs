@@ -83,6 +83,29 @@ fn oracle_beats_none_streaming_over_budget_and_holds_the_budget() {
 }
 
 #[test]
+fn oracle_keeps_part_of_a_cyclic_stream_resident() {
+    // 32 regions swept in order on a device that holds 16: LRM evicts exactly what comes next
+    // and moves every region on every sweep; Belady keeps about half of them resident. (An
+    // early-prefetch rule that evicts each region right after its use moves as much as LRM.)
+    let spec = SynthSpec {
+        pattern: Pattern::Streaming,
+        events: 3000,
+        regions: 32,
+        region_bytes: 8 << 20,
+        ..Default::default()
+    };
+    let budget = 128 << 20;
+    let none = replay(Synth::new(spec).collect(), PolicyName::None, budget);
+    let oracle = replay(Synth::new(spec).collect(), PolicyName::Oracle, budget);
+    assert!(
+        oracle.h2d_bytes * 10 < none.h2d_bytes * 7,
+        "oracle {} vs none {}",
+        oracle.h2d_bytes,
+        none.h2d_bytes
+    );
+}
+
+#[test]
 fn at_full_budget_oracle_reaches_the_floor_after_warm_up() {
     let spec = SynthSpec {
         pattern: Pattern::Graph,

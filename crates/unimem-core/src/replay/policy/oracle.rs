@@ -2,8 +2,10 @@
 //! trace's future (a bounded window) and, on 2 MiB units of each region:
 //! - evicts the unit whose next use is farthest (Belady), discarding instead of copying back
 //!   when the data is dead (freed, or wholly overwritten before it is read again);
-//! - prefetches each kernel's data just in time and, through the window, as early as the
-//!   budget allows without evicting anything needed sooner than what it brings in;
+//! - prefetches each kernel's data just in time and, through the window, as early as the Belady
+//!   schedule allows: room is first reserved for everything the kernels in between bring in,
+//!   and a victim is taken early only if Belady would evict that same unit by the time the
+//!   prefetched one is used, so early prefetches never add transfers;
 //! - leaves units smaller than the cost model's break-even size to faults, which are cheaper
 //!   for them than a prefetch call;
 //! - asks the backend where a unit is before moving it, so memory recycled from the pool
