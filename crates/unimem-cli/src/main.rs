@@ -4,6 +4,7 @@
 mod bundled;
 mod cmd_config;
 mod cmd_demo;
+mod cmd_probe;
 mod cmd_replay;
 mod cmd_trace;
 mod output;
@@ -42,6 +43,8 @@ enum Command {
     /// Show or check the configuration.
     #[command(subcommand)]
     Config(cmd_config::Command),
+    /// Measure this GPU's unified-memory costs and write a calibration profile (needs CUDA).
+    Probe(cmd_probe::Args),
 }
 
 fn main() -> ExitCode {
@@ -51,6 +54,7 @@ fn main() -> ExitCode {
         Command::Replay(args) => cmd_replay::run(args, cli.config.as_deref()),
         Command::Trace(cmd) => cmd_trace::run(cmd),
         Command::Config(cmd) => cmd_config::run(cmd, cli.config.as_deref()),
+        Command::Probe(args) => cmd_probe::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

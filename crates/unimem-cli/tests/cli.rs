@@ -177,6 +177,27 @@ fn bad_budgets_policies_and_backends_are_clear_errors() {
 }
 
 #[test]
+fn probe_without_a_gpu_is_a_clear_error() {
+    if Path::new("/dev/nvidiactl").exists() {
+        return; // a GPU machine: the probe would run (crates/unimem-core/tests/gpu.rs covers it)
+    }
+    assert_clear_error(&unimem(&["probe"]), &["cuda", "no CUDA device"]);
+}
+
+#[test]
+fn a_probe_written_profile_drives_the_simulator() {
+    let profile =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../unimem-core/profiles/h200-probe-2026-11-30.toml");
+    let o = unimem_env(
+        &["replay", &sample("transformer-decode.jsonl.gz"), "--budget", "50%", "--policy", "none", "--json"],
+        &[("UNIMEM_SIM_PROFILE", profile.to_str().unwrap())],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let run: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert!(run["backend_detail"].as_str().unwrap().contains("unimem probe"), "{run}");
+}
+
+#[test]
 fn config_show_check_and_errors() {
     let d = tmp("cfg");
     let good = d.join("good.toml");

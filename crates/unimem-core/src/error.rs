@@ -77,6 +77,15 @@ pub enum Error {
         reason: String,
     },
 
+    /// A CUDA driver or NVRTC call failed.
+    #[error("CUDA: {call} failed: {detail}")]
+    Cuda {
+        /// The call, e.g. `cuMemPrefetchAsync`.
+        call: String,
+        /// The driver's error, with what was being done.
+        detail: String,
+    },
+
     /// Invalid argument to an API call (documented precondition violated).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

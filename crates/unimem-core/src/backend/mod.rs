@@ -2,6 +2,7 @@
 //! prefetch, discard, launch, host access, synchronize) and reports what happened; it makes no
 //! decisions. Everything above it (planner, replay, tensors) is written once for every backend.
 
+pub mod cuda;
 mod event;
 pub mod sim;
 

@@ -1,0 +1,259 @@
+//! `unimem probe`: measures what unified memory costs on this device and derives a calibration
+//! profile for the simulator. Each measurement mirrors a row of `h200-facts.md`; managed memory
+//! stays at three buffers of the probe size (8 GiB at most in all).
+
+use std::time::Instant;
+
+use cudarc::driver::{sys, CudaStream};
+
+use super::{cuda_err, discard_batch, prefetch_batch, CudaDevice, Kernels, ManagedBuffer, TouchMode};
+use crate::backend::sim::CostModel;
+use crate::backend::{Advice, Location};
+use crate::error::{Error, Result};
+
+/// Largest probe buffer: three of them must stay within 8 GiB of managed memory.
+pub const MAX_PROBE_BYTES: u64 = (8u64 << 30) / 3;
+
+/// One measured quantity, with the value the default (H200) profile assumes.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Measurement {
+    /// What was measured.
+    pub name: &'static str,
+    /// The value.
+    pub value: f64,
+    /// Its unit.
+    pub unit: &'static str,
+    /// The embedded profile's value, where it has one.
+    pub profile_value: Option<f64>,
+}
+
+/// Everything the probe found.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ProbeReport {
+    /// Device capabilities.
+    pub capabilities: super::Capabilities,
+    /// Bytes per probe buffer.
+    pub buffer_bytes: u64,
+    /// The measurements.
+    pub measurements: Vec<Measurement>,
+    /// The calibration profile derived from them.
+    #[serde(skip)]
+    pub profile: CostModel,
+}
+
+/// Times the work `f` enqueues on `stream`, with CUDA events (milliseconds -> ns).
+fn timed(stream: &CudaStream, f: impl FnOnce() -> Result<()>) -> Result<u64> {
+    let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+    let start = stream.record_event(flags).map_err(cuda_err("cuEventRecord", "probe start"))?;
+    f()?;
+    let end = stream.record_event(flags).map_err(cuda_err("cuEventRecord", "probe end"))?;
+    let ms = start.elapsed_ms(&end).map_err(cuda_err("cuEventElapsedTime", "probe"))?;
+    Ok((ms as f64 * 1e6).round().max(1.0) as u64)
+}
+
+fn gbps(bytes: u64, ns: u64) -> f64 {
+    bytes as f64 / ns.max(1) as f64
+}
+
+/// Moves a whole buffer to `to` (untimed set-up) and waits.
+fn place(buf: &ManagedBuffer, to: Location, stream: &CudaStream) -> Result<()> {
+    buf.prefetch(0, buf.len(), to, stream)?;
+    stream.synchronize().map_err(cuda_err("cuStreamSynchronize", "probe"))
+}
+
+/// Runs every measurement on `dev` with buffers of `bytes` (rounded down to 2 MiB, at most
+/// [`MAX_PROBE_BYTES`]).
+pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
+    let bytes = bytes.min(MAX_PROBE_BYTES) / (2 << 20) * (2 << 20);
+    if bytes < 64 << 20 {
+        return Err(Error::InvalidArgument("the probe needs buffers of at least 64 MiB".into()));
+    }
+    if !dev.capabilities().concurrent_managed_access {
+        return Err(Error::BackendUnavailable {
+            backend: "cuda".into(),
+            reason: "the device lacks concurrent managed access: prefetch and advice cannot be measured"
+                .into(),
+        });
+    }
+    let kernels = Kernels::load(dev)?;
+    let s = dev.new_stream()?;
+    let s2 = dev.new_stream()?;
+    let default = CostModel::h200();
+    let mut out: Vec<Measurement> = Vec::new();
+    let mut note = |name, value, unit, profile_value: Option<f64>| {
+        out.push(Measurement { name, value, unit, profile_value });
+        value
+    };
+
+    let mut a = ManagedBuffer::alloc(dev, bytes)?;
+    // CPU first touch: the pages start on the host.
+    // SAFETY: nothing runs on the device yet.
+    unsafe { a.host_bytes() }.iter_mut().step_by(4096).enumerate().for_each(|(i, b)| *b = i as u8);
+
+    // Fault-driven H2D: a kernel reads every 16 bytes of host-resident data, no hints.
+    let t = timed(&s, || kernels.touch(&s, &[(a.ptr(), bytes, TouchMode::Read)], 16, 0))?;
+    let fault_rate = note("fault-driven H2D rate", gbps(bytes, t), "GB/s", Some(default.gpu_fault_rate_gbps));
+
+    // CPU reads of GPU-resident data (CPU faults).
+    s.synchronize().map_err(cuda_err("cuStreamSynchronize", "probe"))?;
+    let t0 = Instant::now();
+    // SAFETY: the stream is idle.
+    let sum: u64 = unsafe { a.host_bytes() }.iter().step_by(1024).map(|&b| b as u64).sum();
+    let cpu_ns = t0.elapsed().as_nanos() as u64;
+    std::hint::black_box(sum);
+    note("CPU-fault D2H rate", gbps(bytes, cpu_ns), "GB/s", Some(default.cpu_fault_rate_gbps));
+
+    // Prefetch in one call each way.
+    let t_h2d = timed(&s, || a.prefetch(0, bytes, Location::Device, &s))?;
+    let h2d =
+        note("prefetch H2D rate, one call", gbps(bytes, t_h2d), "GB/s", Some(default.prefetch_h2d_rate_gbps));
+    let t_d2h = timed(&s, || a.prefetch(0, bytes, Location::Host, &s))?;
+    let d2h =
+        note("prefetch D2H rate, one call", gbps(bytes, t_d2h), "GB/s", Some(default.prefetch_d2h_rate_gbps));
+
+    // Per-call cost: the same bytes in 2 MiB calls.
+    let chunk = 2u64 << 20;
+    let calls = bytes / chunk;
+    let t_small =
+        timed(&s, || (0..calls).try_for_each(|i| a.prefetch(i * chunk, chunk, Location::Device, &s)))?;
+    note("prefetch H2D rate, 2 MiB calls", gbps(bytes, t_small), "GB/s", None);
+    let call_ns = note(
+        "prefetch fixed cost per call",
+        (t_small.saturating_sub(t_h2d)) as f64 / calls as f64,
+        "ns",
+        Some(default.prefetch_call_ns as f64),
+    );
+    place(&a, Location::Host, &s)?;
+
+    // Batch prefetch of the same 2 MiB ranges.
+    let ranges: Vec<(u64, u64)> = (0..calls).map(|i| (a.ptr() + i * chunk, chunk)).collect();
+    let t_batch = timed(&s, || prefetch_batch(dev, &ranges, Location::Device, &s))?;
+    note("batch prefetch H2D rate, 2 MiB ranges", gbps(bytes, t_batch), "GB/s", None);
+    let batch_ns = note(
+        "batch prefetch cost per extra range",
+        (t_batch.saturating_sub(t_h2d)) as f64 / calls.saturating_sub(1).max(1) as f64,
+        "ns",
+        Some(default.batch_range_ns as f64),
+    );
+
+    // Duplex: a second buffer goes device -> host while the first comes host -> device.
+    let b = ManagedBuffer::alloc(dev, bytes)?;
+    kernels.touch(&s, &[(b.ptr(), bytes, TouchMode::Write)], 4096, 0)?; // populated on the device
+    place(&a, Location::Host, &s)?;
+    let t_both = timed(&s, || {
+        let fork = s.record_event(None).map_err(cuda_err("cuEventRecord", "duplex"))?;
+        s2.wait(&fork).map_err(cuda_err("cuStreamWaitEvent", "duplex"))?;
+        a.prefetch(0, bytes, Location::Device, &s)?;
+        b.prefetch(0, bytes, Location::Host, &s2)?;
+        let join = s2.record_event(None).map_err(cuda_err("cuEventRecord", "duplex"))?;
+        s.wait(&join).map_err(cuda_err("cuStreamWaitEvent", "duplex"))
+    })?;
+    let aggregate = note("H2D + D2H prefetch concurrently, aggregate", gbps(2 * bytes, t_both), "GB/s", None);
+    // Full duplex would carry both directions at once near their one-way rates; the one-way
+    // D2H rate itself varies (10-17 GB/s, host page population), so judge by the sum.
+    let full_duplex = aggregate > 0.8 * (h2d + d2h);
+    note("aggregate / (H2D + D2H one-way) (> 0.8: full duplex)", aggregate / (h2d + d2h), "", None);
+    drop(b);
+
+    // Isolated faults: one touch per 2 MiB of host-resident data.
+    place(&a, Location::Host, &s)?;
+    let t = timed(&s, || kernels.touch(&s, &[(a.ptr(), bytes, TouchMode::Read)], chunk as u32, 0))?;
+    let isolated =
+        note("isolated GPU fault (1 touch per 2 MiB)", t as f64 / calls as f64, "ns", Some(15_800.0));
+
+    // Read-mostly: prefetching creates a duplicate; prefetching to the host drops it.
+    place(&a, Location::Host, &s)?;
+    a.advise(0, bytes, Advice::SetReadMostly)?;
+    place(&a, Location::Device, &s)?;
+    let t = timed(&s, || a.prefetch(0, bytes, Location::Host, &s))?;
+    let drop_rate =
+        note("drop read-mostly duplicate", gbps(bytes, t), "GB/s", Some(default.duplicate_drop_rate_gbps));
+    let attrs = a.attributes(0, bytes)?;
+    a.advise(0, bytes, Advice::UnsetReadMostly)?;
+    if !attrs.read_mostly {
+        return Err(Error::Cuda {
+            call: "cuMemRangeGetAttribute".into(),
+            detail: "read-mostly advice did not stick".into(),
+        });
+    }
+
+    // Remote: host-preferred and accessed by the device: read in place over the link.
+    a.advise(0, bytes, Advice::SetPreferredLocation(Location::Host))?;
+    a.advise(0, bytes, Advice::SetAccessedByDevice)?;
+    place(&a, Location::Host, &s)?;
+    let t = timed(&s, || kernels.touch(&s, &[(a.ptr(), bytes, TouchMode::Read)], 16, 0))?;
+    let remote = note(
+        "GPU remote read of host-preferred data",
+        gbps(bytes, t),
+        "GB/s",
+        Some(default.remote_rate_gbps),
+    );
+    a.advise(0, bytes, Advice::UnsetAccessedByDevice)?;
+    a.advise(0, bytes, Advice::UnsetPreferredLocation)?;
+
+    // Discard device-resident data; prefetching it back only revalidates pages that stayed
+    // mapped (discard does not return memory): the simulator's pool.
+    place(&a, Location::Device, &s)?;
+    let whole = [(a.ptr(), bytes)];
+    let mut discard_rate = default.discard_rate_gbps;
+    if dev.capabilities().discard_batch {
+        let t = timed(&s, || discard_batch(dev, &whole, &s).map(|_| ()))?;
+        discard_rate = note("discard (batch)", gbps(bytes, t), "GB/s", Some(default.discard_rate_gbps));
+        let t = timed(&s, || a.prefetch(0, bytes, Location::Device, &s))?;
+        note("prefetch of discarded device pages (still mapped)", gbps(bytes, t), "GB/s", None);
+    }
+
+    // GPU first touch of fresh memory: population by faults (not measured in h200-facts.md).
+    let c = ManagedBuffer::alloc(dev, bytes)?;
+    let t = timed(&s, || kernels.touch(&s, &[(c.ptr(), bytes, TouchMode::Write)], 4096, 0))?;
+    let units = bytes / default.fault_unit_bytes;
+    let populate_ns = note(
+        "GPU first-touch population per 64 KiB",
+        t as f64 / units as f64,
+        "ns",
+        Some(default.gpu_populate_latency_ns as f64),
+    );
+    drop(c);
+    // Prefetch of pages with no copy anywhere (fresh memory): population by prefetch.
+    let d = ManagedBuffer::alloc(dev, bytes)?;
+    let t = timed(&s, || d.prefetch(0, bytes, Location::Device, &s))?;
+    let populate_rate = note(
+        "prefetch of fresh pages (population)",
+        gbps(bytes, t),
+        "GB/s",
+        Some(default.prefetch_populate_rate_gbps),
+    );
+    drop(d);
+    s.synchronize().map_err(cuda_err("cuStreamSynchronize", "probe"))?;
+
+    let (major, minor) = dev.capabilities().compute_capability;
+    let unit_transfer = default.fault_unit_bytes as f64 / fault_rate;
+    let profile = CostModel {
+        name: format!("{} (sm_{major}{minor}, unimem probe)", dev.capabilities().name),
+        device_memory_bytes: dev.capabilities().total_bytes,
+        gpu_fault_rate_gbps: fault_rate,
+        gpu_fault_latency_ns: (isolated - unit_transfer).max(0.0).round() as u64,
+        fault_unit_bytes: default.fault_unit_bytes,
+        gpu_populate_latency_ns: populate_ns.round() as u64,
+        cpu_fault_rate_gbps: gbps(bytes, cpu_ns),
+        prefetch_call_ns: call_ns.round() as u64,
+        prefetch_h2d_rate_gbps: h2d,
+        prefetch_d2h_rate_gbps: d2h,
+        batch_range_ns: batch_ns.round() as u64,
+        prefetch_populate_rate_gbps: populate_rate,
+        evict_d2h_rate_gbps: d2h,
+        um_full_duplex: full_duplex,
+        duplicate_drop_rate_gbps: drop_rate,
+        duplicate_write_fault_ns_per_page: default.duplicate_write_fault_ns_per_page,
+        remote_rate_gbps: remote,
+        discard_rate_gbps: discard_rate,
+        discard_call_ns: default.discard_call_ns,
+    };
+    profile.validate("probe")?;
+    Ok(ProbeReport {
+        capabilities: dev.capabilities().clone(),
+        buffer_bytes: bytes,
+        measurements: out,
+        profile,
+    })
+}
