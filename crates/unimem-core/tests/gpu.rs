@@ -156,4 +156,6 @@ fn probe_measures_and_writes_a_valid_profile() {
     }
     r.profile.validate("probe").unwrap();
     assert!(r.profile.prefetch_h2d_rate_gbps > r.profile.gpu_fault_rate_gbps, "prefetch beats faults");
+    let streaming = r.measurements.iter().find(|m| m.name.starts_with("streaming read")).unwrap().value;
+    assert!(streaming > 3.0 * r.profile.gpu_fault_rate_gbps, "pipelined prefetch {streaming} GB/s vs faults");
 }
