@@ -93,5 +93,37 @@ fn sim_launch(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, replay_none, replay_oracle, sim_launch);
+/// The advisor's per-access cost: one access observed by the tournament of predictors (which
+/// also scores and forecasts at each kernel end), with 100,000 live regions learned. Each
+/// kernel touches 4 regions of a step that repeats, as training does.
+fn advisor_observe(c: &mut Criterion) {
+    use unimem_core::advisor::{Observation, Predictor, RegionKey, Tournament};
+    const REGIONS: u64 = 100_000;
+    const PER_KERNEL: u64 = 4;
+    let mut t = Tournament::standard();
+    let mut kernel = 0u64;
+    let mut feed = |t: &mut Tournament, kernel: &mut u64| {
+        for j in 0..PER_KERNEL {
+            let key = RegionKey((*kernel * PER_KERNEL + j) % REGIONS);
+            t.observe(&Observation { key, offset: 0, len: 4096, mode: AccessMode::Read, kernel: *kernel });
+        }
+        t.end_kernel(*kernel);
+        *kernel += 1;
+        if *kernel % (REGIONS / PER_KERNEL) == 0 {
+            t.on_step();
+        }
+    };
+    // Two whole steps first, so every region is known to every predictor.
+    for _ in 0..2 * REGIONS / PER_KERNEL {
+        feed(&mut t, &mut kernel);
+    }
+    let mut g = c.benchmark_group("advisor");
+    g.throughput(Throughput::Elements(PER_KERNEL));
+    g.bench_function("tournament_kernel_of_4_accesses_100k_regions", |b| {
+        b.iter(|| feed(&mut t, &mut kernel))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, replay_none, replay_oracle, sim_launch, advisor_observe);
 criterion_main!(benches);

@@ -11,6 +11,7 @@
 #![warn(missing_docs)]
 
 pub mod access;
+pub mod advisor;
 pub mod backend;
 pub mod config;
 pub mod error;

@@ -1,0 +1,10 @@
+//! The prefetch advisor. This first part is its prediction layer: a step-stable identity for
+//! regions ([`identity`]) and predictors that learn the access history and say what the next
+//! kernels will touch ([`predict`]). The planner (hints within a budget) and the engine
+//! (executing them on side streams) build on these.
+
+pub mod identity;
+pub mod predict;
+
+pub use identity::{Identity, RegionKey};
+pub use predict::{Markov, Observation, Periodic, Prediction, Predictor, Score, Sequential, Tournament};
