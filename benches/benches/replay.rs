@@ -102,14 +102,14 @@ fn advisor_observe(c: &mut Criterion) {
     const PER_KERNEL: u64 = 4;
     let mut t = Tournament::standard();
     let mut kernel = 0u64;
-    let mut feed = |t: &mut Tournament, kernel: &mut u64| {
+    let feed = |t: &mut Tournament, kernel: &mut u64| {
         for j in 0..PER_KERNEL {
             let key = RegionKey((*kernel * PER_KERNEL + j) % REGIONS);
             t.observe(&Observation { key, offset: 0, len: 4096, mode: AccessMode::Read, kernel: *kernel });
         }
         t.end_kernel(*kernel);
         *kernel += 1;
-        if *kernel % (REGIONS / PER_KERNEL) == 0 {
+        if kernel.is_multiple_of(REGIONS / PER_KERNEL) {
             t.on_step();
         }
     };

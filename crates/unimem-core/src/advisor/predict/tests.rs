@@ -160,7 +160,8 @@ fn tournament_does_not_claim_random_data() {
 /// `--nocapture`). The assertions are in the tests above.
 #[test]
 fn accuracy_table() {
-    let predictors: Vec<(&str, fn() -> Box<dyn Predictor>)> = vec![
+    type Make = fn() -> Box<dyn Predictor>;
+    let predictors: Vec<(&str, Make)> = vec![
         ("sequential", || Box::new(Sequential::new())),
         ("markov", || Box::new(Markov::new())),
         ("periodic", || Box::new(Periodic::new())),
