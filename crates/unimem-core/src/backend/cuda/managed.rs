@@ -210,26 +210,9 @@ pub fn prefetch_batch(
         return Ok(());
     }
     dev.context().bind_to_thread().map_err(cuda_err("cuCtxSetCurrent", "prefetch"))?;
-    let mut loc = location(dev.ordinal() as i32, to);
+    let loc = location(dev.ordinal() as i32, to);
     if dev.capabilities().prefetch_batch {
-        let mut ptrs: Vec<sys::CUdeviceptr> = ranges.iter().map(|r| r.0).collect();
-        let mut sizes: Vec<usize> = ranges.iter().map(|r| r.1 as usize).collect();
-        let mut loc_idx: usize = 0;
-        // SAFETY: arrays of `ranges.len()` entries; one location applying from index 0.
-        return unsafe {
-            sys::cuMemPrefetchBatchAsync(
-                ptrs.as_mut_ptr(),
-                sizes.as_mut_ptr(),
-                ranges.len(),
-                &mut loc,
-                &mut loc_idx,
-                1,
-                0,
-                stream.cu_stream(),
-            )
-        }
-        .result()
-        .map_err(cuda_err("cuMemPrefetchBatchAsync", format!("{} ranges to {to}", ranges.len())));
+        return batch_to(sys::cuMemPrefetchBatchAsync, "cuMemPrefetchBatchAsync", dev, ranges, to, stream);
     }
     for &(ptr, len) in ranges {
         // SAFETY: the caller passes ranges of managed buffers it owns.
@@ -282,13 +265,45 @@ pub fn discard_and_prefetch_batch(
         return prefetch_batch(dev, ranges, to, stream);
     }
     dev.context().bind_to_thread().map_err(cuda_err("cuCtxSetCurrent", "discard"))?;
-    let mut loc = location(dev.ordinal() as i32, to);
-    let mut loc_idx: usize = 0;
+    batch_to(
+        sys::cuMemDiscardAndPrefetchBatchAsync,
+        "cuMemDiscardAndPrefetchBatchAsync",
+        dev,
+        ranges,
+        to,
+        stream,
+    )
+}
+
+/// The signature the CUDA 13 batch calls with a destination share.
+type BatchToFn = unsafe fn(
+    *mut sys::CUdeviceptr,
+    *mut usize,
+    usize,
+    *mut sys::CUmemLocation,
+    *mut usize,
+    usize,
+    std::ffi::c_ulonglong,
+    sys::CUstream,
+) -> sys::CUresult;
+
+/// Calls a batch call that moves `ranges` to one location `to` (the context is bound).
+fn batch_to(
+    call: BatchToFn,
+    name: &str,
+    dev: &CudaDevice,
+    ranges: &[(u64, u64)],
+    to: Location,
+    stream: &CudaStream,
+) -> Result<()> {
     let mut ptrs: Vec<sys::CUdeviceptr> = ranges.iter().map(|r| r.0).collect();
     let mut sizes: Vec<usize> = ranges.iter().map(|r| r.1 as usize).collect();
-    // SAFETY: arrays of `ranges.len()` entries; one location applying from index 0.
+    let mut loc = location(dev.ordinal() as i32, to);
+    let mut loc_idx: usize = 0;
+    // SAFETY: arrays of `ranges.len()` entries of managed memory the caller owns; one
+    // location, applying from index 0.
     unsafe {
-        sys::cuMemDiscardAndPrefetchBatchAsync(
+        call(
             ptrs.as_mut_ptr(),
             sizes.as_mut_ptr(),
             ranges.len(),
@@ -300,5 +315,5 @@ pub fn discard_and_prefetch_batch(
         )
     }
     .result()
-    .map_err(cuda_err("cuMemDiscardAndPrefetchBatchAsync", format!("{} ranges to {to}", ranges.len())))
+    .map_err(cuda_err(name, format!("{} ranges to {to}", ranges.len())))
 }
