@@ -57,6 +57,7 @@ fn oversubscription_is_refused_before_any_allocation() {
     let e = ManagedBuffer::alloc(&dev, free).unwrap_err();
     assert!(matches!(e, Error::Allocation { .. }), "{e}");
     assert!(e.to_string().contains("can hang the GPU"), "{e}");
+    assert!(e.to_string().contains(r#"oversubscribe = "allow""#), "names the key: {e}");
 }
 
 #[test]

@@ -31,6 +31,17 @@ pub enum BackendChoice {
     Cuda,
 }
 
+/// Whether managed allocations may exceed the device's free memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Oversubscribe {
+    /// Refuse them (the default): asking for more managed memory than the GPU has free can
+    /// hang the GPU.
+    Deny,
+    /// Allow them. Only for a machine of your own; no test or benchmark of unimem sets it.
+    Allow,
+}
+
 /// A replay policy by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -105,6 +116,8 @@ pub struct Config {
     /// Device bytes the working set may use: bytes (`"8GiB"`) or a percent (`"50%"`) of the
     /// device (for a trace replay: of the trace's peak live bytes).
     pub budget: Budget,
+    /// `deny` or `allow` managed allocations beyond the device's free memory.
+    pub oversubscribe: Oversubscribe,
     /// Simulator settings.
     pub sim: SimConfig,
     /// Replay settings.
@@ -118,6 +131,7 @@ impl Default for Config {
         Self {
             backend: BackendChoice::Auto,
             budget: Budget::Percent(100.0),
+            oversubscribe: Oversubscribe::Deny,
             sim: SimConfig { profile: String::new() },
             replay: ReplayConfig { policies: PolicyName::ALL.to_vec(), oracle_lookahead: 65_536 },
             log: LogConfig { level: "warn".into() },

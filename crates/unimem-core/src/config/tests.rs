@@ -109,6 +109,15 @@ fn bad_values_name_key_allowed_values_and_source() {
 }
 
 #[test]
+fn oversubscription_is_denied_unless_allowed() {
+    assert_eq!(Config::load(None, env(&[])).unwrap().config.oversubscribe, Oversubscribe::Deny);
+    let f = file("oversubscribe = \"allow\"\n");
+    assert_eq!(Config::load(Some(f.path()), env(&[])).unwrap().config.oversubscribe, Oversubscribe::Allow);
+    let e = err(Some("oversubscribe = \"sometimes\"\n"), &[]);
+    assert!(e.contains("oversubscribe") && e.contains("deny") && e.contains("allow"), "{e}");
+}
+
+#[test]
 fn budget_zero_or_over_100_percent_is_rejected() {
     let e = err(Some("budget = 0\n"), &[]);
     assert!(e.contains("budget") && e.contains("0 bytes"), "{e}");

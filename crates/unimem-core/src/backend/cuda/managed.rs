@@ -6,6 +6,7 @@ use cudarc::driver::{result, sys, CudaContext, CudaStream};
 
 use super::{cuda_err, CudaDevice};
 use crate::backend::{Advice, Location};
+use crate::config::Oversubscribe;
 use crate::error::{Error, Result};
 
 /// Device memory unimem leaves free for the driver and other users when it checks an
@@ -59,21 +60,28 @@ fn decode(id: i32) -> Option<Location> {
 }
 
 impl ManagedBuffer {
-    /// Allocates `bytes` of managed memory (attached globally). Refuses, with an error, any
-    /// allocation that would leave less than [`RESERVE_BYTES`] of the device free: asking for
-    /// more managed memory than the GPU has free can hang it.
+    /// Allocates `bytes` of managed memory (attached globally). Refuses, with an error naming
+    /// the config key that permits it, any allocation that would leave less than
+    /// [`RESERVE_BYTES`] of the device free: more managed memory than the GPU has free can
+    /// hang it.
     pub fn alloc(dev: &CudaDevice, bytes: u64) -> Result<Self> {
+        Self::alloc_with(dev, bytes, Oversubscribe::Deny)
+    }
+
+    /// [`ManagedBuffer::alloc`] under the configured `oversubscribe` setting.
+    pub fn alloc_with(dev: &CudaDevice, bytes: u64, oversubscribe: Oversubscribe) -> Result<Self> {
         let (free, _) = dev.mem_info()?;
         if bytes == 0 {
             return Err(Error::Allocation { bytes, reason: "size must be at least 1 byte".into() });
         }
-        if bytes.saturating_add(RESERVE_BYTES) > free {
+        if oversubscribe == Oversubscribe::Deny && bytes.saturating_add(RESERVE_BYTES) > free {
             return Err(Error::Allocation {
                 bytes,
                 reason: format!(
                     "the device has {free} bytes free and unimem keeps {RESERVE_BYTES} in reserve; \
-                     managed memory beyond free device memory can hang the GPU \
-                     (emulate a small GPU with `budget` instead)"
+                     managed memory beyond free device memory can hang the GPU. Emulate a small \
+                     GPU with `budget` instead; config key `oversubscribe = \"allow\"` lifts \
+                     this check"
                 ),
             });
         }
