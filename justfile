@@ -5,8 +5,8 @@
 default:
     @just --list
 
-# Format, lint and test: what CI runs (.ci/run).
-check: fmt-check lint test
+# Format, lint, API docs and tests: what CI runs (.ci/run).
+check: fmt-check lint docs test
 
 # Run the whole test suite.
 test:
