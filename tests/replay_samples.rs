@@ -108,6 +108,23 @@ fn oracle_is_never_slower_than_none_and_holds_the_budget() {
 }
 
 #[test]
+fn advisor_is_never_slower_than_none_and_holds_the_budget() {
+    for name in ["resnet50-train.jsonl.gz", "transformer-decode.jsonl.gz"] {
+        for pct in [100.0, 75.0, 50.0, 25.0] {
+            let none = replay(name, Budget::Percent(pct), PolicyName::None);
+            let advisor = replay(name, Budget::Percent(pct), PolicyName::Advisor);
+            assert!(
+                advisor.time_ns < none.time_ns,
+                "{name} at {pct}%: advisor {} >= none {}",
+                advisor.time_ns,
+                none.time_ns
+            );
+            assert!(advisor.peak_resident_bytes <= advisor.budget_bytes, "{name} at {pct}%");
+        }
+    }
+}
+
+#[test]
 fn at_full_budget_steps_after_the_first_run_at_the_floor() {
     for name in ["resnet50-train.jsonl.gz", "transformer-decode.jsonl.gz"] {
         let r = replay(name, Budget::Percent(100.0), PolicyName::Oracle);

@@ -19,7 +19,7 @@ pub struct Args {
     /// Default: the config's `budget`.
     #[arg(long)]
     pub budget: Option<String>,
-    /// Comma-separated policies: none, oracle. Default: the config's `replay.policies`.
+    /// Comma-separated policies: none, oracle, advisor. Default: the config's `replay.policies`.
     #[arg(long, value_delimiter = ',')]
     pub policy: Option<Vec<String>>,
     /// Backend: auto, sim or cuda. Default: the config's `backend`.

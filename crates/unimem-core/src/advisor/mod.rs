@@ -4,7 +4,9 @@
 //! (executing them on side streams) build on these.
 
 pub mod identity;
+pub mod plan;
 pub mod predict;
 
 pub use identity::{Identity, RegionKey};
+pub use plan::{plan, Plan, PlanInput, Reason, Unit, UnitUse};
 pub use predict::{Markov, Observation, Periodic, Prediction, Predictor, Score, Sequential, Tournament};

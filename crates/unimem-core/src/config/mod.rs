@@ -50,17 +50,20 @@ pub enum PolicyName {
     None,
     /// Clairvoyant reference: just-in-time prefetch and farthest-next-use eviction.
     Oracle,
+    /// The prefetch advisor: learns the access history and plans within the budget.
+    Advisor,
 }
 
 impl PolicyName {
     /// Every policy, in the order reports list them.
-    pub const ALL: [PolicyName; 2] = [PolicyName::None, PolicyName::Oracle];
+    pub const ALL: [PolicyName; 3] = [PolicyName::None, PolicyName::Oracle, PolicyName::Advisor];
 
     /// The name as written in config and on the command line.
     pub fn as_str(self) -> &'static str {
         match self {
             PolicyName::None => "none",
             PolicyName::Oracle => "oracle",
+            PolicyName::Advisor => "advisor",
         }
     }
 }
@@ -133,7 +136,10 @@ impl Default for Config {
             budget: Budget::Percent(100.0),
             oversubscribe: Oversubscribe::Deny,
             sim: SimConfig { profile: String::new() },
-            replay: ReplayConfig { policies: PolicyName::ALL.to_vec(), oracle_lookahead: 65_536 },
+            replay: ReplayConfig {
+                policies: vec![PolicyName::None, PolicyName::Oracle],
+                oracle_lookahead: 65_536,
+            },
             log: LogConfig { level: "warn".into() },
         }
     }
@@ -145,7 +151,7 @@ impl Config {
     /// Semantic checks that types alone cannot express; returns (key, reason).
     fn check(&self) -> std::result::Result<(), (&'static str, String)> {
         if self.replay.policies.is_empty() {
-            return Err(("replay.policies", "must name at least one policy: none, oracle".into()));
+            return Err(("replay.policies", "must name at least one policy: none, oracle, advisor".into()));
         }
         if self.replay.oracle_lookahead == 0 {
             return Err(("replay.oracle_lookahead", "must be at least 1 event".into()));

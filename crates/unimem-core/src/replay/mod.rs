@@ -33,6 +33,7 @@ pub fn make_policy(
         PolicyName::Oracle => {
             Box::new(Oracle::new(budget, oracle_lookahead as usize, cost.prefetch_break_even_bytes()))
         }
+        PolicyName::Advisor => Box::new(policy::Advisor::new(budget, cost.prefetch_break_even_bytes())),
     }
 }
 

@@ -10,6 +10,8 @@ use crate::advisor::identity::RegionKey;
 
 /// Successors kept per region (the most frequent).
 const MAX_SUCCESSORS: usize = 16;
+/// Regions followed from one predicted kernel to the next (the most likely).
+const MAX_FRONTIER: usize = 64;
 
 #[derive(Debug, Default, Clone)]
 struct Successors {
@@ -35,18 +37,19 @@ impl Markov {
     /// Expected successors of `from`, with confidence: count over occurrences, summed over the
     /// regions of `from` and capped at 1.
     fn step(&self, from: &[RegionKey]) -> Vec<(RegionKey, f32, AccessMode, u64)> {
-        let mut acc: Vec<(RegionKey, f32, AccessMode, u64)> = Vec::new();
+        let mut acc: FxHashMap<RegionKey, (f32, AccessMode, u64)> = FxHashMap::default();
         for k in from {
             let Some(s) = self.table.get(k) else { continue };
             for &(n, c, m, l) in &s.next {
                 let p = c as f32 / s.total.max(1) as f32;
-                match acc.iter_mut().find(|e| e.0 == n) {
-                    Some(e) => e.1 = e.1.max(p),
-                    None => acc.push((n, p, m, l)),
-                }
+                let e = acc.entry(n).or_insert((p, m, l));
+                e.0 = e.0.max(p);
             }
         }
-        acc
+        let mut v: Vec<_> = acc.into_iter().map(|(k, (p, m, l))| (k, p, m, l)).collect();
+        // Most likely first (ties by key, for determinism).
+        v.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        v
     }
 }
 
@@ -92,8 +95,8 @@ impl Predictor for Markov {
             for &(key, p, mode, len) in &next {
                 out.push(Prediction { key, offset: 0, len, mode, at, confidence: p * carried });
             }
-            // Follow the likely part of the chain only; confidence decays along it.
-            from = next.iter().filter(|e| e.1 >= 0.5).map(|e| e.0).collect();
+            // Follow the likely part of the chain only (bounded); confidence decays along it.
+            from = next.iter().filter(|e| e.1 >= 0.5).take(MAX_FRONTIER).map(|e| e.0).collect();
             carried *= 0.9;
             if from.is_empty() {
                 break;

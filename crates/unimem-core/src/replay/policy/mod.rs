@@ -1,9 +1,11 @@
 //! Replay policies: what to tell the backend before each trace event. A policy sees the event
 //! about to run and, if it asks for one, a window of the events after it.
 
+mod advisor;
 mod none;
 mod oracle;
 
+pub use advisor::Advisor;
 pub use none::NoHints;
 pub use oracle::Oracle;
 
