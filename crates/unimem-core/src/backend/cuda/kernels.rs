@@ -156,7 +156,11 @@ impl Kernels {
     }
 
     fn cfg(&self) -> LaunchConfig {
-        LaunchConfig { grid_dim: (self.grid, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
+        self.cfg_blocks(self.grid)
+    }
+
+    fn cfg_blocks(&self, blocks: u32) -> LaunchConfig {
+        LaunchConfig { grid_dim: (blocks.max(1), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
     }
 
     /// Touches one byte every `stride` bytes of each `(address, len, mode)` range of managed
@@ -167,6 +171,19 @@ impl Kernels {
         ranges: &[(u64, u64, TouchMode)],
         stride: u32,
         spin_ns: u64,
+    ) -> Result<()> {
+        self.touch_with_blocks(stream, ranges, stride, spin_ns, self.grid)
+    }
+
+    /// [`Kernels::touch`] with `blocks` thread blocks of 256 threads (fewer blocks touch fewer
+    /// pages at once: the fault-driven rate depends on it).
+    pub fn touch_with_blocks(
+        &self,
+        stream: &CudaStream,
+        ranges: &[(u64, u64, TouchMode)],
+        stride: u32,
+        spin_ns: u64,
+        blocks: u32,
     ) -> Result<()> {
         let chunks: Vec<&[(u64, u64, TouchMode)]> =
             if ranges.is_empty() { vec![&[]] } else { ranges.chunks(MAX_TOUCH_RANGES).collect() };
@@ -187,7 +204,7 @@ impl Kernels {
             b.arg(&args).arg(&self.scratch);
             // SAFETY: the arguments match the kernel's signature; the ranges are managed memory
             // the caller owns, live until the stream has run the kernel.
-            unsafe { b.launch(self.cfg()) }.map_err(cuda_err("cuLaunchKernel", "touch"))?;
+            unsafe { b.launch(self.cfg_blocks(blocks)) }.map_err(cuda_err("cuLaunchKernel", "touch"))?;
         }
         Ok(())
     }

@@ -94,6 +94,17 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
     let t = timed(&s, || kernels.touch(&s, &[(a.ptr(), bytes, TouchMode::Read)], 16, 0))?;
     let fault_rate = note("fault-driven H2D rate", gbps(bytes, t), "GB/s", Some(default.gpu_fault_rate_gbps));
 
+    // The same read with one block of 256 threads: far fewer pages in flight at once.
+    place(&a, Location::Host, &s)?;
+    let small = bytes.min(256 << 20);
+    let t = timed(&s, || kernels.touch_with_blocks(&s, &[(a.ptr(), small, TouchMode::Read)], 16, 0, 1))?;
+    note(
+        "fault-driven H2D rate, one thread block",
+        gbps(small, t),
+        "GB/s",
+        Some(default.gpu_fault_rate_gbps),
+    );
+
     // Streaming with prefetch: a copy stream moves chunk k+1 while the compute stream reads
     // chunk k, each read waiting on an event recorded after its chunk's prefetch. What the
     // advisor's engine does; measured against the fault-driven rate of the same run.
