@@ -4,6 +4,7 @@
 mod advisor;
 mod none;
 mod oracle;
+mod units;
 
 pub use advisor::Advisor;
 pub use none::NoHints;

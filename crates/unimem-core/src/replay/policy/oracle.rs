@@ -17,14 +17,13 @@ use std::collections::{BTreeSet, VecDeque};
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
+use super::units::{add_units, coalesce, fetch_needed, pooled_blocks, unit_bytes, Sizes};
 use super::Policy;
-use crate::backend::{page_round, ByteRange, Location, MemoryBackend, BLOCK_SIZE};
+use crate::advisor::Unit;
+use crate::backend::{Location, MemoryBackend, BLOCK_SIZE};
 use crate::error::Result;
 use crate::region::RegionId;
 use crate::trace::{TraceAccess, TraceEvent};
-
-/// (trace region id, 2 MiB block index).
-type Unit = (u64, u32);
 
 /// Eviction priority; the largest key is evicted first. (class, next use index).
 type Key = (u8, u64);
@@ -49,11 +48,11 @@ pub struct Oracle {
     lookahead: usize,
     budget: u64,
     min_prefetch_bytes: u64,
-    sizes: HashMap<u64, u64>,
+    sizes: Sizes,
     /// Regions allocated on the backend (the window also sees regions not yet allocated).
-    allocated: HashSet<u64>,
+    allocated: HashSet<RegionId>,
     uses: HashMap<Unit, VecDeque<Use>>,
-    freed: HashSet<u64>,
+    freed: HashSet<RegionId>,
     resident: HashMap<Unit, Key>,
     order: BTreeSet<(Key, Unit)>,
     used: u64,
@@ -63,38 +62,10 @@ pub struct Oracle {
 }
 
 /// Units a batch of accesses touches, with whether every touch of the unit overwrites it.
-fn units_of(acc: &[TraceAccess], sizes: &HashMap<u64, u64>) -> Vec<(Unit, bool)> {
-    let mut out: Vec<(Unit, bool)> = Vec::new();
-    for a in acc.iter().filter(|a| a.len > 0) {
-        let size = sizes.get(&a.id).copied().unwrap_or(a.offset + a.len);
-        for b in a.offset / BLOCK_SIZE..=(a.offset + a.len - 1) / BLOCK_SIZE {
-            let (lo, hi) = (b * BLOCK_SIZE, ((b + 1) * BLOCK_SIZE).min(size));
-            let overwrite = !a.mode.reads() && a.offset <= lo && a.offset + a.len >= hi;
-            let unit = (a.id, b as u32);
-            match out.iter_mut().find(|(u, _)| *u == unit) {
-                Some((_, ow)) => *ow &= overwrite,
-                None => out.push((unit, overwrite)),
-            }
-        }
-    }
-    out
-}
-
-/// Coalesces units into byte ranges: contiguous blocks of a region become one range.
-fn ranges_of(mut units: Vec<Unit>, sizes: &HashMap<u64, u64>) -> Vec<ByteRange> {
-    units.sort_unstable();
-    let mut out: Vec<ByteRange> = Vec::new();
-    for (id, b) in units {
-        let size = sizes.get(&id).copied().unwrap_or(0);
-        let lo = b as u64 * BLOCK_SIZE;
-        let hi = (lo + BLOCK_SIZE).min(size);
-        if hi <= lo {
-            continue;
-        }
-        match out.last_mut() {
-            Some(r) if r.region == RegionId(id) && r.offset + r.len == lo => r.len = hi - r.offset,
-            _ => out.push(ByteRange { region: RegionId(id), offset: lo, len: hi - lo }),
-        }
+fn units_of(acc: &[TraceAccess], sizes: &Sizes) -> Vec<(Unit, bool)> {
+    let mut out = Vec::new();
+    for a in acc {
+        add_units(sizes, RegionId(a.id), a.offset, a.len, !a.mode.reads(), &mut out);
     }
     out
 }
@@ -119,9 +90,8 @@ impl Oracle {
         }
     }
 
-    fn unit_bytes(&self, (id, b): Unit) -> u64 {
-        let size = self.sizes.get(&id).copied().unwrap_or(0);
-        page_round(size.saturating_sub(b as u64 * BLOCK_SIZE).min(BLOCK_SIZE))
+    fn unit_bytes(&self, unit: Unit) -> u64 {
+        unit_bytes(&self.sizes, unit)
     }
 
     fn key(&self, unit: Unit) -> Key {
@@ -175,17 +145,12 @@ impl Oracle {
         if self.unit_bytes(unit) < self.min_prefetch_bytes {
             return Ok(());
         }
-        let Some(&range) = ranges_of(vec![unit], &self.sizes).first() else {
-            return Ok(());
-        };
-        let res = backend.residency(range)?;
-        if res.host + res.unpopulated == 0 {
-            return Ok(());
+        if let Some(discard) = fetch_needed(&self.sizes, backend, unit, overwrite)? {
+            if discard {
+                discard_first.push(unit);
+            }
+            fetch.push(unit);
         }
-        if overwrite && res.host > 0 {
-            discard_first.push(unit);
-        }
-        fetch.push(unit);
         Ok(())
     }
 
@@ -245,13 +210,14 @@ impl Policy for Oracle {
     fn on_future(&mut self, index: u64, event: &TraceEvent) {
         match event {
             TraceEvent::Alloc { id, bytes, .. } => {
-                self.sizes.insert(*id, *bytes);
+                self.sizes.insert(RegionId(*id), *bytes);
             }
             TraceEvent::Free { id } => {
-                self.freed.insert(*id);
-                let blocks = self.sizes.get(id).copied().unwrap_or(0).div_ceil(BLOCK_SIZE);
+                let id = RegionId(*id);
+                self.freed.insert(id);
+                let blocks = self.sizes.get(&id).copied().unwrap_or(0).div_ceil(BLOCK_SIZE);
                 for b in 0..blocks as u32 {
-                    self.rekey((*id, b));
+                    self.rekey((id, b));
                 }
             }
             TraceEvent::Kernel { acc, .. } => {
@@ -269,14 +235,15 @@ impl Policy for Oracle {
     fn before(&mut self, index: u64, event: &TraceEvent, backend: &mut dyn MemoryBackend) -> Result<()> {
         match event {
             TraceEvent::Free { id } => {
-                let blocks = self.sizes.get(id).copied().unwrap_or(0).div_ceil(BLOCK_SIZE);
+                let id = RegionId(*id);
+                let blocks = self.sizes.get(&id).copied().unwrap_or(0).div_ceil(BLOCK_SIZE);
                 for b in 0..blocks as u32 {
-                    self.remove_resident((*id, b));
-                    self.uses.remove(&(*id, b));
+                    self.remove_resident((id, b));
+                    self.uses.remove(&(id, b));
                 }
-                self.sizes.remove(id);
-                self.freed.remove(id);
-                self.allocated.remove(id);
+                self.sizes.remove(&id);
+                self.freed.remove(&id);
+                self.allocated.remove(&id);
                 return Ok(());
             }
             TraceEvent::Alloc { .. } => return Ok(()),
@@ -373,18 +340,18 @@ impl Policy for Oracle {
         // Issue: dead data dropped, live data copied back, then the data coming in. The link
         // serialises them in this order, so the room exists before the prefetch lands.
         if !discard.is_empty() {
-            backend.discard(&ranges_of(discard, &self.sizes))?;
+            backend.discard(&coalesce(&self.sizes, discard))?;
         }
         if !to_host.is_empty() {
-            backend.prefetch(&ranges_of(to_host, &self.sizes), Location::Host)?;
+            backend.prefetch(&coalesce(&self.sizes, to_host), Location::Host)?;
         }
         if !overwrite.is_empty() {
             // Whatever the host holds of a unit about to be overwritten is dead: drop it so
             // the prefetch only populates.
-            backend.discard(&ranges_of(overwrite, &self.sizes))?;
+            backend.discard(&coalesce(&self.sizes, overwrite))?;
         }
         if !fetch.is_empty() {
-            backend.prefetch(&ranges_of(fetch, &self.sizes), Location::Device)?;
+            backend.prefetch(&coalesce(&self.sizes, fetch), Location::Device)?;
         }
         Ok(())
     }
@@ -393,18 +360,16 @@ impl Policy for Oracle {
         let TraceEvent::Alloc { id, bytes, .. } = event else {
             return Ok(());
         };
-        self.allocated.insert(*id);
+        let id = RegionId(*id);
+        self.allocated.insert(id);
         // Pages recycled from the pool are on the device already: count them as placed.
-        let blocks = bytes.div_ceil(BLOCK_SIZE) as u32;
-        for b in 0..blocks {
-            let range = ranges_of(vec![(*id, b)], &self.sizes)[0];
-            if backend.residency(range)?.on_device() > 0 {
-                self.add_resident((*id, b));
-            }
+        for b in pooled_blocks(&self.sizes, backend, id)? {
+            self.add_resident((id, b));
         }
         // The scan skipped this region while it did not exist: rewind to its first use.
+        let blocks = bytes.div_ceil(BLOCK_SIZE) as u32;
         let first = (0..blocks)
-            .filter_map(|b| self.uses.get(&(*id, b)).and_then(|q| q.front()))
+            .filter_map(|b| self.uses.get(&(id, b)).and_then(|q| q.front()))
             .map(|u| u.index)
             .min();
         if let Some(first) = first {
