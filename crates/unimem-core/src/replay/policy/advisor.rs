@@ -5,11 +5,12 @@
 
 use rustc_hash::FxHashMap;
 
+use super::units::{add_units, coalesce, fetch_needed, pooled_blocks, unit_bytes, Sizes};
 use super::Policy;
 use crate::advisor::{
     plan, Identity, Observation, PlanInput, Predictor, RegionKey, Tournament, Unit, UnitUse,
 };
-use crate::backend::{page_round, ByteRange, Location, MemoryBackend, BLOCK_SIZE};
+use crate::backend::{page_round, Location, MemoryBackend, BLOCK_SIZE};
 use crate::error::Result;
 use crate::region::RegionId;
 use crate::trace::{TraceAccess, TraceEvent};
@@ -25,7 +26,7 @@ pub struct Advisor {
     min_prefetch_bytes: u64,
     identity: Identity,
     predictor: Tournament,
-    sizes: FxHashMap<RegionId, u64>,
+    sizes: Sizes,
     by_key: FxHashMap<RegionKey, RegionId>,
     /// Units on the device: (bytes, kernel of last use).
     resident: FxHashMap<Unit, (u64, u64)>,
@@ -56,73 +57,36 @@ impl Advisor {
         }
     }
 
-    fn unit_bytes(sizes: &FxHashMap<RegionId, u64>, (id, b): Unit) -> u64 {
-        let size = sizes.get(&id).copied().unwrap_or(0);
-        page_round(size.saturating_sub(b as u64 * BLOCK_SIZE).min(BLOCK_SIZE))
-    }
-
-    fn range(&self, (id, b): Unit) -> ByteRange {
-        let size = self.sizes.get(&id).copied().unwrap_or(0);
-        let lo = b as u64 * BLOCK_SIZE;
-        ByteRange { region: id, offset: lo, len: size.min(lo + BLOCK_SIZE).saturating_sub(lo) }
-    }
-
-    /// The units `offset..offset+len` of a region covers, with whether a write covers each.
-    fn units(&self, id: RegionId, offset: u64, len: u64, overwrite: bool, out: &mut Vec<(Unit, bool)>) {
-        let size = self.sizes.get(&id).copied().unwrap_or(0);
-        if len == 0 || size == 0 {
-            return;
-        }
-        let end = (offset + len).min(size);
-        for b in offset / BLOCK_SIZE..end.div_ceil(BLOCK_SIZE) {
-            let (lo, hi) = (b * BLOCK_SIZE, ((b + 1) * BLOCK_SIZE).min(size));
-            out.push(((id, b as u32), overwrite && offset <= lo && end >= hi));
-        }
-    }
-
     /// Issues the plan: dead data dropped, live data copied back, data coming in (after
     /// dropping host copies that are about to be overwritten).
     fn execute(&mut self, p: crate::advisor::Plan, backend: &mut dyn MemoryBackend) -> Result<()> {
-        let ranges = |this: &Self, units: &mut dyn Iterator<Item = Unit>| -> Vec<ByteRange> {
-            let mut v: Vec<ByteRange> = units.map(|u| this.range(u)).filter(|r| r.len > 0).collect();
-            v.sort_by_key(|r| (r.region, r.offset));
-            v.dedup();
-            v
-        };
         for (u, _) in p.discard.iter().chain(&p.evict) {
             self.resident.remove(u);
         }
-        let discard = ranges(self, &mut p.discard.iter().map(|(u, _)| *u));
+        let discard = coalesce(&self.sizes, p.discard.iter().map(|(u, _)| *u).collect());
         if !discard.is_empty() {
             backend.discard(&discard)?;
         }
-        let evict = ranges(self, &mut p.evict.iter().map(|(u, _)| *u));
+        let evict = coalesce(&self.sizes, p.evict.iter().map(|(u, _)| *u).collect());
         if !evict.is_empty() {
             backend.prefetch(&evict, Location::Host)?;
         }
-        let mut fetch = Vec::new();
-        let mut rewrite = Vec::new();
+        let (mut fetch, mut rewrite) = (Vec::new(), Vec::new());
         for &(u, overwrite, _) in &p.prefetch {
-            let bytes = Self::unit_bytes(&self.sizes, u);
+            let bytes = unit_bytes(&self.sizes, u);
             self.resident.entry(u).or_insert((bytes, self.kernel));
-            let r = self.range(u);
-            if r.len == 0 {
-                continue;
+            if let Some(discard_first) = fetch_needed(&self.sizes, backend, u, overwrite)? {
+                if discard_first {
+                    rewrite.push(u);
+                }
+                fetch.push(u);
             }
-            let res = backend.residency(r)?;
-            if res.host + res.unpopulated == 0 {
-                continue; // already on the device
-            }
-            if overwrite && res.host > 0 {
-                rewrite.push(r);
-            }
-            fetch.push(r);
         }
         if !rewrite.is_empty() {
-            backend.discard(&rewrite)?;
+            backend.discard(&coalesce(&self.sizes, rewrite))?;
         }
         if !fetch.is_empty() {
-            backend.prefetch(&fetch, Location::Device)?;
+            backend.prefetch(&coalesce(&self.sizes, fetch), Location::Device)?;
         }
         Ok(())
     }
@@ -154,7 +118,7 @@ impl Policy for Advisor {
                 // The CPU pulls what it touches off the device.
                 let mut units = Vec::new();
                 for a in acc {
-                    self.units(RegionId(a.id), a.offset, a.len, false, &mut units);
+                    add_units(&self.sizes, RegionId(a.id), a.offset, a.len, false, &mut units);
                 }
                 for (u, _) in units {
                     self.resident.remove(&u);
@@ -174,11 +138,8 @@ impl Policy for Advisor {
                 let key = self.identity.on_alloc(id, *bytes);
                 self.by_key.insert(key, id);
                 // Pages recycled from the pool are on the device already.
-                for b in 0..bytes.div_ceil(BLOCK_SIZE) as u32 {
-                    let r = self.range((id, b));
-                    if backend.residency(r)?.on_device() > 0 {
-                        self.resident.insert((id, b), (Self::unit_bytes(&self.sizes, (id, b)), self.kernel));
-                    }
+                for b in pooled_blocks(&self.sizes, backend, id)? {
+                    self.resident.insert((id, b), (unit_bytes(&self.sizes, (id, b)), self.kernel));
                 }
                 Ok(())
             }
@@ -209,7 +170,7 @@ impl Advisor {
         let now = self.kernel;
         let mut units = Vec::new();
         for a in acc {
-            self.units(RegionId(a.id), a.offset, a.len, !a.mode.reads(), &mut units);
+            add_units(&self.sizes, RegionId(a.id), a.offset, a.len, !a.mode.reads(), &mut units);
         }
         let current: Vec<UnitUse> = units
             .iter()
@@ -233,7 +194,7 @@ impl Advisor {
                 continue;
             };
             scratch.clear();
-            self.units(id, p.offset, p.len, !p.mode.reads(), &mut scratch);
+            add_units(&self.sizes, id, p.offset, p.len, !p.mode.reads(), &mut scratch);
             predicted.extend(scratch.iter().map(|&(unit, overwrite)| UnitUse {
                 unit,
                 at: p.at,
@@ -249,13 +210,13 @@ impl Advisor {
             predicted: &predicted,
             resident: &self.resident,
             reserve: &reserve,
-            unit_bytes: &|u| Self::unit_bytes(sizes, u),
+            unit_bytes: &|u| unit_bytes(sizes, u),
             budget: self.budget,
             min_prefetch_bytes: self.min_prefetch_bytes,
         });
         // Units the kernel touches end up on the device whether prefetched or faulted.
         for &(u, _) in &units {
-            let bytes = Self::unit_bytes(&self.sizes, u);
+            let bytes = unit_bytes(&self.sizes, u);
             self.resident.insert(u, (bytes, now));
         }
         self.execute(plan, backend)
