@@ -5,7 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 
 use unimem::core::backend::sim::{CostModel, SimBackend};
-use unimem::core::config::PolicyName;
+use unimem::core::config::{Config, PolicyName};
 use unimem::core::replay::{self, ReplayReport};
 use unimem::core::trace::{TraceEvent, TraceReader, TraceStats};
 use unimem::core::Budget;
@@ -19,7 +19,7 @@ fn replay(name: &str, budget: Budget, policy: PolicyName) -> ReplayReport {
     let bytes = budget.resolve(stats.peak_live_page_bytes);
     let cost = CostModel::h200();
     let mut backend = SimBackend::new(cost.clone(), bytes);
-    let mut policy = replay::make_policy(policy, bytes, 65_536, &cost);
+    let mut policy = replay::make_policy(policy, bytes, &Config::default(), &cost);
     replay::run(TraceReader::open(&trace(name)).unwrap(), &mut backend, policy.as_mut(), &mut |_| {}).unwrap()
 }
 
@@ -87,39 +87,32 @@ fn none_on_resnet_at_half_budget_is_within_2x_of_the_rough_estimate() {
     assert!((0.5..=2.0).contains(&ratio), "sim/estimate = {ratio:.2}");
 }
 
+/// The placing policies against `none` and against each other, at every budget the issue
+/// names: never slower than `none`, within the budget, and the advisor within 1.3x (50%) or
+/// 1.5x (25%) of the oracle's time.
 #[test]
-fn oracle_is_never_slower_than_none_and_holds_the_budget() {
+fn placing_policies_beat_none_hold_the_budget_and_the_advisor_tracks_the_oracle() {
     for name in ["resnet50-train.jsonl.gz", "transformer-decode.jsonl.gz"] {
         for pct in [100.0, 75.0, 50.0, 25.0] {
             let none = replay(name, Budget::Percent(pct), PolicyName::None);
             let oracle = replay(name, Budget::Percent(pct), PolicyName::Oracle);
-            assert_eq!(none.compute_floor_ns, oracle.compute_floor_ns);
-            assert!(
-                oracle.time_ns <= none.time_ns,
-                "{name} at {pct}%: oracle {} > none {}",
-                oracle.time_ns,
-                none.time_ns
-            );
-            assert!(oracle.h2d_bytes <= none.h2d_bytes, "{name} at {pct}%: the oracle moved more in");
-            assert!(oracle.peak_resident_bytes <= oracle.budget_bytes, "{name} at {pct}%");
-            assert!(none.peak_resident_bytes <= none.budget_bytes, "{name} at {pct}%");
-        }
-    }
-}
-
-#[test]
-fn advisor_is_never_slower_than_none_and_holds_the_budget() {
-    for name in ["resnet50-train.jsonl.gz", "transformer-decode.jsonl.gz"] {
-        for pct in [100.0, 75.0, 50.0, 25.0] {
-            let none = replay(name, Budget::Percent(pct), PolicyName::None);
             let advisor = replay(name, Budget::Percent(pct), PolicyName::Advisor);
-            assert!(
-                advisor.time_ns < none.time_ns,
-                "{name} at {pct}%: advisor {} >= none {}",
-                advisor.time_ns,
-                none.time_ns
-            );
-            assert!(advisor.peak_resident_bytes <= advisor.budget_bytes, "{name} at {pct}%");
+            assert_eq!(none.compute_floor_ns, oracle.compute_floor_ns);
+            for r in [&oracle, &advisor] {
+                assert!(
+                    r.time_ns < none.time_ns,
+                    "{name} at {pct}%: {} {} >= none {}",
+                    r.policy,
+                    r.time_ns,
+                    none.time_ns
+                );
+                assert!(r.peak_resident_bytes <= r.budget_bytes, "{name} at {pct}%: {}", r.policy);
+            }
+            assert!(oracle.h2d_bytes <= none.h2d_bytes, "{name} at {pct}%: the oracle moved more in");
+            assert!(none.peak_resident_bytes <= none.budget_bytes, "{name} at {pct}%");
+            let vs_oracle = advisor.time_ns as f64 / oracle.time_ns as f64;
+            let limit = if pct <= 25.0 { 1.5 } else { 1.3 };
+            assert!(vs_oracle <= limit, "{name} at {pct}%: advisor {vs_oracle:.2}x the oracle");
         }
     }
 }
@@ -127,11 +120,13 @@ fn advisor_is_never_slower_than_none_and_holds_the_budget() {
 #[test]
 fn at_full_budget_steps_after_the_first_run_at_the_floor() {
     for name in ["resnet50-train.jsonl.gz", "transformer-decode.jsonl.gz"] {
-        let r = replay(name, Budget::Percent(100.0), PolicyName::Oracle);
-        assert_eq!(r.steps.len(), 3, "{name}: three recorded steps");
-        for s in &r.steps[1..] {
-            let over = s.time_ns as f64 / s.compute_floor_ns as f64;
-            assert!(over < 1.05, "{name} step {}: {over:.3}x the floor", s.index);
+        for policy in [PolicyName::Oracle, PolicyName::Advisor] {
+            let r = replay(name, Budget::Percent(100.0), policy);
+            assert_eq!(r.steps.len(), 3, "{name}: three recorded steps");
+            for s in &r.steps[1..] {
+                let over = s.time_ns as f64 / s.compute_floor_ns as f64;
+                assert!(over < 1.05, "{name} {policy} step {}: {over:.3}x the floor", s.index);
+            }
         }
     }
 }

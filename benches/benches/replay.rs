@@ -7,7 +7,7 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughpu
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use unimem_core::backend::sim::{CostModel, SimBackend};
-use unimem_core::config::PolicyName;
+use unimem_core::config::{Config, PolicyName};
 use unimem_core::replay;
 use unimem_core::trace::synth::{Pattern, Synth, SynthSpec};
 use unimem_core::trace::{TraceHeader, TraceReader, TraceStats, TraceWriter};
@@ -38,7 +38,8 @@ fn replay_none(c: &mut Criterion) {
         b.iter_batched(
             || (TraceReader::from_bytes("bench", bytes).unwrap(), SimBackend::new(CostModel::h200(), budget)),
             |(reader, mut sim)| {
-                let mut policy = replay::make_policy(PolicyName::None, budget, 1, &CostModel::h200());
+                let mut policy =
+                    replay::make_policy(PolicyName::None, budget, &Config::default(), &CostModel::h200());
                 replay::run(reader, &mut sim, policy.as_mut(), &mut |_| {}).unwrap()
             },
             BatchSize::PerIteration,
@@ -67,7 +68,7 @@ fn replay_oracle(c: &mut Criterion) {
             || (TraceReader::from_bytes("bench", bytes).unwrap(), SimBackend::new(CostModel::h200(), budget)),
             |(reader, mut sim)| {
                 let cost = CostModel::h200();
-                let mut policy = replay::make_policy(PolicyName::Oracle, budget, 65_536, &cost);
+                let mut policy = replay::make_policy(PolicyName::Oracle, budget, &Config::default(), &cost);
                 replay::run(reader, &mut sim, policy.as_mut(), &mut |_| {}).unwrap()
             },
             BatchSize::PerIteration,

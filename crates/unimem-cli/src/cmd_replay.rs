@@ -45,8 +45,7 @@ pub fn replay_one(
 ) -> Result<ReplayReport> {
     let cost = backend::cost_model(config)?;
     let mut backend = backend::open(config.backend, cost.clone(), budget_bytes)?;
-    let mut policy_impl =
-        replay::make_policy(policy, backend.device_capacity(), config.replay.oracle_lookahead, &cost);
+    let mut policy_impl = replay::make_policy(policy, backend.device_capacity(), config, &cost);
     let reader = open()?;
     let (consumed, total) = reader.progress();
     tracing::info!(trace = reader.file(), %policy, budget_bytes, backend = %backend.describe(), "replay starts");

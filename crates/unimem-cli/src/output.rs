@@ -102,6 +102,9 @@ pub fn report_table() -> Table {
         "D2H",
         "GPU faults",
         "peak resident",
+        "prefetch acc/cov/on-time",
+        "dup",
+        "remote",
     ])
 }
 
@@ -117,6 +120,13 @@ pub fn report_row(trace: &str, budget_spec: &str, r: &ReplayReport) -> Vec<Strin
         Bytes(r.d2h_bytes).to_string(),
         r.gpu_faults.to_string(),
         Bytes(r.peak_resident_bytes).to_string(),
+        if r.prefetch.arrived_bytes == 0 {
+            "-".to_string()
+        } else {
+            format!("{:.2}/{:.2}/{:.2}", r.prefetch.accuracy, r.prefetch.coverage, r.prefetch.timeliness)
+        },
+        Bytes(r.placement.duplicated).to_string(),
+        Bytes(r.placement.remote).to_string(),
     ]
 }
 

@@ -8,5 +8,5 @@ pub mod plan;
 pub mod predict;
 
 pub use identity::{Identity, RegionKey};
-pub use plan::{plan, Plan, PlanInput, Reason, Unit, UnitUse};
+pub use plan::{plan, Placements, Plan, PlanInput, Reason, Unit, UnitUse};
 pub use predict::{Markov, Observation, Periodic, Prediction, Predictor, Score, Sequential, Tournament};

@@ -6,8 +6,15 @@
 //! then (room is reserved for what the kernels in between bring in, and a victim must be
 //! needed after everything used in between).
 //!
-//! This first planner moves data (prefetch, evict, discard); read-mostly duplicates and remote
-//! mapping are the next placements to add.
+//! Beyond moving data it places it (h200-facts.md says why each pays):
+//! - **duplicate** (read-mostly) data coming to the device that no known or predicted use
+//!   writes: the host copy stays valid, so evicting it later is almost free (3.2 ms per 4 GiB
+//!   instead of 10-17 GB/s). Before a kernel writes a duplicated unit the planner collapses
+//!   it (unset read-mostly): a GPU write to duplicates is a fault storm.
+//! - **remote** (preferred host + accessed by the device) for a unit the kernel about to run
+//!   overwrites when the caller knows it would be evicted before its reuse (it was last
+//!   time): the kernel writes it over the link at 51 GB/s instead of it being migrated back
+//!   at 10-17 GB/s later.
 
 use std::collections::BinaryHeap;
 
@@ -27,6 +34,8 @@ pub struct UnitUse {
     pub at: u64,
     /// The use writes the whole unit without reading it (its data before is dead).
     pub overwrite: bool,
+    /// The use writes (some of) the unit.
+    pub writes: bool,
     /// How sure the prediction is (1.0 for the kernel about to run).
     pub confidence: f32,
     /// Declared rather than predicted (the kernel about to run, or a trace's known future).
@@ -51,6 +60,13 @@ pub enum Reason {
     Dead,
     /// Needed farthest in the future (`None`: not predicted at all).
     FarthestNextUse(Option<u64>),
+    /// No declared or predicted use writes it: a read-only duplicate is free to evict.
+    ReadOnly,
+    /// The kernel about to run writes it, and duplicates must not be written.
+    WrittenNow,
+    /// It was evicted before its reuse last time: written remotely, it never needs migrating
+    /// back.
+    EvictedBeforeReuse,
 }
 
 /// What the planner decided.
@@ -62,6 +78,30 @@ pub struct Plan {
     pub evict: Vec<(Unit, Reason)>,
     /// Units to bring to the device; `true` when their old contents are dead (populate only).
     pub prefetch: Vec<(Unit, bool, Reason)>,
+    /// Read-mostly units to collapse before anything else (the kernel about to run writes
+    /// them).
+    pub collapse: Vec<(Unit, Reason)>,
+    /// Units to mark read-mostly before they come to the device.
+    pub duplicate: Vec<(Unit, Reason)>,
+    /// Units to map from the host instead of migrating (the kernel about to run writes them).
+    pub remote: Vec<(Unit, Reason)>,
+}
+
+/// Which placements besides migration the planner may use (all by default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placements {
+    /// Drop dead data without copying it.
+    pub discard: bool,
+    /// Read-mostly duplicates of read-only data.
+    pub duplicate: bool,
+    /// Remote mapping of data evicted before its reuse.
+    pub remote: bool,
+}
+
+impl Default for Placements {
+    fn default() -> Self {
+        Self { discard: true, duplicate: true, remote: true }
+    }
 }
 
 /// What the planner needs to know.
@@ -84,13 +124,24 @@ pub struct PlanInput<'a> {
     pub budget: u64,
     /// Units smaller than this are left to faults (a prefetch call costs more).
     pub min_prefetch_bytes: u64,
+    /// Units marked read-mostly now (their device copies are duplicates).
+    pub read_mostly: &'a FxHashSet<Unit>,
+    /// Units mapped remotely now: served where they are, neither fetched nor evicted.
+    pub remote: &'a FxHashSet<Unit>,
+    /// Units that were evicted before their reuse the last time they were written. Those
+    /// resident now must hold no data yet (memory recycled from the pool): they are dropped.
+    pub evicted_before_reuse: &'a FxHashSet<Unit>,
+    /// Placements allowed.
+    pub placements: Placements,
 }
 
 const NEVER: u64 = u64::MAX;
 
 /// Eviction priority: larger goes first. Dead data first, then units never predicted, then
-/// the farthest predicted use; ties go to the least recently used.
-fn priority(next: Option<&(u64, bool)>, last_use: u64) -> (u8, u64, u64) {
+/// the farthest predicted use; ties go to the least recently used. (Preferring clean
+/// duplicates among the unpredicted was tried: it evicted data needed just past the horizon
+/// and moved more bytes on resnet50-train.)
+fn priority(next: Option<&(u64, bool)>, last_use: u64) -> Priority {
     let age = u64::MAX - last_use;
     match next {
         Some(&(at, true)) => (2, at, age),
@@ -98,6 +149,8 @@ fn priority(next: Option<&(u64, bool)>, last_use: u64) -> (u8, u64, u64) {
         Some(&(at, false)) => (0, at, age),
     }
 }
+
+type Priority = (u8, u64, u64);
 
 /// Plans hints for the kernel about to run. See the module documentation.
 pub fn plan(input: &PlanInput<'_>) -> Plan {
@@ -123,7 +176,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
 
     // Victims by priority. Priorities do not change during one plan, so the heap is built
     // once; guarded units popped on the way are pushed back.
-    let mut victims: BinaryHeap<((u8, u64, u64), Unit)> = resident
+    let mut victims: BinaryHeap<(Priority, Unit)> = resident
         .iter()
         .map(|(&u, &(_, last))| (priority(future.get(&u).and_then(|v| v.first()), last), u))
         .collect();
@@ -131,7 +184,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     // Evicts the highest-priority unit outside `guard`; with `early = (j, rival)`, only one
     // Belady would evict by kernel j anyway. Returns false when none qualifies.
     let evict_one = |resident: &mut FxHashMap<Unit, (u64, u64)>,
-                     victims: &mut BinaryHeap<((u8, u64, u64), Unit)>,
+                     victims: &mut BinaryHeap<(Priority, Unit)>,
                      used: &mut u64,
                      out: &mut Plan,
                      guard: &FxHashSet<Unit>,
@@ -153,7 +206,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
             return false;
         }
         *used -= resident.remove(&unit).map_or(0, |v| v.0);
-        if class == 2 {
+        if class == 2 && input.placements.discard {
             out.discard.push((unit, Reason::Dead));
         } else {
             out.evict.push((unit, Reason::FarthestNextUse((next != NEVER).then_some(next))));
@@ -161,10 +214,31 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         true
     };
 
-    // The kernel about to run: its units must fit, whatever it evicts.
+    // Placements of the kernel about to run: duplicates it writes collapse first, and what it
+    // overwrites that would only be evicted before its reuse is written remotely.
     let mut planned: FxHashSet<Unit> = FxHashSet::default();
     for u in input.current {
-        if resident.contains_key(&u.unit) || !planned.insert(u.unit) {
+        if u.writes && input.read_mostly.contains(&u.unit) && !out.collapse.iter().any(|c| c.0 == u.unit) {
+            out.collapse.push((u.unit, Reason::WrittenNow));
+        }
+        if input.placements.remote
+            && u.overwrite
+            && u.certain
+            && !input.remote.contains(&u.unit)
+            && input.evicted_before_reuse.contains(&u.unit)
+            && planned.insert(u.unit)
+        {
+            if let Some((bytes, _)) = resident.remove(&u.unit) {
+                used -= bytes;
+                out.discard.push((u.unit, Reason::Dead));
+            }
+            out.remote.push((u.unit, Reason::EvictedBeforeReuse));
+        }
+    }
+
+    // The kernel about to run: its units must fit, whatever it evicts.
+    for u in input.current {
+        if resident.contains_key(&u.unit) || input.remote.contains(&u.unit) || !planned.insert(u.unit) {
             continue;
         }
         let bytes = (input.unit_bytes)(u.unit);
@@ -202,7 +276,10 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         let rival = if between.iter().any(|&u| next_after(u, j) == NEVER) { NEVER } else { rival };
         for u in kernel {
             let bytes = (input.unit_bytes)(u.unit);
-            if resident.contains_key(&u.unit) || planned.contains(&u.unit) || bytes < input.min_prefetch_bytes
+            if resident.contains_key(&u.unit)
+                || planned.contains(&u.unit)
+                || input.remote.contains(&u.unit)
+                || bytes < input.min_prefetch_bytes
             {
                 continue;
             }
@@ -214,7 +291,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
                 }
             }
             if !fits {
-                return out;
+                return with_duplicates(out, input);
             }
             planned.insert(u.unit);
             resident.insert(u.unit, (bytes, input.now));
@@ -227,6 +304,31 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
             }
         }
         i = end;
+    }
+    with_duplicates(out, input)
+}
+
+/// Marks read-mostly what comes to the device with its host copy valid and that no declared
+/// or predicted use writes (the current kernel's own small units included: their faults then
+/// duplicate too).
+fn with_duplicates(mut out: Plan, input: &PlanInput<'_>) -> Plan {
+    if !input.placements.duplicate {
+        return out;
+    }
+    let written: FxHashSet<Unit> =
+        input.current.iter().chain(input.predicted).filter(|u| u.writes).map(|u| u.unit).collect();
+    let incoming = out.prefetch.iter().filter(|p| !p.1).map(|p| p.0).chain(
+        input
+            .current
+            .iter()
+            .filter(|u| !input.resident.contains_key(&u.unit) && !input.remote.contains(&u.unit))
+            .map(|u| u.unit),
+    );
+    let mut seen = FxHashSet::default();
+    for unit in incoming {
+        if !written.contains(&unit) && !input.read_mostly.contains(&unit) && seen.insert(unit) {
+            out.duplicate.push((unit, Reason::ReadOnly));
+        }
     }
     out
 }
@@ -242,7 +344,7 @@ mod tests {
     }
 
     fn use_(r: u64, at: u64) -> UnitUse {
-        UnitUse { unit: unit(r), at, overwrite: false, confidence: 0.9, certain: false }
+        UnitUse { unit: unit(r), at, overwrite: false, writes: false, confidence: 0.9, certain: false }
     }
 
     fn run(
@@ -262,6 +364,10 @@ mod tests {
             unit_bytes: &|_| MB2,
             budget: budget_units * MB2,
             min_prefetch_bytes: 1,
+            read_mostly: &FxHashSet::default(),
+            remote: &FxHashSet::default(),
+            evicted_before_reuse: &FxHashSet::default(),
+            placements: Placements { duplicate: false, ..Placements::default() },
         })
     }
 
@@ -278,7 +384,7 @@ mod tests {
         // Room for 3. 1 is certainly overwritten at 12 (dead until then), 2 is never predicted, 4
         // is needed at 11. Kernel 10 needs 3: the dead unit goes, for free. Then 1's rewrite at 12
         // needs room: the unpredicted 2 goes, and 4, needed sooner, stays.
-        let dead = UnitUse { overwrite: true, certain: true, ..use_(1, 12) };
+        let dead = UnitUse { overwrite: true, writes: true, certain: true, ..use_(1, 12) };
         let p = run(10, &[use_(3, 10)], &[dead, use_(4, 11)], &[1, 2, 4], 3);
         assert_eq!(p.discard, vec![(unit(1), Reason::Dead)]);
         assert_eq!(p.evict, vec![(unit(2), Reason::FarthestNextUse(None))]);
@@ -304,7 +410,7 @@ mod tests {
     fn a_predicted_overwrite_never_discards() {
         // Same as above, but the overwrite of 1 is only predicted: 1 is copied back, not
         // dropped, since the prediction may be wrong.
-        let guess = UnitUse { overwrite: true, ..use_(1, 12) };
+        let guess = UnitUse { overwrite: true, writes: true, ..use_(1, 12) };
         let p = run(10, &[use_(3, 10)], &[guess, use_(4, 11)], &[1, 2, 4], 3);
         assert!(p.discard.is_empty(), "{p:?}");
         assert!(p.evict.iter().all(|(u, _)| *u != unit(4)), "the soonest needed stays: {p:?}");
@@ -323,6 +429,10 @@ mod tests {
             unit_bytes: &|_| MB2,
             budget: 3 * MB2,
             min_prefetch_bytes: 1,
+            read_mostly: &FxHashSet::default(),
+            remote: &FxHashSet::default(),
+            evicted_before_reuse: &FxHashSet::default(),
+            placements: Placements::default(),
         });
         assert_eq!(p.evict, vec![(unit(2), Reason::FarthestNextUse(None))]);
     }
@@ -342,6 +452,10 @@ mod tests {
             unit_bytes: &|_| MB2,
             budget: 3 * MB2,
             min_prefetch_bytes: 1,
+            read_mostly: &FxHashSet::default(),
+            remote: &FxHashSet::default(),
+            evicted_before_reuse: &FxHashSet::default(),
+            placements: Placements::default(),
         });
         assert!(p.prefetch.is_empty(), "{p:?}");
     }
@@ -350,5 +464,64 @@ mod tests {
     fn reasons_carry_the_prediction() {
         let p = run(0, &[], &[use_(7, 3)], &[], 4);
         assert_eq!(p.prefetch, vec![(unit(7), false, Reason::Predicted { at: 3, confidence: 0.9 })]);
+    }
+
+    fn placed(
+        current: &[UnitUse],
+        predicted: &[UnitUse],
+        resident: &[u64],
+        read_mostly: &[u64],
+        evicted_before_reuse: &[u64],
+    ) -> Plan {
+        let resident: FxHashMap<Unit, (u64, u64)> =
+            resident.iter().enumerate().map(|(i, &r)| (unit(r), (MB2, i as u64))).collect();
+        let set = |v: &[u64]| v.iter().map(|&r| unit(r)).collect::<FxHashSet<_>>();
+        plan(&PlanInput {
+            now: 10,
+            current,
+            predicted,
+            resident: &resident,
+            reserve: &[],
+            unit_bytes: &|_| MB2,
+            budget: 2 * MB2,
+            min_prefetch_bytes: 1,
+            read_mostly: &set(read_mostly),
+            remote: &FxHashSet::default(),
+            evicted_before_reuse: &set(evicted_before_reuse),
+            placements: Placements::default(),
+        })
+    }
+
+    fn write(r: u64, at: u64, overwrite: bool, certain: bool) -> UnitUse {
+        UnitUse { overwrite, writes: true, certain, confidence: 1.0, ..use_(r, at) }
+    }
+
+    #[test]
+    fn read_only_data_comes_in_as_duplicates_and_others_do_not() {
+        // 1 is only read (now and at 11); 2 is read now but predicted to be written at 12.
+        let p =
+            placed(&[use_(1, 10), use_(2, 10)], &[use_(1, 11), write(2, 12, false, false)], &[], &[], &[]);
+        assert_eq!(p.duplicate, vec![(unit(1), Reason::ReadOnly)], "{p:?}");
+    }
+
+    #[test]
+    fn duplicates_collapse_before_a_write() {
+        let p = placed(&[write(1, 10, false, true)], &[], &[1], &[1], &[]);
+        assert_eq!(p.collapse, vec![(unit(1), Reason::WrittenNow)]);
+        assert!(p.duplicate.is_empty());
+    }
+
+    #[test]
+    fn overwrites_evicted_before_reuse_last_time_are_written_remotely() {
+        let p = placed(&[write(5, 10, true, true)], &[], &[1, 2], &[], &[5]);
+        assert_eq!(p.remote, vec![(unit(5), Reason::EvictedBeforeReuse)]);
+        assert!(p.evict.is_empty() && p.prefetch.is_empty(), "it needs no room: {p:?}");
+        // Only a declared overwrite qualifies: remote data that is read first would be read
+        // over the link, and a partial write keeps old data that must stay valid.
+        let p = placed(&[write(5, 10, false, true)], &[], &[1, 2], &[], &[5]);
+        assert!(p.remote.is_empty());
+        // Data that was not evicted before reuse is written on the device.
+        let p = placed(&[write(5, 10, true, true)], &[], &[1, 2], &[], &[]);
+        assert!(p.remote.is_empty());
     }
 }

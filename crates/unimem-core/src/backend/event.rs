@@ -126,6 +126,14 @@ pub struct BackendStats {
     pub evicted_bytes: u64,
     /// Bytes dropped by discard.
     pub discarded_bytes: u64,
+    /// Bytes a prefetch to the device brought (moved or populated there).
+    pub prefetch_arrived_bytes: u64,
+    /// Of those, bytes a kernel then used (before they left the device).
+    pub prefetch_used_bytes: u64,
+    /// Of the used bytes, those already on the device when the kernel was ready to run.
+    pub prefetch_timely_bytes: u64,
+    /// Bytes that crossed to the device as read-mostly duplicates (by prefetch or fault).
+    pub duplicated_bytes: u64,
     /// Bytes a kernel read or wrote remotely (host-resident, mapped).
     pub remote_bytes: u64,
     /// Prefetch calls made (a batch counts as one call per range).

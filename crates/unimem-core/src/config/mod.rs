@@ -102,6 +102,95 @@ pub struct ReplayConfig {
     pub oracle_lookahead: u64,
 }
 
+/// A placement the advisor may use besides migrating data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PlacementName {
+    /// Drop dead data without copying it (`cuMemDiscardBatchAsync`).
+    Discard,
+    /// Read-mostly duplicates of data predicted read-only.
+    Duplicate,
+    /// Host-preferred, device-mapped data for what would be evicted before its reuse.
+    Remote,
+}
+
+/// The smallest unit the advisor prefetches: `"auto"` (where a prefetch call beats faults,
+/// from the cost model) or a byte size.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum MinPrefetch {
+    /// The cost model's break-even size.
+    Auto,
+    /// A fixed size in bytes.
+    Bytes(u64),
+}
+
+impl MinPrefetch {
+    /// The size in bytes, given the cost model's break-even size.
+    pub fn resolve(self, break_even: u64) -> u64 {
+        match self {
+            MinPrefetch::Auto => break_even,
+            MinPrefetch::Bytes(b) => b,
+        }
+    }
+}
+
+impl Serialize for MinPrefetch {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match self {
+            MinPrefetch::Auto => s.serialize_str("auto"),
+            MinPrefetch::Bytes(b) => s.serialize_str(&b.to_string()),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for MinPrefetch {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        if text.trim() == "auto" {
+            return Ok(MinPrefetch::Auto);
+        }
+        crate::units::parse_bytes(&text)
+            .map(MinPrefetch::Bytes)
+            .map_err(|e| serde::de::Error::custom(format!("{e}, or \"auto\"")))
+    }
+}
+
+/// Prefetch advisor settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdvisorConfig {
+    /// Kernels ahead the planner plans for.
+    pub lookahead_kernels: u64,
+    /// Predictions less sure than this (0 to 1) are not acted on.
+    pub min_confidence: f64,
+    /// Units smaller than this are left to faults.
+    pub min_prefetch: MinPrefetch,
+    /// Placements allowed besides migration.
+    pub placements: Vec<PlacementName>,
+    /// Kernels after a remote write during which its uses are served remotely; later uses
+    /// bring it to the device.
+    pub remote_window: u64,
+}
+
+impl Default for AdvisorConfig {
+    fn default() -> Self {
+        Self {
+            lookahead_kernels: 64,
+            min_confidence: 0.5,
+            min_prefetch: MinPrefetch::Auto,
+            placements: vec![PlacementName::Discard, PlacementName::Duplicate, PlacementName::Remote],
+            remote_window: 64,
+        }
+    }
+}
+
+impl AdvisorConfig {
+    /// Whether `placement` is allowed.
+    pub fn allows(&self, placement: PlacementName) -> bool {
+        self.placements.contains(&placement)
+    }
+}
+
 /// Logging settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -125,6 +214,8 @@ pub struct Config {
     pub sim: SimConfig,
     /// Replay settings.
     pub replay: ReplayConfig,
+    /// Prefetch advisor settings.
+    pub advisor: AdvisorConfig,
     /// Logging settings.
     pub log: LogConfig,
 }
@@ -136,10 +227,8 @@ impl Default for Config {
             budget: Budget::Percent(100.0),
             oversubscribe: Oversubscribe::Deny,
             sim: SimConfig { profile: String::new() },
-            replay: ReplayConfig {
-                policies: vec![PolicyName::None, PolicyName::Oracle],
-                oracle_lookahead: 65_536,
-            },
+            replay: ReplayConfig { policies: vec![PolicyName::Advisor], oracle_lookahead: 65_536 },
+            advisor: AdvisorConfig::default(),
             log: LogConfig { level: "warn".into() },
         }
     }
@@ -155,6 +244,25 @@ impl Config {
         }
         if self.replay.oracle_lookahead == 0 {
             return Err(("replay.oracle_lookahead", "must be at least 1 event".into()));
+        }
+        let a = &self.advisor;
+        if !(1..=4096).contains(&a.lookahead_kernels) {
+            return Err((
+                "advisor.lookahead_kernels",
+                format!("{} is out of range; allowed: 1 to 4096", a.lookahead_kernels),
+            ));
+        }
+        if !(0.0..=1.0).contains(&a.min_confidence) {
+            return Err((
+                "advisor.min_confidence",
+                format!("{} is out of range; allowed: 0 to 1", a.min_confidence),
+            ));
+        }
+        if a.remote_window > 4096 {
+            return Err((
+                "advisor.remote_window",
+                format!("{} is out of range; allowed: 0 to 4096", a.remote_window),
+            ));
         }
         if !LOG_LEVELS.contains(&self.log.level.as_str()) {
             return Err((

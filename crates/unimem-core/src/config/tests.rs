@@ -138,3 +138,34 @@ fn missing_file_is_a_clear_error() {
     let e = Config::load(Some(Path::new("/nonexistent/unimem.toml")), env(&[])).unwrap_err().to_string();
     assert!(e.contains("/nonexistent/unimem.toml"), "{e}");
 }
+
+#[test]
+fn advisor_knobs_load_validate_and_show() {
+    let f = file("[advisor]\nlookahead_kernels = 128\nmin_prefetch = \"1MiB\"\nplacements = [\"discard\"]\n");
+    let loaded = Config::load(Some(f.path()), env(&[("UNIMEM_ADVISOR_MIN_CONFIDENCE", "0.8")])).unwrap();
+    let a = &loaded.config.advisor;
+    assert_eq!(a.lookahead_kernels, 128);
+    assert_eq!(a.min_prefetch, MinPrefetch::Bytes(1 << 20));
+    assert_eq!(a.min_confidence, 0.8);
+    assert!(a.allows(PlacementName::Discard) && !a.allows(PlacementName::Remote));
+    let shown = loaded.show();
+    assert!(
+        shown.contains("advisor.min_confidence = 0.8") && shown.contains("env UNIMEM_ADVISOR_MIN_CONFIDENCE")
+    );
+    assert!(shown.contains("advisor.remote_window = 64") && shown.contains("# default"), "{shown}");
+    let defaults = Config::default().advisor;
+    assert_eq!(defaults.min_prefetch, MinPrefetch::Auto);
+    assert_eq!(defaults.min_prefetch.resolve(300_000), 300_000);
+}
+
+#[test]
+fn bad_advisor_values_are_clear_errors() {
+    let e = err(None, &[("UNIMEM_ADVISOR_MIN_CONFIDENCE", "1.5")]);
+    assert!(e.contains("advisor.min_confidence") && e.contains("0 to 1"), "{e}");
+    let e = err(Some("[advisor]\nlookahead_kernels = 0\n"), &[]);
+    assert!(e.contains("advisor.lookahead_kernels") && e.contains("1 to 4096"), "{e}");
+    let e = err(None, &[("UNIMEM_ADVISOR_PLACEMENTS", "discard,teleport")]);
+    assert!(e.contains("advisor.placements") && e.contains("duplicate") && e.contains("remote"), "{e}");
+    let e = err(Some("[advisor]\nmin_prefetch = \"lots\"\n"), &[]);
+    assert!(e.contains("advisor.min_prefetch") && e.contains("auto"), "{e}");
+}

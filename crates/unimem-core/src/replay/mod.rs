@@ -10,30 +10,31 @@ use std::collections::VecDeque;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::time::Instant;
 
-pub use policy::{NoHints, Oracle, Policy};
-pub use report::{ReplayReport, StepReport};
+pub use policy::{Advisor, AdvisorSettings, HintBytes, NoHints, Oracle, Policy};
+pub use report::{PlacementBytes, PrefetchMetrics, ReplayReport, StepReport};
+
+/// The driver's fault unit (64 KiB), for counting faults avoided.
+const FAULT_UNIT_BYTES: u64 = 64 << 10;
 
 use crate::access::RangeAccess;
 use crate::backend::sim::CostModel;
 use crate::backend::{ByteRange, KernelLaunch, MemoryBackend};
-use crate::config::PolicyName;
+use crate::config::{Config, PolicyName};
 use crate::error::Result;
 use crate::region::RegionId;
 use crate::trace::{TraceAccess, TraceEvent, TraceReader};
 
-/// Builds the policy `name` for a device of `budget` bytes.
-pub fn make_policy(
-    name: PolicyName,
-    budget: u64,
-    oracle_lookahead: u64,
-    cost: &CostModel,
-) -> Box<dyn Policy> {
+/// Builds the policy `name` for a device of `budget` bytes, with the settings of `config`.
+pub fn make_policy(name: PolicyName, budget: u64, config: &Config, cost: &CostModel) -> Box<dyn Policy> {
+    let break_even = cost.prefetch_break_even_bytes();
     match name {
         PolicyName::None => Box::new(NoHints),
         PolicyName::Oracle => {
-            Box::new(Oracle::new(budget, oracle_lookahead as usize, cost.prefetch_break_even_bytes()))
+            Box::new(Oracle::new(budget, config.replay.oracle_lookahead as usize, break_even))
         }
-        PolicyName::Advisor => Box::new(policy::Advisor::new(budget, cost.prefetch_break_even_bytes())),
+        PolicyName::Advisor => {
+            Box::new(Advisor::new(AdvisorSettings::from_config(budget, break_even, &config.advisor)))
+        }
     }
 }
 
@@ -269,6 +270,8 @@ fn replay_events(
         evicted_bytes: stats.evicted_bytes,
         discarded_bytes: stats.discarded_bytes,
         stall_ns: stats.stall_ns,
+        prefetch: PrefetchMetrics::from_stats(&stats, FAULT_UNIT_BYTES),
+        placement: PlacementBytes::from_stats(&stats),
         events: read,
         kernels,
         steps,

@@ -15,6 +15,66 @@ pub struct StepReport {
     pub compute_floor_ns: u64,
 }
 
+/// How well prefetching worked. Ratios are 0 when there was nothing to measure.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct PrefetchMetrics {
+    /// Accuracy: of the bytes prefetches brought to the device, the share a kernel used
+    /// before they left.
+    pub accuracy: f64,
+    /// Coverage: of the bytes kernels needed from elsewhere (prefetched and used, or migrated
+    /// by faults), the share that arrived by prefetch.
+    pub coverage: f64,
+    /// Timeliness: of the prefetched bytes used, the share already on the device when their
+    /// kernel was ready to run (the rest made it wait).
+    pub timeliness: f64,
+    /// Fault units (64 KiB on the H200) served by a timely prefetch instead of a fault.
+    pub faults_avoided: u64,
+    /// Bytes prefetches brought to the device.
+    pub arrived_bytes: u64,
+    /// Of those, bytes used.
+    pub used_bytes: u64,
+}
+
+impl PrefetchMetrics {
+    /// Metrics from backend counters and the fault unit size.
+    pub fn from_stats(s: &crate::backend::BackendStats, fault_unit_bytes: u64) -> Self {
+        let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+        Self {
+            accuracy: ratio(s.prefetch_used_bytes, s.prefetch_arrived_bytes),
+            coverage: ratio(s.prefetch_used_bytes, s.prefetch_used_bytes + s.gpu_fault_bytes),
+            timeliness: ratio(s.prefetch_timely_bytes, s.prefetch_used_bytes),
+            faults_avoided: s.prefetch_timely_bytes / fault_unit_bytes.max(1),
+            arrived_bytes: s.prefetch_arrived_bytes,
+            used_bytes: s.prefetch_used_bytes,
+        }
+    }
+}
+
+/// Bytes by placement.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct PlacementBytes {
+    /// Migrated to the device (by prefetch or fault), duplicates excluded.
+    pub migrated: u64,
+    /// Copied to the device as read-mostly duplicates (the host copy stayed valid).
+    pub duplicated: u64,
+    /// Read or written by kernels in place in host memory (remote mapping).
+    pub remote: u64,
+    /// Dropped without a copy (dead data).
+    pub discarded: u64,
+}
+
+impl PlacementBytes {
+    /// Placement bytes from backend counters.
+    pub fn from_stats(s: &crate::backend::BackendStats) -> Self {
+        Self {
+            migrated: s.h2d_bytes.saturating_sub(s.duplicated_bytes),
+            duplicated: s.duplicated_bytes,
+            remote: s.remote_bytes,
+            discarded: s.discarded_bytes,
+        }
+    }
+}
+
 /// The outcome of one replay. Serialised as one JSON object by `unimem replay --json`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ReplayReport {
@@ -52,6 +112,10 @@ pub struct ReplayReport {
     pub discarded_bytes: u64,
     /// Time kernels stalled on faults and data in flight.
     pub stall_ns: u64,
+    /// How well prefetching worked.
+    pub prefetch: PrefetchMetrics,
+    /// Bytes by where they were placed.
+    pub placement: PlacementBytes,
     /// Trace events replayed.
     pub events: u64,
     /// Kernels replayed.

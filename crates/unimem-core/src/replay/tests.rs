@@ -13,7 +13,9 @@ fn reader_of(events: impl IntoIterator<Item = TraceEvent>) -> TraceReader {
 fn replay(events: Vec<TraceEvent>, policy: PolicyName, budget: u64) -> ReplayReport {
     let cost = CostModel::h200();
     let mut backend = SimBackend::new(cost.clone(), budget);
-    let mut policy = make_policy(policy, budget, 4096, &cost);
+    let mut config = Config::default();
+    config.replay.oracle_lookahead = 4096;
+    let mut policy = make_policy(policy, budget, &config, &cost);
     run(reader_of(events), &mut backend, policy.as_mut(), &mut |_| {}).unwrap()
 }
 

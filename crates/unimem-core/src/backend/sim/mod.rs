@@ -65,6 +65,8 @@ struct SimRegion {
     pages: usize,
     on_device: PageSet,
     on_host: PageSet,
+    /// Device pages a prefetch brought that no kernel has touched yet (for the metrics).
+    prefetched: PageSet,
     blocks: Vec<Block>,
     host_data: PageStore,
     dev_data: PageStore,
@@ -111,6 +113,7 @@ impl SimRegion {
                 }
             });
         }
+        self.prefetched.remove(s, e);
         self.on_device.remove_in(&self.on_host, s, e)
     }
 }
@@ -338,6 +341,7 @@ impl SimBackend {
         let (on_host, on_device) = (&mut r.on_host, &r.on_device);
         on_host.union_from(on_device, s, e);
         let removed = r.on_device.remove(s, e);
+        r.prefetched.remove(s, e);
         self.device_bytes -= removed as u64 * PAGE_SIZE;
         let blocks = r.block_range(s, e);
         self.unstamp_empty(id, blocks);
@@ -494,6 +498,7 @@ impl MemoryBackend for SimBackend {
             pages,
             on_device: PageSet::new(pages),
             on_host: PageSet::new(pages),
+            prefetched: PageSet::new(pages),
             blocks: vec![Block::default(); pages.div_ceil(PAGES_PER_BLOCK)],
             host_data: PageStore::default(),
             dev_data: PageStore::default(),
@@ -575,7 +580,14 @@ impl MemoryBackend for SimBackend {
                     let blocks = r.block_range(s, e);
                     let read_mostly = blocks.clone().all(|b| r.blocks[b].advice & ADV_READ_MOSTLY != 0);
                     let room_at = self.make_room(missing as u64 * PAGE_SIZE, &protect, self.host_now);
+                    let r = self.regions.get_mut(&id).expect("checked");
+                    let (prefetched, on_device) = (&mut r.prefetched, &r.on_device);
+                    prefetched.insert_not_in(on_device, s, e);
                     let m = self.move_to_device(id, s, e, read_mostly);
+                    self.stats.prefetch_arrived_bytes += (m.transferred + m.populated) as u64 * PAGE_SIZE;
+                    if read_mostly {
+                        self.stats.duplicated_bytes += m.transferred as u64 * PAGE_SIZE;
+                    }
                     let bytes = m.transferred as u64 * PAGE_SIZE;
                     let dur = call_ns
                         + CostModel::transfer_ns(bytes, self.cost.prefetch_h2d_rate_gbps)
@@ -661,6 +673,7 @@ impl MemoryBackend for SimBackend {
             let had_copy = (e - s) - r.on_device.count_neither(&r.on_host, s, e);
             let dev = r.on_device.remove(s, e);
             r.on_host.remove(s, e);
+            r.prefetched.remove(s, e);
             // Discard does not return memory (h200-facts.md): the pages stay mapped, pooled.
             self.note_device_released(dev);
             let bytes = had_copy as u64 * PAGE_SIZE;
@@ -686,6 +699,21 @@ impl MemoryBackend for SimBackend {
             let (s, e) = r.page_range(a.offset, a.len);
             for b in r.block_range(s, e) {
                 start = start.max(r.blocks[b].ready_ns);
+            }
+        }
+
+        // Metrics: pages a prefetch brought, used now for the first time, and whether they were
+        // there before the kernel was ready to run.
+        for a in kernel.accesses {
+            let r = self.regions.get_mut(&a.region).expect("checked");
+            let (s, e) = r.page_range(a.offset, a.len);
+            let used = r.prefetched.remove(s, e) as u64 * PAGE_SIZE;
+            if used > 0 {
+                let ready = r.block_range(s, e).map(|b| r.blocks[b].ready_ns).max().unwrap_or(0);
+                self.stats.prefetch_used_bytes += used;
+                if ready <= issued {
+                    self.stats.prefetch_timely_bytes += used;
+                }
             }
         }
 
@@ -757,6 +785,9 @@ impl MemoryBackend for SimBackend {
                     }
                     let duplicate = adv & ADV_READ_MOSTLY != 0 && !a.mode.writes();
                     let (g, m, p) = self.fault_in(id, ss, se, duplicate, &mut in_run);
+                    if duplicate {
+                        self.stats.duplicated_bytes += m as u64 * PAGE_SIZE;
+                    }
                     groups += g;
                     moved += m;
                     populated += p;
@@ -809,8 +840,12 @@ impl MemoryBackend for SimBackend {
                 at = end;
             }
         }
+        // Remote accesses cross the same link as migrations: they wait for transfers queued
+        // on it (a conservative model; the hardware would share the bandwidth instead).
         let remote_ns = CostModel::transfer_ns(remote_bytes, self.cost.remote_rate_gbps);
-        let end = begin + kernel.dur_ns.max(remote_ns);
+        let remote_end =
+            if remote_ns > 0 { self.occupy_link(Direction::H2D, begin, remote_ns).1 } else { begin };
+        let end = (begin + kernel.dur_ns).max(remote_end);
         self.compute_free = end;
 
         for (id, blocks) in touched_new {
@@ -829,7 +864,7 @@ impl MemoryBackend for SimBackend {
         self.stats.gpu_fault_bytes += h2d;
         self.stats.h2d_bytes += h2d;
         self.stats.remote_bytes += remote_bytes;
-        let stall = (begin - issued) + remote_ns.saturating_sub(kernel.dur_ns);
+        let stall = end - issued - kernel.dur_ns;
         self.stats.stall_ns += stall;
         let name = kernel.name;
         self.emit(|| MemEvent::Kernel {

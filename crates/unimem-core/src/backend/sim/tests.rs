@@ -143,6 +143,27 @@ fn remote_mapping_uses_no_device_memory() {
 }
 
 #[test]
+fn remote_traffic_queues_behind_transfers_on_the_link() {
+    let mut s = sim(1 << 30);
+    let (a, b) = (RegionId(1), RegionId(2));
+    for id in [a, b] {
+        s.allocate(id, 64 * MIB).unwrap();
+        s.preload_host(ByteRange::whole(id, 64 * MIB)).unwrap();
+    }
+    s.advise(whole(2, 64 * MIB), Advice::SetPreferredLocation(Location::Host)).unwrap();
+    s.advise(whole(2, 64 * MIB), Advice::SetAccessedByDevice).unwrap();
+    s.prefetch(&[ByteRange::whole(a, 64 * MIB)], Location::Device).unwrap();
+    let acc = [RangeAccess { region: b, offset: 0, len: 64 * MIB, mode: AccessMode::Read }];
+    s.launch(&KernelLaunch { name: "remote", dur_ns: 10, accesses: &acc }).unwrap();
+    let t = s.synchronize().unwrap();
+    let c = s.cost();
+    let prefetch = c.prefetch_call_ns + CostModel::transfer_ns(64 * MIB, c.prefetch_h2d_rate_gbps);
+    let remote = CostModel::transfer_ns(64 * MIB, c.remote_rate_gbps);
+    assert_eq!(t, prefetch + remote, "the remote read waits for the prefetch ahead of it");
+    assert_eq!(s.stats().stall_ns, t - 10);
+}
+
+#[test]
 fn isolated_fault_costs_the_measured_latency() {
     let mut s = sim(64 * MIB);
     let id = RegionId(1);

@@ -2,36 +2,94 @@
 //! in the trace: it learns from the kernels that ran (step-stable identity, the tournament of
 //! predictors), forecasts the next kernels, and lets the planner turn the forecast, the next
 //! kernel's declared accesses and the residency into hints within the budget.
+//!
+//! It also remembers, by step-stable identity, which units it had to evict before their reuse:
+//! the next time such a unit is overwritten, the planner may write it remotely instead.
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::units::{add_units, coalesce, fetch_needed, pooled_blocks, unit_bytes, Sizes};
 use super::Policy;
 use crate::advisor::{
-    plan, Identity, Observation, PlanInput, Predictor, RegionKey, Tournament, Unit, UnitUse,
+    plan, Identity, Observation, Placements, Plan, PlanInput, Prediction, Predictor, Reason, RegionKey,
+    Tournament, Unit, UnitUse,
 };
-use crate::backend::{page_round, Location, MemoryBackend, BLOCK_SIZE};
+use crate::backend::{page_round, Advice, Location, MemoryBackend, BLOCK_SIZE};
+use crate::config::{AdvisorConfig, PlacementName};
 use crate::error::Result;
 use crate::region::RegionId;
 use crate::trace::{TraceAccess, TraceEvent};
 
-/// Kernels ahead the advisor plans for.
-const HORIZON: u64 = 64;
-/// Predictions below this confidence are not acted on.
-const MIN_CONFIDENCE: f32 = 0.5;
+/// Hints the advisor issued, by kind, in bytes (for reports).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HintBytes {
+    /// Prefetched to the device.
+    pub prefetched: u64,
+    /// Moved back to the host by the advisor.
+    pub evicted: u64,
+    /// Dropped as dead.
+    pub discarded: u64,
+    /// Marked read-mostly.
+    pub duplicated: u64,
+    /// Mapped remotely.
+    pub remote: u64,
+}
+
+/// The advisor's settings, resolved.
+#[derive(Debug, Clone, Copy)]
+pub struct AdvisorSettings {
+    /// Device bytes the working set may use.
+    pub budget: u64,
+    /// Units smaller than this are left to faults.
+    pub min_prefetch_bytes: u64,
+    /// Kernels ahead to plan for.
+    pub horizon: u64,
+    /// Predictions below this confidence are not acted on.
+    pub min_confidence: f32,
+    /// Placements allowed.
+    pub placements: Placements,
+    /// Kernels after a remote write during which its uses stay remote.
+    pub remote_window: u64,
+}
+
+impl AdvisorSettings {
+    /// Settings from the `[advisor]` config section.
+    pub fn from_config(budget: u64, break_even_bytes: u64, c: &AdvisorConfig) -> Self {
+        Self {
+            budget,
+            min_prefetch_bytes: c.min_prefetch.resolve(break_even_bytes),
+            horizon: c.lookahead_kernels,
+            min_confidence: c.min_confidence as f32,
+            placements: Placements {
+                discard: c.allows(PlacementName::Discard),
+                duplicate: c.allows(PlacementName::Duplicate),
+                remote: c.allows(PlacementName::Remote),
+            },
+            remote_window: c.remote_window,
+        }
+    }
+}
 
 /// The advisor policy. See the module documentation.
 pub struct Advisor {
-    budget: u64,
-    min_prefetch_bytes: u64,
+    settings: AdvisorSettings,
     identity: Identity,
     predictor: Tournament,
     sizes: Sizes,
     by_key: FxHashMap<RegionKey, RegionId>,
     /// Units on the device: (bytes, kernel of last use).
     resident: FxHashMap<Unit, (u64, u64)>,
+    /// Units marked read-mostly.
+    read_mostly: FxHashSet<Unit>,
+    /// Units mapped remotely, with the kernel that wrote them.
+    remote: FxHashMap<Unit, u64>,
+    /// Units on the device that hold no data yet (recycled from the pool, untouched).
+    fresh: FxHashSet<Unit>,
+    /// Units (by step-stable key and block) evicted before their reuse.
+    evicted_before_reuse: FxHashSet<(RegionKey, u32)>,
     kernel: u64,
-    predictions: Vec<crate::advisor::Prediction>,
+    predictions: Vec<Prediction>,
+    hints: HintBytes,
 }
 
 impl std::fmt::Debug for Advisor {
@@ -40,29 +98,79 @@ impl std::fmt::Debug for Advisor {
     }
 }
 
+/// Units a kernel touches: (unit, overwritten whole, written at all).
+fn kernel_units(sizes: &Sizes, acc: &[TraceAccess]) -> Vec<(Unit, bool, bool)> {
+    let mut units: Vec<(Unit, bool)> = Vec::new();
+    let mut written: FxHashSet<Unit> = FxHashSet::default();
+    let mut scratch = Vec::new();
+    for a in acc {
+        add_units(sizes, RegionId(a.id), a.offset, a.len, !a.mode.reads(), &mut units);
+        if a.mode.writes() {
+            scratch.clear();
+            add_units(sizes, RegionId(a.id), a.offset, a.len, false, &mut scratch);
+            written.extend(scratch.iter().map(|u| u.0));
+        }
+    }
+    units.into_iter().map(|(u, ow)| (u, ow, written.contains(&u))).collect()
+}
+
 impl Advisor {
-    /// An advisor keeping within `budget` bytes, leaving units under `min_prefetch_bytes` to
-    /// faults.
-    pub fn new(budget: u64, min_prefetch_bytes: u64) -> Self {
+    /// An advisor with the given settings.
+    pub fn new(settings: AdvisorSettings) -> Self {
         Self {
-            budget,
-            min_prefetch_bytes,
+            settings,
             identity: Identity::new(),
             predictor: Tournament::standard(),
             sizes: FxHashMap::default(),
             by_key: FxHashMap::default(),
             resident: FxHashMap::default(),
+            read_mostly: FxHashSet::default(),
+            remote: FxHashMap::default(),
+            fresh: FxHashSet::default(),
+            evicted_before_reuse: FxHashSet::default(),
             kernel: 0,
             predictions: Vec::new(),
+            hints: HintBytes::default(),
         }
     }
 
-    /// Issues the plan: dead data dropped, live data copied back, data coming in (after
-    /// dropping host copies that are about to be overwritten).
-    fn execute(&mut self, p: crate::advisor::Plan, backend: &mut dyn MemoryBackend) -> Result<()> {
-        for (u, _) in p.discard.iter().chain(&p.evict) {
-            self.resident.remove(u);
+    /// Bytes of hints issued so far, by kind.
+    pub fn hints(&self) -> HintBytes {
+        self.hints
+    }
+
+    fn units_bytes<'a>(&self, units: impl Iterator<Item = &'a Unit>) -> u64 {
+        units.map(|&u| unit_bytes(&self.sizes, u)).sum()
+    }
+
+    fn advise_all(&self, backend: &mut dyn MemoryBackend, units: Vec<Unit>, advice: &[Advice]) -> Result<()> {
+        for range in coalesce(&self.sizes, units) {
+            for &a in advice {
+                backend.advise(range, a)?;
+            }
         }
+        Ok(())
+    }
+
+    /// Issues the plan: duplicates about to be written collapsed, dead data dropped, live data
+    /// copied back, placements advised, data coming in (after dropping host copies that are
+    /// about to be overwritten).
+    fn execute(&mut self, p: Plan, backend: &mut dyn MemoryBackend) -> Result<()> {
+        let collapse: Vec<Unit> = p.collapse.iter().map(|c| c.0).collect();
+        for u in &collapse {
+            self.read_mostly.remove(u);
+        }
+        self.advise_all(backend, collapse, &[Advice::UnsetReadMostly])?;
+        for (u, reason) in p.discard.iter().chain(&p.evict) {
+            self.resident.remove(u);
+            if matches!(reason, Reason::FarthestNextUse(_)) && !self.read_mostly.contains(u) {
+                if let Some(key) = self.identity.key(u.0) {
+                    self.evicted_before_reuse.insert((key, u.1));
+                }
+            }
+        }
+        self.hints.discarded += self.units_bytes(p.discard.iter().map(|d| &d.0));
+        self.hints.evicted += self.units_bytes(p.evict.iter().map(|d| &d.0));
         let discard = coalesce(&self.sizes, p.discard.iter().map(|(u, _)| *u).collect());
         if !discard.is_empty() {
             backend.discard(&discard)?;
@@ -71,6 +179,20 @@ impl Advisor {
         if !evict.is_empty() {
             backend.prefetch(&evict, Location::Host)?;
         }
+        let remote: Vec<Unit> = p.remote.iter().map(|r| r.0).collect();
+        self.hints.remote += self.units_bytes(remote.iter());
+        for &u in &remote {
+            self.remote.insert(u, self.kernel);
+        }
+        self.advise_all(
+            backend,
+            remote,
+            &[Advice::SetPreferredLocation(Location::Host), Advice::SetAccessedByDevice],
+        )?;
+        let duplicate: Vec<Unit> = p.duplicate.iter().map(|d| d.0).collect();
+        self.hints.duplicated += self.units_bytes(duplicate.iter());
+        self.read_mostly.extend(duplicate.iter().copied());
+        self.advise_all(backend, duplicate, &[Advice::SetReadMostly])?;
         let (mut fetch, mut rewrite) = (Vec::new(), Vec::new());
         for &(u, overwrite, _) in &p.prefetch {
             let bytes = unit_bytes(&self.sizes, u);
@@ -86,9 +208,126 @@ impl Advisor {
             backend.discard(&coalesce(&self.sizes, rewrite))?;
         }
         if !fetch.is_empty() {
+            self.hints.prefetched += self.units_bytes(fetch.iter());
             backend.prefetch(&coalesce(&self.sizes, fetch), Location::Device)?;
         }
         Ok(())
+    }
+
+    /// Remote units whose remote window has passed by kernel `at` become ordinary again:
+    /// unmapped, so that the next use migrates them.
+    fn end_remote_windows(&mut self, at: u64, backend: &mut dyn MemoryBackend) -> Result<()> {
+        let window = self.settings.remote_window;
+        let done: Vec<Unit> =
+            self.remote.iter().filter(|(_, &written)| at > written + window).map(|(&u, _)| u).collect();
+        if done.is_empty() {
+            return Ok(());
+        }
+        for u in &done {
+            self.remote.remove(u);
+        }
+        self.advise_all(backend, done, &[Advice::UnsetPreferredLocation, Advice::UnsetAccessedByDevice])
+    }
+
+    fn before_kernel(&mut self, acc: &[TraceAccess], backend: &mut dyn MemoryBackend) -> Result<()> {
+        let now = self.kernel;
+        self.end_remote_windows(now, backend)?;
+        let units = kernel_units(&self.sizes, acc);
+        let current: Vec<UnitUse> = units
+            .iter()
+            .map(|&(unit, overwrite, writes)| UnitUse {
+                unit,
+                at: now,
+                overwrite,
+                writes,
+                confidence: 1.0,
+                certain: true,
+            })
+            .collect();
+        // Forecast, mapped from step-stable keys to the regions live now.
+        self.predictions.clear();
+        if now > 0 {
+            self.predictor.predict(now - 1, self.settings.horizon + 1, &mut self.predictions);
+        }
+        let mut predicted = Vec::new();
+        let mut scratch = Vec::new();
+        let mut reserve = Vec::new();
+        let mut unborn: FxHashSet<RegionKey> = FxHashSet::default();
+        let window = self.settings.remote_window;
+        for p in
+            self.predictions.iter().filter(|p| p.confidence >= self.settings.min_confidence && p.at > now)
+        {
+            let Some(&id) = self.by_key.get(&p.key) else {
+                // A region not allocated yet: it will need room by its first predicted use.
+                if unborn.insert(p.key) {
+                    reserve.push((p.at, page_round(p.offset + p.len)));
+                }
+                continue;
+            };
+            scratch.clear();
+            add_units(&self.sizes, id, p.offset, p.len, !p.mode.reads(), &mut scratch);
+            for &(unit, overwrite) in &scratch {
+                // Uses inside a remote window are served where the data is.
+                if self.remote.get(&unit).is_some_and(|&w| p.at <= w + window) {
+                    continue;
+                }
+                predicted.push(UnitUse {
+                    unit,
+                    at: p.at,
+                    overwrite,
+                    writes: p.mode.writes(),
+                    confidence: p.confidence,
+                    certain: false,
+                });
+            }
+        }
+        let evicted_before: FxHashSet<Unit> = units
+            .iter()
+            .filter(|u| u.1 && (self.fresh.contains(&u.0) || !self.resident.contains_key(&u.0)))
+            .filter(|u| {
+                self.identity.key(u.0 .0).is_some_and(|k| self.evicted_before_reuse.contains(&(k, u.0 .1)))
+            })
+            .map(|u| u.0)
+            .collect();
+        let remote_now: FxHashSet<Unit> = self.remote.keys().copied().collect();
+        let sizes = &self.sizes;
+        let plan = plan(&PlanInput {
+            now,
+            current: &current,
+            predicted: &predicted,
+            resident: &self.resident,
+            reserve: &reserve,
+            unit_bytes: &|u| unit_bytes(sizes, u),
+            budget: self.settings.budget,
+            min_prefetch_bytes: self.settings.min_prefetch_bytes,
+            read_mostly: &self.read_mostly,
+            remote: &remote_now,
+            evicted_before_reuse: &evicted_before,
+            placements: self.settings.placements,
+        });
+        // Units the kernel touches end up on the device whether prefetched or faulted, except
+        // what is mapped remotely.
+        let remote_planned: FxHashSet<Unit> = plan.remote.iter().map(|r| r.0).collect();
+        for &(u, _, _) in &units {
+            self.fresh.remove(&u);
+            if remote_now.contains(&u) || remote_planned.contains(&u) {
+                continue;
+            }
+            let bytes = unit_bytes(&self.sizes, u);
+            self.resident.insert(u, (bytes, now));
+        }
+        self.execute(plan, backend)
+    }
+
+    fn forget_region(&mut self, id: RegionId) {
+        let blocks = self.sizes.remove(&id).unwrap_or(0).div_ceil(BLOCK_SIZE);
+        for b in 0..blocks as u32 {
+            self.resident.remove(&(id, b));
+            self.read_mostly.remove(&(id, b));
+            self.remote.remove(&(id, b));
+            self.fresh.remove(&(id, b));
+        }
+        self.by_key.retain(|_, r| *r != id);
     }
 }
 
@@ -102,11 +341,7 @@ impl Policy for Advisor {
             TraceEvent::Free { id } => {
                 let id = RegionId(*id);
                 self.identity.on_free(id);
-                let blocks = self.sizes.remove(&id).unwrap_or(0).div_ceil(BLOCK_SIZE);
-                for b in 0..blocks as u32 {
-                    self.resident.remove(&(id, b));
-                }
-                self.by_key.retain(|_, r| *r != id);
+                self.forget_region(id);
                 Ok(())
             }
             TraceEvent::Step { .. } => {
@@ -115,13 +350,12 @@ impl Policy for Advisor {
                 Ok(())
             }
             TraceEvent::Host { acc, .. } => {
-                // The CPU pulls what it touches off the device.
-                let mut units = Vec::new();
-                for a in acc {
-                    add_units(&self.sizes, RegionId(a.id), a.offset, a.len, false, &mut units);
-                }
-                for (u, _) in units {
-                    self.resident.remove(&u);
+                // The CPU pulls what it touches off the device (duplicates stay on a read).
+                let units = kernel_units(&self.sizes, acc);
+                for (u, _, writes) in units {
+                    if writes || !self.read_mostly.contains(&u) {
+                        self.resident.remove(&u);
+                    }
                 }
                 Ok(())
             }
@@ -139,6 +373,7 @@ impl Policy for Advisor {
                 self.by_key.insert(key, id);
                 // Pages recycled from the pool are on the device already.
                 for b in pooled_blocks(&self.sizes, backend, id)? {
+                    self.fresh.insert((id, b));
                     self.resident.insert((id, b), (unit_bytes(&self.sizes, (id, b)), self.kernel));
                 }
                 Ok(())
@@ -162,63 +397,5 @@ impl Policy for Advisor {
             }
             _ => Ok(()),
         }
-    }
-}
-
-impl Advisor {
-    fn before_kernel(&mut self, acc: &[TraceAccess], backend: &mut dyn MemoryBackend) -> Result<()> {
-        let now = self.kernel;
-        let mut units = Vec::new();
-        for a in acc {
-            add_units(&self.sizes, RegionId(a.id), a.offset, a.len, !a.mode.reads(), &mut units);
-        }
-        let current: Vec<UnitUse> = units
-            .iter()
-            .map(|&(unit, overwrite)| UnitUse { unit, at: now, overwrite, confidence: 1.0, certain: true })
-            .collect();
-        // Forecast, mapped from step-stable keys to the regions live now.
-        self.predictions.clear();
-        if now > 0 {
-            self.predictor.predict(now - 1, HORIZON + 1, &mut self.predictions);
-        }
-        let mut predicted = Vec::new();
-        let mut scratch = Vec::new();
-        let mut reserve = Vec::new();
-        let mut unborn: rustc_hash::FxHashSet<RegionKey> = rustc_hash::FxHashSet::default();
-        for p in self.predictions.iter().filter(|p| p.confidence >= MIN_CONFIDENCE && p.at > now) {
-            let Some(&id) = self.by_key.get(&p.key) else {
-                // A region not allocated yet: it will need room by its first predicted use.
-                if unborn.insert(p.key) {
-                    reserve.push((p.at, page_round(p.offset + p.len)));
-                }
-                continue;
-            };
-            scratch.clear();
-            add_units(&self.sizes, id, p.offset, p.len, !p.mode.reads(), &mut scratch);
-            predicted.extend(scratch.iter().map(|&(unit, overwrite)| UnitUse {
-                unit,
-                at: p.at,
-                overwrite,
-                confidence: p.confidence,
-                certain: false,
-            }));
-        }
-        let sizes = &self.sizes;
-        let plan = plan(&PlanInput {
-            now,
-            current: &current,
-            predicted: &predicted,
-            resident: &self.resident,
-            reserve: &reserve,
-            unit_bytes: &|u| unit_bytes(sizes, u),
-            budget: self.budget,
-            min_prefetch_bytes: self.min_prefetch_bytes,
-        });
-        // Units the kernel touches end up on the device whether prefetched or faulted.
-        for &(u, _) in &units {
-            let bytes = unit_bytes(&self.sizes, u);
-            self.resident.insert(u, (bytes, now));
-        }
-        self.execute(plan, backend)
     }
 }
