@@ -42,6 +42,9 @@ pub enum Command {
         /// Random seed.
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Every N-th kernel updates its input in place (read-write); 0: read-only inputs.
+        #[arg(long, default_value_t = 0)]
+        write_every: u64,
         /// Output file.
         out: PathBuf,
     },
@@ -77,7 +80,17 @@ pub fn run(cmd: &Command) -> Result<()> {
             println!("{}", t.render());
             Ok(())
         }
-        Command::Gen { pattern, events, regions, region_bytes, kernel_ns, kernels_per_step, seed, out } => {
+        Command::Gen {
+            pattern,
+            events,
+            regions,
+            region_bytes,
+            kernel_ns,
+            kernels_per_step,
+            seed,
+            write_every,
+            out,
+        } => {
             let pattern: Pattern =
                 pattern.parse().map_err(|e| Error::InvalidArgument(format!("--pattern: {e}")))?;
             let region_bytes = parse_bytes(region_bytes)
@@ -93,6 +106,7 @@ pub fn run(cmd: &Command) -> Result<()> {
                 kernel_ns: *kernel_ns,
                 kernels_per_step: *kernels_per_step,
                 seed: *seed,
+                write_every: *write_every,
             };
             let header = TraceHeader::new(&format!("unimem trace gen: {spec:?}"));
             let mut w = TraceWriter::create(out, &header)?;

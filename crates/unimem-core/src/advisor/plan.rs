@@ -296,7 +296,10 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
             planned.insert(u.unit);
             resident.insert(u.unit, (bytes, input.now));
             used += bytes;
-            out.prefetch.push((u.unit, u.overwrite, Reason::Predicted { at: j, confidence: u.confidence }));
+            // Only a declared overwrite may skip copying the old data in: a predicted one may be
+            // wrong, and populating instead of migrating would then lose the data.
+            let populate_only = u.overwrite && u.certain;
+            out.prefetch.push((u.unit, populate_only, Reason::Predicted { at: j, confidence: u.confidence }));
         }
         for u in kernel {
             if between.insert(u.unit) && !resident.contains_key(&u.unit) {
@@ -414,6 +417,13 @@ mod tests {
         let p = run(10, &[use_(3, 10)], &[guess, use_(4, 11)], &[1, 2, 4], 3);
         assert!(p.discard.is_empty(), "{p:?}");
         assert!(p.evict.iter().all(|(u, _)| *u != unit(4)), "the soonest needed stays: {p:?}");
+    }
+
+    #[test]
+    fn a_predicted_overwrite_is_migrated_not_populated() {
+        let guess = UnitUse { overwrite: true, writes: true, ..use_(7, 3) };
+        let p = run(0, &[], &[guess], &[], 4);
+        assert_eq!(p.prefetch, vec![(unit(7), false, Reason::Predicted { at: 3, confidence: 0.9 })]);
     }
 
     #[test]

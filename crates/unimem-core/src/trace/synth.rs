@@ -77,6 +77,9 @@ pub struct SynthSpec {
     pub kernels_per_step: u64,
     /// Seed of the random patterns.
     pub seed: u64,
+    /// Every this many kernels, the kernel updates its input in place (read-write), as an
+    /// optimizer updates parameters; 0: inputs are only read.
+    pub write_every: u64,
 }
 
 impl Default for SynthSpec {
@@ -89,6 +92,7 @@ impl Default for SynthSpec {
             kernel_ns: 100_000,
             kernels_per_step: 64,
             seed: 1,
+            write_every: 0,
         }
     }
 }
@@ -199,8 +203,10 @@ impl Synth {
         let out = OUT_ID_BASE + self.kernel;
         self.pending.push_back(TraceEvent::Alloc { id: out, bytes: OUT_BYTES, name: None });
         let (id, offset) = self.next_input();
+        let w = self.spec.write_every;
+        let mode = if w > 0 && self.kernel % w == w - 1 { AccessMode::ReadWrite } else { AccessMode::Read };
         let mut acc = vec![
-            TraceAccess { id, offset, len: self.spec.region_bytes, mode: AccessMode::Read },
+            TraceAccess { id, offset, len: self.spec.region_bytes, mode },
             TraceAccess { id: out, offset: 0, len: OUT_BYTES, mode: AccessMode::Write },
         ];
         if let Some(prev) = self.prev_out {

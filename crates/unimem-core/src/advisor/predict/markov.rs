@@ -12,6 +12,9 @@ use crate::advisor::identity::RegionKey;
 const MAX_SUCCESSORS: usize = 16;
 /// Regions followed from one predicted kernel to the next (the most likely).
 const MAX_FRONTIER: usize = 64;
+/// Predictions less likely than this are not emitted: no consumer acts on them, and on
+/// branchy histories they would be most of the work.
+const MIN_EMITTED: f32 = 0.1;
 
 #[derive(Debug, Default, Clone)]
 struct Successors {
@@ -92,8 +95,12 @@ impl Predictor for Markov {
             if next.is_empty() {
                 break;
             }
-            for &(key, p, mode, len) in &next {
+            let emitted = out.len();
+            for &(key, p, mode, len) in next.iter().take_while(|e| e.1 * carried >= MIN_EMITTED) {
                 out.push(Prediction { key, offset: 0, len, mode, at, confidence: p * carried });
+            }
+            if out.len() == emitted {
+                break;
             }
             // Follow the likely part of the chain only (bounded); confidence decays along it.
             from = next.iter().filter(|e| e.1 >= 0.5).take(MAX_FRONTIER).map(|e| e.0).collect();

@@ -194,8 +194,9 @@ impl SimBackend {
     /// kernel would) and the bytes land in the device copy. Lets tests prove that data written
     /// on the device survives eviction and migration.
     pub fn kernel_write(&mut self, id: RegionId, offset: u64, data: &[u8]) -> Result<()> {
+        // Declared as a write, as a trace records a kernel that only stores to the range.
         let acc =
-            [RangeAccess { region: id, offset, len: data.len() as u64, mode: crate::AccessMode::ReadWrite }];
+            [RangeAccess { region: id, offset, len: data.len() as u64, mode: crate::AccessMode::Write }];
         self.launch(&KernelLaunch { name: "kernel_write", dur_ns: 0, accesses: &acc })?;
         let r = self.region_mut(id)?;
         let (on_device, dev_data, host_data) = (&r.on_device, &mut r.dev_data, &mut r.host_data);
