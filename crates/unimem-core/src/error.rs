@@ -90,6 +90,11 @@ pub enum Error {
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
 
+    /// The runtime's engine is gone (the runtime was dropped, or its worker stopped after an
+    /// error); names what was being done.
+    #[error("the unimem runtime has stopped: {0}")]
+    Stopped(String),
+
     /// An I/O error with the path or stream it concerns.
     #[error("{what}: {source}")]
     Io {

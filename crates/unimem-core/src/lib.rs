@@ -17,6 +17,7 @@ pub mod config;
 pub mod error;
 pub mod region;
 pub mod replay;
+pub mod runtime;
 pub mod trace;
 pub mod units;
 
@@ -27,3 +28,4 @@ pub use backend::{Advice, BackendKind, ByteRange, KernelLaunch, Location, Memory
 pub use config::{Budget, Config, LoadedConfig};
 pub use error::{Error, Result};
 pub use region::{Region, RegionId, Registry};
+pub use runtime::{Runtime, RuntimeStats};

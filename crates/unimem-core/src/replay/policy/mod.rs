@@ -14,8 +14,8 @@ use crate::backend::MemoryBackend;
 use crate::error::Result;
 use crate::trace::TraceEvent;
 
-/// Decides hints during a replay.
-pub trait Policy {
+/// Decides hints during a replay (or for a running program, through the runtime's engine).
+pub trait Policy: Send {
     /// Name in reports.
     fn name(&self) -> &'static str;
 

@@ -1,0 +1,147 @@
+//! The engine: one worker thread that owns the backend and the policy and executes the
+//! runtime's commands in order. Before each operation the policy plans (prefetch, evict,
+//! duplicate, remote, discard) and issues its hints on the backend; the backend puts transfers
+//! on its copy streams, so that a kernel waits for data in flight rather than faulting on it.
+//! A backend error on asynchronous work is kept and returned by the next synchronize.
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::access::RangeAccess;
+use crate::backend::{BackendStats, KernelLaunch, MemoryBackend};
+use crate::error::{Error, Result};
+use crate::region::RegionId;
+use crate::replay::Policy;
+use crate::trace::{TraceAccess, TraceEvent};
+
+/// What the backend looked like at a synchronize.
+pub(super) struct Snapshot {
+    pub clock_ns: u64,
+    pub device_resident_bytes: u64,
+    pub stats: BackendStats,
+}
+
+/// Work for the engine.
+pub(super) enum Command {
+    Alloc { id: RegionId, bytes: u64, name: Arc<str>, reply: Sender<Result<u64>> },
+    Free { id: RegionId },
+    Launch { name: Arc<str>, dur_ns: u64, acc: Vec<RangeAccess> },
+    HostWrite { range: RangeAccess, data: Vec<u8>, reply: Sender<Result<()>> },
+    HostRead { range: RangeAccess, reply: Sender<Result<Vec<u8>>> },
+    Step,
+    Sync { reply: Sender<Result<Snapshot>> },
+    Shutdown,
+}
+
+/// The worker thread.
+pub(super) struct Engine {
+    handle: JoinHandle<()>,
+}
+
+impl Engine {
+    pub(super) fn spawn(
+        backend: Box<dyn MemoryBackend>,
+        policy: Box<dyn Policy>,
+        rx: Receiver<Command>,
+    ) -> Self {
+        let mut worker = Worker { backend, policy, index: 0, step: 0, failure: None };
+        let handle = std::thread::Builder::new()
+            .name("unimem-engine".into())
+            .spawn(move || worker.run(rx))
+            .expect("spawning the engine thread");
+        Self { handle }
+    }
+
+    pub(super) fn join(self) {
+        let _ = self.handle.join();
+    }
+}
+
+struct Worker {
+    backend: Box<dyn MemoryBackend>,
+    policy: Box<dyn Policy>,
+    /// Event index, as in a trace.
+    index: u64,
+    step: u64,
+    /// The first error met by asynchronous work since the last synchronize.
+    failure: Option<Error>,
+}
+
+fn trace_acc(acc: &[RangeAccess]) -> Vec<TraceAccess> {
+    acc.iter().map(|a| TraceAccess { id: a.region.0, offset: a.offset, len: a.len, mode: a.mode }).collect()
+}
+
+impl Worker {
+    fn run(&mut self, rx: Receiver<Command>) {
+        while let Ok(command) = rx.recv() {
+            match command {
+                Command::Alloc { id, bytes, name, reply } => {
+                    let event = TraceEvent::Alloc { id: id.0, bytes, name: Some(name.to_string()) };
+                    let _ = reply.send(self.around(&event, |b| b.allocate(id, bytes)));
+                }
+                Command::Free { id } => {
+                    let r = self.around(&TraceEvent::Free { id: id.0 }, |b| b.free(id));
+                    self.keep(r);
+                }
+                Command::Launch { name, dur_ns, acc } => {
+                    let event = TraceEvent::Kernel { name: name.clone(), dur_ns, acc: trace_acc(&acc) };
+                    let r = self
+                        .around(&event, |b| b.launch(&KernelLaunch { name: &name, dur_ns, accesses: &acc }));
+                    self.keep(r);
+                }
+                Command::HostWrite { range, data, reply } => {
+                    let event = TraceEvent::Host { name: "host write".into(), acc: trace_acc(&[range]) };
+                    let _ = reply.send(self.around(&event, |b| b.write(range.region, range.offset, &data)));
+                }
+                Command::HostRead { range, reply } => {
+                    let event = TraceEvent::Host { name: "host read".into(), acc: trace_acc(&[range]) };
+                    let mut buf = vec![0; range.len as usize];
+                    let r = self.around(&event, |b| b.read(range.region, range.offset, &mut buf));
+                    let _ = reply.send(r.map(|()| buf));
+                }
+                Command::Step => {
+                    let event = TraceEvent::Step { index: self.step };
+                    self.step += 1;
+                    let r = self.around(&event, |_| Ok(()));
+                    self.keep(r);
+                }
+                Command::Sync { reply } => {
+                    let r = match self.failure.take() {
+                        Some(e) => Err(e),
+                        None => self.backend.synchronize().map(|clock_ns| Snapshot {
+                            clock_ns,
+                            device_resident_bytes: self.backend.device_resident_bytes(),
+                            stats: self.backend.stats(),
+                        }),
+                    };
+                    let _ = reply.send(r);
+                }
+                Command::Shutdown => break,
+            }
+        }
+        let _ = self.backend.synchronize();
+    }
+
+    /// Runs one operation between the policy's `before` and `after`, as a replay does.
+    fn around<T>(
+        &mut self,
+        event: &TraceEvent,
+        op: impl FnOnce(&mut dyn MemoryBackend) -> Result<T>,
+    ) -> Result<T> {
+        let index = self.index;
+        self.index += 1;
+        self.policy.before(index, event, self.backend.as_mut())?;
+        let out = op(self.backend.as_mut())?;
+        self.policy.after(index, event, self.backend.as_mut())?;
+        Ok(out)
+    }
+
+    fn keep(&mut self, r: Result<()>) {
+        if let Err(e) = r {
+            tracing::warn!(error = %e, "asynchronous runtime work failed");
+            self.failure.get_or_insert(e);
+        }
+    }
+}

@@ -1,0 +1,244 @@
+//! The runtime an application uses: regions allocated, kernels launched and host accesses made
+//! from any number of threads, each access recorded and fed to the advisor, which plans hints
+//! within the budget and executes them on the backend.
+//!
+//! [`Runtime`] is `Send + Sync` and cheap to clone. Calls validate on the caller's thread
+//! against the [`Registry`] (so misuse is an immediate error value) and record the access in
+//! the [`AccessHistory`]; the work itself goes to the [`engine`]: one worker thread, fed by a
+//! crossbeam channel, that owns the backend and the policy. A single worker keeps the
+//! backend's order of operations the program's order, as one CUDA stream would, while the
+//! advisor's own transfers run on the backend's copy streams (side streams on CUDA, the
+//! simulated link on the simulator) and kernels wait for data in flight instead of faulting.
+
+mod engine;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crossbeam_channel::{bounded, Sender};
+
+use crate::access::{Access, AccessHistory, Accessor, RangeAccess};
+use crate::backend::{BackendKind, BackendStats, MemoryBackend};
+use crate::config::{Config, PolicyName};
+use crate::error::{Error, Result};
+use crate::region::{Region, RegionId, Registry};
+use engine::{Command, Engine};
+
+/// Accesses the runtime's history keeps (older ones are dropped; the predictors have learned
+/// from them already).
+const HISTORY: usize = 1 << 16;
+
+/// Counters of a runtime, consistent at the moment of a [`Runtime::synchronize`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuntimeStats {
+    /// Live regions.
+    pub live_regions: usize,
+    /// Bytes of live regions.
+    pub live_bytes: u64,
+    /// Accesses recorded since the start.
+    pub accesses_recorded: u64,
+    /// Kernel launches and host accesses since the start.
+    pub operations: u64,
+    /// Device bytes the working set may use.
+    pub budget_bytes: u64,
+    /// Device-resident bytes of managed data now.
+    pub device_resident_bytes: u64,
+    /// Backend clock after synchronizing (virtual on the simulator).
+    pub elapsed_ns: u64,
+    /// Which backend runs the work.
+    pub backend: BackendKind,
+    /// The backend's counters.
+    pub backend_stats: BackendStats,
+}
+
+struct Shared {
+    registry: Registry,
+    history: Mutex<AccessHistory>,
+    operations: AtomicU64,
+    tx: Sender<Command>,
+    engine: Mutex<Option<Engine>>,
+    budget: u64,
+    backend: BackendKind,
+}
+
+/// The unimem runtime. See the module documentation.
+#[derive(Clone)]
+pub struct Runtime {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("backend", &self.shared.backend)
+            .field("budget", &self.shared.budget)
+            .field("live_regions", &self.shared.registry.len())
+            .finish()
+    }
+}
+
+impl Runtime {
+    /// A runtime on `backend`, planning with `policy` (settings from `config`) for a device of
+    /// the backend's capacity.
+    pub fn with_backend(
+        backend: Box<dyn MemoryBackend>,
+        policy: PolicyName,
+        config: &Config,
+    ) -> Result<Self> {
+        let budget = backend.device_capacity();
+        let kind = backend.kind();
+        // The cost model sets the advisor's smallest worthwhile prefetch.
+        let cost = crate::backend::cost_model(config)?;
+        let policy = crate::replay::make_policy(policy, budget, config, &cost);
+        let (tx, rx) = bounded(1024);
+        let engine = Engine::spawn(backend, policy, rx);
+        Ok(Self {
+            shared: Arc::new(Shared {
+                registry: Registry::new(),
+                history: Mutex::new(AccessHistory::with_capacity(HISTORY)),
+                operations: AtomicU64::new(0),
+                tx,
+                engine: Mutex::new(Some(engine)),
+                budget,
+                backend: kind,
+            }),
+        })
+    }
+
+    /// A runtime as `config` asks: its backend (`auto`: CUDA when present, else the simulator),
+    /// its budget (a percent is of the device) and the advisor.
+    pub fn from_config(config: &Config) -> Result<Self> {
+        let cost = crate::backend::cost_model(config)?;
+        let capacity = config.budget.resolve(cost.device_memory_bytes);
+        let backend = crate::backend::open(config.backend, cost, capacity)?;
+        Self::with_backend(backend, PolicyName::Advisor, config)
+    }
+
+    /// Which backend runs the work.
+    pub fn backend(&self) -> BackendKind {
+        self.shared.backend
+    }
+
+    /// Device bytes the working set may use.
+    pub fn budget(&self) -> u64 {
+        self.shared.budget
+    }
+
+    /// The registry of live regions (for lookups by id or address).
+    pub fn registry(&self) -> &Registry {
+        &self.shared.registry
+    }
+
+    fn send(&self, command: Command, what: &str) -> Result<()> {
+        self.shared.tx.send(command).map_err(|_| Error::Stopped(what.to_string()))
+    }
+
+    /// Allocates a managed region of `bytes` bytes called `name`.
+    pub fn alloc(&self, name: &str, bytes: u64) -> Result<Region> {
+        if bytes == 0 {
+            return Err(Error::Allocation { bytes, reason: "regions must be at least 1 byte".into() });
+        }
+        let id = self.shared.registry.next_id();
+        let (reply, rx) = bounded(1);
+        self.send(Command::Alloc { id, bytes, name: name.into(), reply }, "allocating")?;
+        let addr = rx.recv().map_err(|_| Error::Stopped("allocating".into()))??;
+        let name: Arc<str> = if name.is_empty() { format!("region{id}").into() } else { name.into() };
+        let region = Region { id, addr, bytes, name };
+        self.shared.registry.insert(region.clone())?;
+        Ok(region)
+    }
+
+    /// Frees a region: its contents are dead. Work already issued on it completes first.
+    pub fn free(&self, id: RegionId) -> Result<()> {
+        self.shared.registry.remove(id)?;
+        self.send(Command::Free { id }, "freeing")
+    }
+
+    fn check_and_record(&self, accesses: &[RangeAccess], by: Accessor) -> Result<()> {
+        for a in accesses {
+            self.shared.registry.get(a.region)?.check_range(a.offset, a.len)?;
+        }
+        let at = self.shared.operations.fetch_add(1, Ordering::Relaxed);
+        let mut history = self.shared.history.lock().unwrap_or_else(|e| e.into_inner());
+        for &range in accesses {
+            history.record(Access { range, by, at });
+        }
+        Ok(())
+    }
+
+    /// Launches a kernel of `dur_ns` (its time with all data resident) that touches
+    /// `accesses`. Asynchronous: errors of the backend surface at the next
+    /// [`Runtime::synchronize`].
+    pub fn launch(&self, name: &str, dur_ns: u64, accesses: &[RangeAccess]) -> Result<()> {
+        self.check_and_record(accesses, Accessor::Device)?;
+        self.send(Command::Launch { name: name.into(), dur_ns, acc: accesses.to_vec() }, "launching")
+    }
+
+    /// Marks a step boundary of the program (an iteration of a training loop): the advisor
+    /// aligns its periodic predictions to steps.
+    pub fn step(&self) -> Result<()> {
+        self.send(Command::Step, "marking a step")
+    }
+
+    /// The host writes `data` at `offset` of region `id` (after the device is done with it).
+    pub fn write(&self, id: RegionId, offset: u64, data: &[u8]) -> Result<()> {
+        let range =
+            RangeAccess { region: id, offset, len: data.len() as u64, mode: crate::AccessMode::Write };
+        self.check_and_record(&[range], Accessor::Host)?;
+        let (reply, rx) = bounded(1);
+        self.send(Command::HostWrite { range, data: data.to_vec(), reply }, "writing")?;
+        rx.recv().map_err(|_| Error::Stopped("writing".into()))?
+    }
+
+    /// The host reads `buf.len()` bytes at `offset` of region `id` (after the device is done
+    /// with them).
+    pub fn read(&self, id: RegionId, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let range = RangeAccess { region: id, offset, len: buf.len() as u64, mode: crate::AccessMode::Read };
+        self.check_and_record(&[range], Accessor::Host)?;
+        let (reply, rx) = bounded(1);
+        self.send(Command::HostRead { range, reply }, "reading")?;
+        let data = rx.recv().map_err(|_| Error::Stopped("reading".into()))??;
+        buf.copy_from_slice(&data);
+        Ok(())
+    }
+
+    /// Waits for all work issued so far; returns the runtime's counters, or the first error
+    /// the backend met since the last call.
+    pub fn synchronize(&self) -> Result<RuntimeStats> {
+        let (reply, rx) = bounded(1);
+        self.send(Command::Sync { reply }, "synchronizing")?;
+        let snapshot = rx.recv().map_err(|_| Error::Stopped("synchronizing".into()))??;
+        let history = self.shared.history.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(RuntimeStats {
+            live_regions: self.shared.registry.len(),
+            live_bytes: self.shared.registry.live_bytes(),
+            accesses_recorded: history.total_recorded(),
+            operations: self.shared.operations.load(Ordering::Relaxed),
+            budget_bytes: self.shared.budget,
+            device_resident_bytes: snapshot.device_resident_bytes,
+            elapsed_ns: snapshot.clock_ns,
+            backend: self.shared.backend,
+            backend_stats: snapshot.stats,
+        })
+    }
+
+    /// The most recent accesses, oldest first (at most the history's capacity).
+    pub fn recent_accesses(&self, n: usize) -> Vec<Access> {
+        let history = self.shared.history.lock().unwrap_or_else(|e| e.into_inner());
+        let skip = history.len().saturating_sub(n);
+        history.iter().skip(skip).copied().collect()
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // The last handle is gone: stop the worker after the work already queued.
+        let _ = self.tx.send(Command::Shutdown);
+        if let Some(engine) = self.engine.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            engine.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,144 @@
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::*;
+use crate::backend::sim::{CostModel, SimBackend};
+use crate::AccessMode;
+
+const MIB: u64 = 1 << 20;
+
+fn runtime(budget: u64) -> Runtime {
+    let sim = SimBackend::new(CostModel::h200(), budget);
+    Runtime::with_backend(Box::new(sim), PolicyName::Advisor, &Config::default()).unwrap()
+}
+
+fn acc(region: RegionId, len: u64, mode: AccessMode) -> RangeAccess {
+    RangeAccess { region, offset: 0, len, mode }
+}
+
+#[test]
+fn the_runtime_is_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync + Clone>() {}
+    assert_send_sync::<Runtime>();
+}
+
+#[test]
+fn bytes_round_trip_through_kernels_and_eviction() {
+    let rt = runtime(4 * MIB);
+    let a = rt.alloc("a", 3 * MIB).unwrap();
+    let b = rt.alloc("b", 3 * MIB).unwrap();
+    let data: Vec<u8> = (0..3 * MIB).map(|i| (i * 7) as u8).collect();
+    rt.write(a.id, 0, &data).unwrap();
+    for _ in 0..3 {
+        rt.launch("ka", 1000, &[acc(a.id, 3 * MIB, AccessMode::Read)]).unwrap();
+        rt.launch("kb", 1000, &[acc(b.id, 3 * MIB, AccessMode::Write)]).unwrap();
+    }
+    let mut seen = vec![0; data.len()];
+    rt.read(a.id, 0, &mut seen).unwrap();
+    assert!(seen == data, "a survived being evicted by b");
+    let stats = rt.synchronize().unwrap();
+    assert_eq!((stats.live_regions, stats.live_bytes), (2, 6 * MIB));
+    assert_eq!(stats.backend, BackendKind::Sim);
+    assert!(stats.device_resident_bytes <= 4 * MIB);
+    assert!(stats.backend_stats.kernels == 6);
+}
+
+#[test]
+fn misuse_is_an_error_value() {
+    let rt = runtime(4 * MIB);
+    let a = rt.alloc("a", MIB).unwrap();
+    let e = rt.launch("k", 1, &[acc(a.id, 2 * MIB, AccessMode::Read)]).unwrap_err();
+    assert!(matches!(e, Error::OutOfRange { .. }), "{e}");
+    assert!(rt.alloc("empty", 0).unwrap_err().to_string().contains("at least 1 byte"));
+    rt.free(a.id).unwrap();
+    let e = rt.free(a.id).unwrap_err();
+    assert!(e.to_string().contains("never allocated or already freed"), "{e}");
+    let e = rt.launch("k", 1, &[acc(a.id, 1, AccessMode::Read)]).unwrap_err();
+    assert!(matches!(e, Error::UnknownRegion(_)), "{e}");
+    let mut buf = [0u8; 4];
+    assert!(rt.read(RegionId(999), 0, &mut buf).is_err());
+    rt.synchronize().unwrap();
+}
+
+#[test]
+fn the_history_records_every_access_in_order() {
+    let rt = runtime(64 * MIB);
+    let a = rt.alloc("a", MIB).unwrap();
+    let b = rt.alloc("b", MIB).unwrap();
+    rt.launch("k", 1, &[acc(a.id, MIB, AccessMode::Read), acc(b.id, MIB, AccessMode::Write)]).unwrap();
+    rt.step().unwrap();
+    rt.write(a.id, 0, &[1, 2, 3]).unwrap();
+    let recent = rt.recent_accesses(10);
+    assert_eq!(recent.len(), 3);
+    assert_eq!((recent[0].range.region, recent[0].at), (a.id, 0));
+    assert_eq!((recent[1].range.region, recent[1].at), (b.id, 0));
+    assert_eq!((recent[2].by, recent[2].at), (Accessor::Host, 1));
+}
+
+/// Many host threads allocate, write, launch, read back and free at once. Afterwards (and at
+/// synchronizations along the way) the registry, the history and the budget accounting agree
+/// with what the threads did, and every thread read back exactly what it wrote.
+#[test]
+fn many_threads_keep_registry_history_and_budget_consistent() {
+    const THREADS: u64 = 8;
+    const ROUNDS: u64 = 40;
+    let budget = 16 * MIB;
+    let rt = runtime(budget);
+    let accesses = AtomicU64::new(0);
+    let operations = AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let (rt, accesses, operations) = (rt.clone(), &accesses, &operations);
+            s.spawn(move || {
+                let mut mine = Vec::new();
+                for round in 0..ROUNDS {
+                    let bytes = MIB / 2 + ((t * 131 + round * 17) % 5) * MIB / 2;
+                    let r = rt.alloc(&format!("t{t}r{round}"), bytes).unwrap();
+                    let fill = (t * 31 + round) as u8;
+                    rt.write(r.id, 0, &vec![fill; bytes as usize]).unwrap();
+                    mine.push((r.id, bytes, fill));
+                    let kernel: Vec<RangeAccess> =
+                        mine.iter().rev().take(2).map(|&(id, b, _)| acc(id, b, AccessMode::Read)).collect();
+                    rt.launch("k", 5_000, &kernel).unwrap();
+                    accesses.fetch_add(1 + kernel.len() as u64, Ordering::Relaxed);
+                    operations.fetch_add(2, Ordering::Relaxed);
+                    if round % 8 == 7 {
+                        rt.step().unwrap();
+                        let stats = rt.synchronize().unwrap();
+                        // Two regions of at most 2.5 MiB per kernel may run over the budget.
+                        assert!(stats.device_resident_bytes <= budget + 5 * MIB + 2 * MIB);
+                    }
+                    if mine.len() > 3 {
+                        let (id, bytes, fill) = mine.remove(0);
+                        let mut seen = vec![0; bytes as usize];
+                        rt.read(id, 0, &mut seen).unwrap();
+                        assert!(seen.iter().all(|&b| b == fill), "thread {t}: region {id} lost its bytes");
+                        accesses.fetch_add(1, Ordering::Relaxed);
+                        operations.fetch_add(1, Ordering::Relaxed);
+                        rt.free(id).unwrap();
+                    }
+                }
+                for (id, _, _) in mine {
+                    rt.free(id).unwrap();
+                }
+            });
+        }
+    });
+    let stats = rt.synchronize().unwrap();
+    assert_eq!((stats.live_regions, stats.live_bytes), (0, 0), "every region freed");
+    assert_eq!(stats.accesses_recorded, accesses.load(Ordering::Relaxed));
+    assert_eq!(stats.operations, operations.load(Ordering::Relaxed));
+    assert_eq!(stats.backend_stats.kernels, THREADS * ROUNDS);
+    assert_eq!(stats.device_resident_bytes, 0, "nothing resident once all is freed");
+    assert!(stats.backend_stats.peak_device_bytes <= budget + 5 * MIB + 2 * MIB);
+}
+
+#[test]
+fn dropping_the_last_handle_stops_the_engine_cleanly() {
+    let rt = runtime(8 * MIB);
+    let a = rt.alloc("a", MIB).unwrap();
+    rt.launch("k", 1, &[acc(a.id, MIB, AccessMode::Write)]).unwrap();
+    let clone = rt.clone();
+    drop(rt);
+    clone.synchronize().unwrap();
+    drop(clone); // joins the worker after the queued work
+}
