@@ -44,7 +44,7 @@ pub fn replay_one(
     show_progress: bool,
 ) -> Result<ReplayReport> {
     let cost = backend::cost_model(config)?;
-    let mut backend = backend::open(config.backend, cost.clone(), budget_bytes)?;
+    let mut backend = backend::open(config.backend, cost.clone(), budget_bytes, config.oversubscribe)?;
     let mut policy_impl = replay::make_policy(policy, backend.device_capacity(), config, &cost);
     let reader = open()?;
     let (consumed, total) = reader.progress();

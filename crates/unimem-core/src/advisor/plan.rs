@@ -128,8 +128,10 @@ pub struct PlanInput<'a> {
     pub read_mostly: &'a FxHashSet<Unit>,
     /// Units mapped remotely now: served where they are, neither fetched nor evicted.
     pub remote: &'a FxHashSet<Unit>,
-    /// Units that were evicted before their reuse the last time they were written. Those
-    /// resident now must hold no data yet (memory recycled from the pool): they are dropped.
+    /// Units that were evicted before their reuse the last time (by step-stable identity):
+    /// the only ones worth a placement, since on the H200 both cost more up front than a plain
+    /// migration (setting read-mostly holds the host ~90 ms per GiB) and pay back only at
+    /// eviction.
     pub evicted_before_reuse: &'a FxHashSet<Unit>,
     /// Placements allowed.
     pub placements: Placements,
@@ -221,17 +223,16 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         if u.writes && input.read_mostly.contains(&u.unit) && !out.collapse.iter().any(|c| c.0 == u.unit) {
             out.collapse.push((u.unit, Reason::WrittenNow));
         }
+        // Only data with no device pages: memory recycled from the pool would have to be
+        // discarded first, and a discard holds the host far longer than it saves.
         if input.placements.remote
             && u.overwrite
             && u.certain
+            && !resident.contains_key(&u.unit)
             && !input.remote.contains(&u.unit)
             && input.evicted_before_reuse.contains(&u.unit)
             && planned.insert(u.unit)
         {
-            if let Some((bytes, _)) = resident.remove(&u.unit) {
-                used -= bytes;
-                out.discard.push((u.unit, Reason::Dead));
-            }
             out.remote.push((u.unit, Reason::EvictedBeforeReuse));
         }
     }
@@ -311,9 +312,9 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     with_duplicates(out, input)
 }
 
-/// Marks read-mostly what comes to the device with its host copy valid and that no declared
-/// or predicted use writes (the current kernel's own small units included: their faults then
-/// duplicate too).
+/// Marks read-mostly what comes to the device with its host copy valid, that no declared or
+/// predicted use writes, and that was evicted before its reuse last time (the current kernel's
+/// own small units included: their faults then duplicate too).
 fn with_duplicates(mut out: Plan, input: &PlanInput<'_>) -> Plan {
     if !input.placements.duplicate {
         return out;
@@ -329,7 +330,11 @@ fn with_duplicates(mut out: Plan, input: &PlanInput<'_>) -> Plan {
     );
     let mut seen = FxHashSet::default();
     for unit in incoming {
-        if !written.contains(&unit) && !input.read_mostly.contains(&unit) && seen.insert(unit) {
+        if !written.contains(&unit)
+            && !input.read_mostly.contains(&unit)
+            && input.evicted_before_reuse.contains(&unit)
+            && seen.insert(unit)
+        {
             out.duplicate.push((unit, Reason::ReadOnly));
         }
     }
@@ -508,9 +513,10 @@ mod tests {
 
     #[test]
     fn read_only_data_comes_in_as_duplicates_and_others_do_not() {
-        // 1 is only read (now and at 11); 2 is read now but predicted to be written at 12.
-        let p =
-            placed(&[use_(1, 10), use_(2, 10)], &[use_(1, 11), write(2, 12, false, false)], &[], &[], &[]);
+        // 1 is only read (now and at 11); 2 is read now but predicted to be written at 12; 3 is
+        // only read but was never evicted: migrating it costs less.
+        let current = [use_(1, 10), use_(2, 10), use_(3, 10)];
+        let p = placed(&current, &[use_(1, 11), write(2, 12, false, false)], &[], &[], &[1, 2]);
         assert_eq!(p.duplicate, vec![(unit(1), Reason::ReadOnly)], "{p:?}");
     }
 
@@ -526,6 +532,9 @@ mod tests {
         let p = placed(&[write(5, 10, true, true)], &[], &[1, 2], &[], &[5]);
         assert_eq!(p.remote, vec![(unit(5), Reason::EvictedBeforeReuse)]);
         assert!(p.evict.is_empty() && p.prefetch.is_empty(), "it needs no room: {p:?}");
+        // Pool memory already on the device is written there (a discard would cost more).
+        let p = placed(&[write(5, 10, true, true)], &[], &[5], &[], &[5]);
+        assert!(p.remote.is_empty(), "{p:?}");
         // Only a declared overwrite qualifies: remote data that is read first would be read
         // over the link, and a partial write keeps old data that must stay valid.
         let p = placed(&[write(5, 10, false, true)], &[], &[1, 2], &[], &[5]);

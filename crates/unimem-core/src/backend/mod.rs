@@ -199,22 +199,27 @@ pub trait MemoryBackend: Send {
     fn write(&mut self, id: RegionId, offset: u64, data: &[u8]) -> Result<()>;
 }
 
-/// Opens the backend a configuration asks for, emulating a device of `capacity` bytes where
-/// the backend is simulated. `auto` picks CUDA when this build has it and a device is present,
-/// the simulator otherwise; every report says which ran.
+/// Opens the backend a configuration asks for, emulating a device of `capacity` bytes (the
+/// simulator's size, or the budget the CUDA backend keeps to in software). `auto` picks CUDA
+/// when a device is present and the simulator otherwise; every report says which ran.
 pub fn open(
     choice: crate::config::BackendChoice,
     cost: sim::CostModel,
     capacity: u64,
+    oversubscribe: crate::config::Oversubscribe,
 ) -> Result<Box<dyn MemoryBackend>> {
     use crate::config::BackendChoice;
     match choice {
-        BackendChoice::Auto | BackendChoice::Sim => Ok(Box::new(sim::SimBackend::new(cost, capacity))),
-        BackendChoice::Cuda => Err(crate::Error::BackendUnavailable {
-            backend: "cuda".into(),
-            reason: "this build of unimem has no CUDA backend yet; use backend = \"sim\" (or \"auto\")"
-                .into(),
-        }),
+        BackendChoice::Sim => Ok(Box::new(sim::SimBackend::new(cost, capacity))),
+        BackendChoice::Cuda => Ok(Box::new(cuda::CudaBackend::open(0, capacity, oversubscribe)?)),
+        BackendChoice::Auto => match cuda::CudaBackend::open(0, capacity, oversubscribe) {
+            Ok(gpu) => Ok(Box::new(gpu)),
+            Err(crate::Error::BackendUnavailable { reason, .. }) => {
+                tracing::info!(%reason, "backend auto: using the simulator");
+                Ok(Box::new(sim::SimBackend::new(cost, capacity)))
+            }
+            Err(e) => Err(e),
+        },
     }
 }
 

@@ -219,8 +219,12 @@ pub fn prefetch_batch(
     }
     dev.context().bind_to_thread().map_err(cuda_err("cuCtxSetCurrent", "prefetch"))?;
     let loc = location(dev.ordinal() as i32, to);
-    if dev.capabilities().prefetch_batch {
-        return batch_to(sys::cuMemPrefetchBatchAsync, "cuMemPrefetchBatchAsync", dev, ranges, to, stream);
+    if dev.capabilities().prefetch_batch && ranges.len() > 1 {
+        match batch_to(sys::cuMemPrefetchBatchAsync, "cuMemPrefetchBatchAsync", dev, ranges, to, stream) {
+            Ok(()) => return Ok(()),
+            // Hints are best effort: where the batch call refuses, single calls still run.
+            Err(e) => tracing::debug!(error = %e, "batch prefetch refused; falling back to single calls"),
+        }
     }
     for &(ptr, len) in ranges {
         // SAFETY: the caller passes ranges of managed buffers it owns.

@@ -7,11 +7,13 @@
 //! driver or no device. Hints are best effort, as in RMM: a missing batch call falls back to
 //! single calls.
 
+mod backend;
 mod device;
 mod kernels;
 mod managed;
 pub mod probe;
 
+pub use backend::CudaBackend;
 pub use device::{Capabilities, CudaDevice};
 pub use kernels::{Kernels, TouchMode, MAX_TOUCH_RANGES};
 pub use managed::{

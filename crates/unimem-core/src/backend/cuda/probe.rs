@@ -51,6 +51,13 @@ fn timed(stream: &CudaStream, f: impl FnOnce() -> Result<()>) -> Result<u64> {
     Ok((ms as f64 * 1e6).round().max(1.0) as u64)
 }
 
+/// Host time of the call `f` alone (not of the work it enqueues).
+fn host_timed(f: impl FnOnce() -> Result<()>) -> Result<u64> {
+    let t0 = std::time::Instant::now();
+    f()?;
+    Ok(t0.elapsed().as_nanos() as u64)
+}
+
 fn gbps(bytes: u64, ns: u64) -> f64 {
     bytes as f64 / ns.max(1) as f64
 }
@@ -134,13 +141,34 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
     std::hint::black_box(sum);
     note("CPU-fault D2H rate", gbps(bytes, cpu_ns), "GB/s", Some(default.cpu_fault_rate_gbps));
 
-    // Prefetch in one call each way.
-    let t_h2d = timed(&s, || a.prefetch(0, bytes, Location::Device, &s))?;
+    // Prefetch in one call each way; and how long the call itself holds the calling thread,
+    // as a share of the transfer (an asynchronous call would hold it for microseconds).
+    let mut h2d_call = 0;
+    let t_h2d = timed(&s, || {
+        h2d_call = host_timed(|| a.prefetch(0, bytes, Location::Device, &s))?;
+        Ok(())
+    })?;
     let h2d =
         note("prefetch H2D rate, one call", gbps(bytes, t_h2d), "GB/s", Some(default.prefetch_h2d_rate_gbps));
-    let t_d2h = timed(&s, || a.prefetch(0, bytes, Location::Host, &s))?;
+    let h2d_host = note(
+        "  share of it the calling thread is blocked",
+        (h2d_call as f64 / t_h2d as f64).min(1.0),
+        "",
+        Some(default.prefetch_h2d_host_fraction),
+    );
+    let mut d2h_call = 0;
+    let t_d2h = timed(&s, || {
+        d2h_call = host_timed(|| a.prefetch(0, bytes, Location::Host, &s))?;
+        Ok(())
+    })?;
     let d2h =
         note("prefetch D2H rate, one call", gbps(bytes, t_d2h), "GB/s", Some(default.prefetch_d2h_rate_gbps));
+    let d2h_host = note(
+        "  share of it the calling thread is blocked",
+        (d2h_call as f64 / t_d2h as f64).min(1.0),
+        "",
+        Some(default.prefetch_d2h_host_fraction),
+    );
 
     // Per-call cost: the same bytes in 2 MiB calls.
     let chunk = 2u64 << 20;
@@ -192,10 +220,27 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
     let isolated =
         note("isolated GPU fault (1 touch per 2 MiB)", t as f64 / calls as f64, "ns", Some(15_800.0));
 
-    // Read-mostly: prefetching creates a duplicate; prefetching to the host drops it.
+    // Read-mostly: setting it (host time: the call blocks), prefetching to the device creates
+    // duplicates, prefetching to the host drops them. Both sides timed by the host clock, since
+    // the calls do their work on the host as much as on the copy engines.
     place(&a, Location::Host, &s)?;
+    let t0 = std::time::Instant::now();
     a.advise(0, bytes, Advice::SetReadMostly)?;
+    let per_gib = t0.elapsed().as_nanos() as f64 * (1u64 << 30) as f64 / bytes as f64;
+    let advise_rm = note(
+        "set read-mostly on host data (host time)",
+        per_gib,
+        "ns per GiB",
+        Some(default.advise_read_mostly_ns_per_gib as f64),
+    );
+    let t0 = std::time::Instant::now();
     place(&a, Location::Device, &s)?;
+    let dup_rate = note(
+        "prefetch H2D creating read-mostly duplicates",
+        gbps(bytes, t0.elapsed().as_nanos() as u64),
+        "GB/s",
+        Some(default.duplicate_prefetch_rate_gbps),
+    );
     let t = timed(&s, || a.prefetch(0, bytes, Location::Host, &s))?;
     let drop_rate =
         note("drop read-mostly duplicate", gbps(bytes, t), "GB/s", Some(default.duplicate_drop_rate_gbps));
@@ -209,9 +254,17 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
     }
 
     // Remote: host-preferred and accessed by the device: read in place over the link.
-    a.advise(0, bytes, Advice::SetPreferredLocation(Location::Host))?;
-    a.advise(0, bytes, Advice::SetAccessedByDevice)?;
     place(&a, Location::Host, &s)?;
+    let t = host_timed(|| {
+        a.advise(0, bytes, Advice::SetPreferredLocation(Location::Host))?;
+        a.advise(0, bytes, Advice::SetAccessedByDevice)
+    })?;
+    let advise_remote = note(
+        "set preferred host + accessed by (host time)",
+        t as f64 * (1u64 << 30) as f64 / bytes as f64,
+        "ns per GiB",
+        Some(default.advise_remote_ns_per_gib as f64),
+    );
     let t = timed(&s, || kernels.touch(&s, &[(a.ptr(), bytes, TouchMode::Read)], 16, 0))?;
     let remote = note(
         "GPU remote read of host-preferred data",
@@ -227,9 +280,33 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
     place(&a, Location::Device, &s)?;
     let whole = [(a.ptr(), bytes)];
     let mut discard_rate = default.discard_rate_gbps;
+    let mut discard_host = default.discard_host_ns_per_gib as f64;
     if dev.capabilities().discard_batch {
-        let t = timed(&s, || discard_batch(dev, &whole, &s).map(|_| ()))?;
+        let mut call = 0;
+        let t = timed(&s, || {
+            call = host_timed(|| discard_batch(dev, &whole, &s).map(|_| ()))?;
+            Ok(())
+        })?;
         discard_rate = note("discard (batch)", gbps(bytes, t), "GB/s", Some(default.discard_rate_gbps));
+        note(
+            "  host time of the call, one range",
+            call as f64 * (1u64 << 30) as f64 / bytes as f64,
+            "ns per GiB",
+            None,
+        );
+        // The same in 2 MiB ranges, as a planner issues them.
+        place(&a, Location::Device, &s)?;
+        let small: Vec<(u64, u64)> = (0..bytes / chunk).map(|i| (a.ptr() + i * chunk, chunk)).collect();
+        let call = host_timed(|| discard_batch(dev, &small, &s).map(|_| ()))?;
+        s.synchronize().map_err(cuda_err("cuStreamSynchronize", "probe"))?;
+        discard_host = note(
+            "  host time of the call, 2 MiB ranges",
+            call as f64 * (1u64 << 30) as f64 / bytes as f64,
+            "ns per GiB",
+            Some(default.discard_host_ns_per_gib as f64),
+        );
+        place(&a, Location::Device, &s)?;
+        discard_batch(dev, &whole, &s)?;
         let t = timed(&s, || a.prefetch(0, bytes, Location::Device, &s))?;
         note("prefetch of discarded device pages (still mapped)", gbps(bytes, t), "GB/s", None);
     }
@@ -275,6 +352,12 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
         evict_d2h_rate_gbps: d2h,
         um_full_duplex: full_duplex,
         duplicate_drop_rate_gbps: drop_rate,
+        duplicate_prefetch_rate_gbps: dup_rate,
+        prefetch_h2d_host_fraction: h2d_host,
+        prefetch_d2h_host_fraction: d2h_host,
+        advise_remote_ns_per_gib: advise_remote.round() as u64,
+        discard_host_ns_per_gib: discard_host.round() as u64,
+        advise_read_mostly_ns_per_gib: advise_rm.round() as u64,
         duplicate_write_fault_ns_per_page: default.duplicate_write_fault_ns_per_page,
         remote_rate_gbps: remote,
         discard_rate_gbps: discard_rate,

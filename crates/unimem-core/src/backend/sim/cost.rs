@@ -46,6 +46,18 @@ pub struct CostModel {
     pub um_full_duplex: bool,
     /// Rate of dropping read-mostly duplicates.
     pub duplicate_drop_rate_gbps: f64,
+    /// H2D rate of a prefetch that creates read-mostly duplicates (the host copy stays).
+    pub duplicate_prefetch_rate_gbps: f64,
+    /// Host time of setting read-mostly on host-resident data, per GiB (the call blocks).
+    pub advise_read_mostly_ns_per_gib: u64,
+    /// Host time of setting preferred location host and accessed-by-device, per GiB.
+    pub advise_remote_ns_per_gib: u64,
+    /// Share (0 to 1) of an H2D prefetch's transfer during which the calling thread is blocked.
+    pub prefetch_h2d_host_fraction: f64,
+    /// Share (0 to 1) of a D2H prefetch's transfer during which the calling thread is blocked.
+    pub prefetch_d2h_host_fraction: f64,
+    /// Host time of a discard call, per GiB discarded in 2 MiB ranges.
+    pub discard_host_ns_per_gib: u64,
     /// Cost per 4 KiB page of a GPU write collapsing duplicates.
     pub duplicate_write_fault_ns_per_page: u64,
     /// Rate of GPU remote access to host-resident mapped data.
@@ -93,12 +105,21 @@ impl CostModel {
             ("prefetch_populate_rate_gbps", self.prefetch_populate_rate_gbps),
             ("evict_d2h_rate_gbps", self.evict_d2h_rate_gbps),
             ("duplicate_drop_rate_gbps", self.duplicate_drop_rate_gbps),
+            ("duplicate_prefetch_rate_gbps", self.duplicate_prefetch_rate_gbps),
             ("remote_rate_gbps", self.remote_rate_gbps),
             ("discard_rate_gbps", self.discard_rate_gbps),
         ];
         for (key, v) in rates {
             if !(v.is_finite() && v > 0.0) {
                 return Err(Error::config(key, format!("must be a positive rate in GB/s, got {v}"), origin));
+            }
+        }
+        for (key, v) in [
+            ("prefetch_h2d_host_fraction", self.prefetch_h2d_host_fraction),
+            ("prefetch_d2h_host_fraction", self.prefetch_d2h_host_fraction),
+        ] {
+            if !(0.0..=1.0).contains(&v) {
+                return Err(Error::config(key, format!("must be a share from 0 to 1, got {v}"), origin));
             }
         }
         let u = self.fault_unit_bytes;

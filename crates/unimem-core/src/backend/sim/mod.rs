@@ -532,6 +532,16 @@ impl MemoryBackend for SimBackend {
 
     fn advise(&mut self, range: ByteRange, advice: Advice) -> Result<()> {
         let (s, e) = self.checked(range.region, range.offset, range.len)?;
+        // Advice calls block the calling thread (host time measured by `unimem probe`).
+        let per_gib = match advice {
+            Advice::SetReadMostly => self.cost.advise_read_mostly_ns_per_gib as f64,
+            // Measured for the pair of calls that maps data remotely.
+            Advice::SetPreferredLocation(Location::Host) | Advice::SetAccessedByDevice => {
+                self.cost.advise_remote_ns_per_gib as f64 / 2.0
+            }
+            _ => 0.0,
+        };
+        self.host_now += (range.len as f64 / (1u64 << 30) as f64 * per_gib).round() as u64;
         let r = self.region_mut(range.region)?;
         let blocks = r.block_range(s, e);
         for b in blocks.clone() {
@@ -590,13 +600,21 @@ impl MemoryBackend for SimBackend {
                         self.stats.duplicated_bytes += m.transferred as u64 * PAGE_SIZE;
                     }
                     let bytes = m.transferred as u64 * PAGE_SIZE;
+                    let rate = if read_mostly {
+                        self.cost.duplicate_prefetch_rate_gbps
+                    } else {
+                        self.cost.prefetch_h2d_rate_gbps
+                    };
                     let dur = call_ns
-                        + CostModel::transfer_ns(bytes, self.cost.prefetch_h2d_rate_gbps)
+                        + CostModel::transfer_ns(bytes, rate)
                         + CostModel::transfer_ns(
                             m.populated as u64 * PAGE_SIZE,
                             self.cost.prefetch_populate_rate_gbps,
                         );
                     let (start, end) = self.occupy_link(Direction::H2D, room_at, dur);
+                    // The call holds the host for part of the transfer (measured).
+                    let held = ((end - start) as f64 * self.cost.prefetch_h2d_host_fraction) as u64;
+                    self.host_now = self.host_now.max(start + held);
                     self.stats.h2d_bytes += bytes;
                     self.stats.prefetch_h2d_bytes += bytes;
                     let r = self.regions.get_mut(&id).expect("checked");
@@ -633,6 +651,8 @@ impl MemoryBackend for SimBackend {
                             self.cost.duplicate_drop_rate_gbps,
                         );
                     let (start, end) = self.occupy_link(Direction::D2H, self.host_now.max(last_use), dur);
+                    let held = ((end - start) as f64 * self.cost.prefetch_d2h_host_fraction) as u64;
+                    self.host_now = self.host_now.max(start + held);
                     self.stats.d2h_bytes += bytes;
                     self.stats.prefetch_d2h_bytes += bytes;
                     self.emit(|| MemEvent::Migration {
@@ -684,6 +704,10 @@ impl MemoryBackend for SimBackend {
         }
         let dur = self.cost.discard_call_ns + CostModel::transfer_ns(total, self.cost.discard_rate_gbps);
         self.occupy_link(Direction::D2H, after, dur);
+        // The call itself holds the host (measured per GiB of 2 MiB ranges).
+        let bytes: u64 = ranges.iter().map(|r| r.len).sum();
+        self.host_now +=
+            (bytes as f64 / (1u64 << 30) as f64 * self.cost.discard_host_ns_per_gib as f64) as u64;
         self.stats.discarded_bytes += total;
         Ok(())
     }

@@ -144,7 +144,11 @@ fn remote_mapping_uses_no_device_memory() {
 
 #[test]
 fn remote_traffic_queues_behind_transfers_on_the_link() {
-    let mut s = sim(1 << 30);
+    // Without the host time of the calls, to see the link alone.
+    let mut cost = CostModel::h200();
+    cost.advise_remote_ns_per_gib = 0;
+    cost.prefetch_h2d_host_fraction = 0.0;
+    let mut s = SimBackend::new(cost, 1 << 30);
     let (a, b) = (RegionId(1), RegionId(2));
     for id in [a, b] {
         s.allocate(id, 64 * MIB).unwrap();
@@ -161,6 +165,20 @@ fn remote_traffic_queues_behind_transfers_on_the_link() {
     let remote = CostModel::transfer_ns(64 * MIB, c.remote_rate_gbps);
     assert_eq!(t, prefetch + remote, "the remote read waits for the prefetch ahead of it");
     assert_eq!(s.stats().stall_ns, t - 10);
+}
+
+#[test]
+fn advice_holds_the_host_as_measured() {
+    let mut s = sim(4 << 30);
+    let id = RegionId(1);
+    s.allocate(id, 1 << 30).unwrap();
+    s.preload_host(whole(1, 1 << 30)).unwrap();
+    s.advise(whole(1, 1 << 30), Advice::SetReadMostly).unwrap();
+    let acc = [RangeAccess { region: id, offset: 0, len: 4096, mode: AccessMode::Read }];
+    s.launch(&KernelLaunch { name: "k", dur_ns: 0, accesses: &acc }).unwrap();
+    let t = s.synchronize().unwrap();
+    let held = s.cost().advise_read_mostly_ns_per_gib;
+    assert!(t >= held && t < held + 100_000, "the kernel waited for the host: {t} ns vs {held}");
 }
 
 #[test]

@@ -83,8 +83,10 @@ pub struct Advisor {
     read_mostly: FxHashSet<Unit>,
     /// Units mapped remotely, with the kernel that wrote them.
     remote: FxHashMap<Unit, u64>,
-    /// Units on the device that hold no data yet (recycled from the pool, untouched).
-    fresh: FxHashSet<Unit>,
+    /// Step in which each live region was allocated.
+    born: FxHashMap<RegionId, u64>,
+    /// Steps seen.
+    step: u64,
     /// Units (by step-stable key and block) evicted before their reuse.
     evicted_before_reuse: FxHashSet<(RegionKey, u32)>,
     kernel: u64,
@@ -126,7 +128,8 @@ impl Advisor {
             resident: FxHashMap::default(),
             read_mostly: FxHashSet::default(),
             remote: FxHashMap::default(),
-            fresh: FxHashSet::default(),
+            born: FxHashMap::default(),
+            step: 0,
             evicted_before_reuse: FxHashSet::default(),
             kernel: 0,
             predictions: Vec::new(),
@@ -281,13 +284,18 @@ impl Advisor {
                 });
             }
         }
+        // Units (of this kernel and the forecast) that were evicted before their reuse last
+        // time, of regions that outlive a step: the candidates for a placement. Setting up a
+        // placement holds the host (read-mostly ~70 ms per GiB on the H200), so it pays only
+        // where it serves many evictions: data kept across steps (weights), not per-step
+        // temporaries (activations), which are evicted once at most.
+        let long_lived = |id: RegionId| self.born.get(&id).is_some_and(|&b| b < self.step);
         let evicted_before: FxHashSet<Unit> = units
             .iter()
-            .filter(|u| u.1 && (self.fresh.contains(&u.0) || !self.resident.contains_key(&u.0)))
-            .filter(|u| {
-                self.identity.key(u.0 .0).is_some_and(|k| self.evicted_before_reuse.contains(&(k, u.0 .1)))
-            })
             .map(|u| u.0)
+            .chain(predicted.iter().map(|u| u.unit))
+            .filter(|u| long_lived(u.0))
+            .filter(|u| self.identity.key(u.0).is_some_and(|k| self.evicted_before_reuse.contains(&(k, u.1))))
             .collect();
         let remote_now: FxHashSet<Unit> = self.remote.keys().copied().collect();
         let sizes = &self.sizes;
@@ -309,7 +317,6 @@ impl Advisor {
         // what is mapped remotely.
         let remote_planned: FxHashSet<Unit> = plan.remote.iter().map(|r| r.0).collect();
         for &(u, _, _) in &units {
-            self.fresh.remove(&u);
             if remote_now.contains(&u) || remote_planned.contains(&u) {
                 continue;
             }
@@ -325,9 +332,9 @@ impl Advisor {
             self.resident.remove(&(id, b));
             self.read_mostly.remove(&(id, b));
             self.remote.remove(&(id, b));
-            self.fresh.remove(&(id, b));
         }
         self.by_key.retain(|_, r| *r != id);
+        self.born.remove(&id);
     }
 }
 
@@ -345,6 +352,7 @@ impl Policy for Advisor {
                 Ok(())
             }
             TraceEvent::Step { .. } => {
+                self.step += 1;
                 self.identity.on_step();
                 self.predictor.on_step();
                 Ok(())
@@ -369,11 +377,11 @@ impl Policy for Advisor {
             TraceEvent::Alloc { id, bytes, .. } => {
                 let id = RegionId(*id);
                 self.sizes.insert(id, *bytes);
+                self.born.insert(id, self.step);
                 let key = self.identity.on_alloc(id, *bytes);
                 self.by_key.insert(key, id);
                 // Pages recycled from the pool are on the device already.
                 for b in pooled_blocks(&self.sizes, backend, id)? {
-                    self.fresh.insert((id, b));
                     self.resident.insert((id, b), (unit_bytes(&self.sizes, (id, b)), self.kernel));
                 }
                 Ok(())

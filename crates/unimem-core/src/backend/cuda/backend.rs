@@ -1,0 +1,734 @@
+//! `CudaBackend`: the [`MemoryBackend`] seam on a real GPU.
+//!
+//! - Regions are `cuMemAllocManaged` buffers from a pool (freed regions keep their buffer for
+//!   reuse by size, because `cuMemFree` synchronises the device).
+//! - Three streams: kernels on `compute`, prefetches to the device on `h2d`, moves back and
+//!   discards on `d2h`. A prefetch records an event that the next kernel using the region waits
+//!   on, so a kernel waits for data in flight instead of faulting on it; moves back and
+//!   discards wait for the kernels issued before them.
+//! - A kernel is the NVRTC touch kernel: it touches every 4 KiB page of its ranges as their
+//!   mode says, then spins for the trace's `dur_ns`; time lost to faults adds on top.
+//! - **The budget is emulated in software.** The H200 has 141 GB; to behave like a GPU of
+//!   `capacity` bytes, the backend keeps its own per-2 MiB-block account of what is on the
+//!   device and, when a kernel or prefetch would take it over capacity, first moves the least
+//!   recently used blocks back to the host (`cuMemPrefetchAsync` to the host, on `d2h`, which
+//!   the next kernel waits for), as the driver would evict under memory pressure. A balloon
+//!   allocation to shrink the GPU is not used: it would take managed memory beyond what the
+//!   program needs.
+//! - Its clock is the host's monotonic clock since the backend opened, minus the time spent
+//!   preparing data that exists before the work (`preload_host`).
+//! - Fault and migration events need CUPTI (telemetry); the counters here come from the
+//!   backend's own account: bytes it prefetched, evicted and discarded, and the bytes kernels
+//!   found off the device (migrated by faults).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use cudarc::driver::{CudaEvent, CudaStream};
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use super::{cuda_err, discard_batch, prefetch_batch, CudaDevice, Kernels, ManagedBuffer, TouchMode};
+use crate::access::RangeAccess;
+use crate::backend::{
+    Advice, BackendKind, BackendStats, ByteRange, KernelLaunch, Location, MemEvent, MemoryBackend, Residency,
+    BLOCK_SIZE, PAGE_SIZE,
+};
+use crate::config::Oversubscribe;
+use crate::error::{Error, Result};
+use crate::region::RegionId;
+
+/// What the backend knows of one 2 MiB block.
+#[derive(Debug, Clone, Copy, Default)]
+struct Block {
+    /// Device memory holds (a copy of) it.
+    on_device: bool,
+    /// Host memory holds a valid copy.
+    on_host: bool,
+    read_mostly: bool,
+    /// Preferred location host and accessed by the device: kernels use it in place.
+    remote: bool,
+    /// Order of last use (0: not on the device).
+    stamp: u64,
+}
+
+struct CudaRegion {
+    buf: ManagedBuffer,
+    bytes: u64,
+    blocks: Vec<Block>,
+    /// The last prefetch to the device that moved some of it; the next kernel using it waits.
+    ready: Option<Arc<CudaEvent>>,
+}
+
+impl CudaRegion {
+    fn block_bytes(&self, b: usize) -> u64 {
+        (self.bytes - b as u64 * BLOCK_SIZE).min(BLOCK_SIZE)
+    }
+
+    fn blocks_of(&self, offset: u64, len: u64) -> std::ops::Range<usize> {
+        if len == 0 {
+            return 0..0;
+        }
+        (offset / BLOCK_SIZE) as usize..(offset + len).div_ceil(BLOCK_SIZE) as usize
+    }
+}
+
+/// The CUDA backend. See the module documentation.
+pub struct CudaBackend {
+    dev: CudaDevice,
+    kernels: Kernels,
+    compute: Arc<CudaStream>,
+    h2d: Arc<CudaStream>,
+    d2h: Arc<CudaStream>,
+    capacity: u64,
+    oversubscribe: Oversubscribe,
+    regions: FxHashMap<RegionId, CudaRegion>,
+    /// Freed buffers by size, for reuse.
+    pool: BTreeMap<u64, Vec<(ManagedBuffer, Vec<Block>)>>,
+    /// Device blocks in least-recently-used order: (stamp, region, block).
+    lru: BTreeSet<(u64, RegionId, u32)>,
+    next_stamp: u64,
+    device_bytes: u64,
+    stats: BackendStats,
+    start: Instant,
+    /// Host time spent on set-up (preloading data), not counted on the clock.
+    excluded_ns: u64,
+    /// Host time spent in each kind of call (logged at `info` when the backend closes).
+    host_ns: [u64; HOST_OPS.len()],
+    /// Allocations served by the pool / by a new `cuMemAllocManaged`.
+    pool_hits: u64,
+    new_buffers: u64,
+    /// Kernels that waited for a prefetch in flight.
+    kernel_waits: u64,
+}
+
+/// Kinds of backend call whose host time is accounted.
+const HOST_OPS: [&str; 6] =
+    ["launch", "prefetch to device", "prefetch to host", "discard", "advise", "make room"];
+
+// SAFETY: the CUDA handles are used from one thread at a time (`&mut self`); the driver allows
+// a context to be used from any thread once bound.
+unsafe impl Send for CudaBackend {}
+
+impl std::fmt::Debug for CudaBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaBackend").field("device", &self.dev.capabilities().name).finish()
+    }
+}
+
+impl CudaBackend {
+    /// Opens device `ordinal`, emulating a GPU of `capacity` bytes. Errors (never panics)
+    /// without a driver or device: "no CUDA device".
+    pub fn open(ordinal: usize, capacity: u64, oversubscribe: Oversubscribe) -> Result<Self> {
+        let dev = CudaDevice::open(ordinal)?;
+        let kernels = Kernels::load(&dev)?;
+        let (compute, h2d, d2h) = (dev.new_stream()?, dev.new_stream()?, dev.new_stream()?);
+        // Warm up: the first launch loads the module lazily.
+        kernels.touch(&compute, &[], 1, 0)?;
+        compute.synchronize().map_err(cuda_err("cuStreamSynchronize", "warm-up"))?;
+        Ok(Self {
+            dev,
+            kernels,
+            compute,
+            h2d,
+            d2h,
+            capacity,
+            oversubscribe,
+            regions: FxHashMap::default(),
+            pool: BTreeMap::new(),
+            lru: BTreeSet::new(),
+            next_stamp: 1,
+            device_bytes: 0,
+            stats: BackendStats::default(),
+            start: Instant::now(),
+            excluded_ns: 0,
+            host_ns: [0; HOST_OPS.len()],
+            pool_hits: 0,
+            new_buffers: 0,
+            kernel_waits: 0,
+        })
+    }
+
+    /// The opened device.
+    pub fn device(&self) -> &CudaDevice {
+        &self.dev
+    }
+
+    /// The managed buffer behind a region (for tests that check data and range attributes).
+    pub fn buffer(&self, id: RegionId) -> Result<&ManagedBuffer> {
+        Ok(&self.region(id)?.buf)
+    }
+
+    /// Runs `f`, adding its host time to counter `op` (see `HOST_OPS`).
+    fn timed<T>(&mut self, op: usize, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
+        let t0 = Instant::now();
+        let out = f(self);
+        self.host_ns[op] += t0.elapsed().as_nanos() as u64;
+        out
+    }
+
+    fn now(&self) -> u64 {
+        (self.start.elapsed().as_nanos() as u64).saturating_sub(self.excluded_ns)
+    }
+
+    fn region(&self, id: RegionId) -> Result<&CudaRegion> {
+        self.regions.get(&id).ok_or(Error::UnknownRegion(id))
+    }
+
+    fn checked(&self, id: RegionId, offset: u64, len: u64) -> Result<()> {
+        let r = self.region(id)?;
+        match offset.checked_add(len) {
+            Some(end) if end <= r.bytes => Ok(()),
+            _ => Err(Error::OutOfRange { region: id, offset, len, size: r.bytes }),
+        }
+    }
+
+    fn sync_all(&self) -> Result<()> {
+        self.dev.synchronize()
+    }
+
+    /// Marks block `b` of `id` on the device, most recently used.
+    fn touch_block(&mut self, id: RegionId, b: usize) {
+        let stamp = self.next_stamp;
+        self.next_stamp += 1;
+        let r = self.regions.get_mut(&id).expect("checked");
+        let bytes = r.block_bytes(b);
+        let blk = &mut r.blocks[b];
+        if blk.on_device {
+            self.lru.remove(&(blk.stamp, id, b as u32));
+        } else {
+            self.device_bytes += bytes;
+            self.stats.peak_device_bytes = self.stats.peak_device_bytes.max(self.device_bytes);
+        }
+        blk.on_device = true;
+        blk.stamp = stamp;
+        self.lru.insert((stamp, id, b as u32));
+    }
+
+    /// Drops block `b` of `id` from the device account.
+    fn leave_device(&mut self, id: RegionId, b: usize) {
+        let r = self.regions.get_mut(&id).expect("checked");
+        let bytes = r.block_bytes(b);
+        let blk = &mut r.blocks[b];
+        if blk.on_device {
+            self.lru.remove(&(blk.stamp, id, b as u32));
+            self.device_bytes -= bytes;
+            blk.on_device = false;
+            blk.stamp = 0;
+        }
+    }
+
+    /// Moves least recently used blocks outside `protect` back to the host until `need` more
+    /// bytes fit in the emulated capacity. Returns whether anything moved (the caller's stream
+    /// then waits for `d2h`).
+    fn make_room(&mut self, need: u64, protect: &FxHashSet<(RegionId, u32)>) -> Result<bool> {
+        self.timed(5, |this| {
+            let mut victims: Vec<(RegionId, u32)> = Vec::new();
+            let mut freed = 0u64;
+            for &(_, id, b) in &this.lru {
+                if this.device_bytes + need <= this.capacity + freed {
+                    break;
+                }
+                if protect.contains(&(id, b)) {
+                    continue;
+                }
+                victims.push((id, b));
+                freed += this.regions[&id].block_bytes(b as usize);
+            }
+            if victims.is_empty() {
+                return Ok(false);
+            }
+            let mut ranges = Vec::with_capacity(victims.len());
+            for &(id, b) in &victims {
+                let r = &this.regions[&id];
+                let dirty = !r.blocks[b as usize].on_host;
+                let bytes = r.block_bytes(b as usize);
+                if dirty {
+                    this.stats.evicted_bytes += bytes;
+                    this.stats.d2h_bytes += bytes;
+                }
+                ranges.push((id, r.buf.ptr() + b as u64 * BLOCK_SIZE, bytes));
+                this.leave_device(id, b as usize);
+                this.regions.get_mut(&id).expect("victim").blocks[b as usize].on_host = true;
+            }
+            this.d2h.join(&this.compute).map_err(cuda_err("cuStreamWaitEvent", "evict after kernels"))?;
+            prefetch_batch(&this.dev, &coalesce(ranges), Location::Host, &this.d2h)?;
+            Ok(true)
+        })
+    }
+
+    /// Blocks of `ranges` (outside remote mappings) not on the device, and their bytes.
+    fn missing(
+        &self,
+        ranges: impl Iterator<Item = (RegionId, u64, u64)>,
+    ) -> (FxHashSet<(RegionId, u32)>, u64) {
+        let mut blocks = FxHashSet::default();
+        let mut need = 0;
+        for (id, offset, len) in ranges {
+            let r = &self.regions[&id];
+            for b in r.blocks_of(offset, len) {
+                if blocks.insert((id, b as u32)) && !r.blocks[b].on_device && !r.blocks[b].remote {
+                    need += r.block_bytes(b);
+                }
+            }
+        }
+        (blocks, need)
+    }
+
+    fn take_buffer(&mut self, bytes: u64) -> Result<(ManagedBuffer, Vec<Block>)> {
+        if let Some(list) = self.pool.get_mut(&bytes) {
+            if let Some(entry) = list.pop() {
+                self.pool_hits += 1;
+                return Ok(entry);
+            }
+        }
+        self.new_buffers += 1;
+        let blocks = vec![Block::default(); bytes.div_ceil(BLOCK_SIZE) as usize];
+        match ManagedBuffer::alloc_with(&self.dev, bytes, self.oversubscribe) {
+            Ok(buf) => Ok((buf, blocks)),
+            Err(Error::Allocation { .. }) if !self.pool.is_empty() => {
+                // Give pooled memory back (cuMemFree synchronises) and try once more.
+                self.sync_all()?;
+                self.pool.clear();
+                Ok((ManagedBuffer::alloc_with(&self.dev, bytes, self.oversubscribe)?, blocks))
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl Drop for CudaBackend {
+    fn drop(&mut self) {
+        // Where the host's time went (`log.level = "info"` shows it): hints are synchronous
+        // work for the host, and this says which.
+        let parts: Vec<String> = HOST_OPS
+            .iter()
+            .zip(self.host_ns)
+            .map(|(op, ns)| format!("{op} {:.1} ms", ns as f64 / 1e6))
+            .collect();
+        tracing::info!(
+            "cuda backend host time: {}; allocations: {} from the pool, {} new; {} kernel waits for prefetches; {} prefetch ranges",
+            parts.join(", "),
+            self.pool_hits,
+            self.new_buffers,
+            self.kernel_waits,
+            self.stats.prefetch_ranges
+        );
+    }
+}
+
+/// Merges adjacent ranges of the same allocation: (region, address, bytes) -> (address, bytes).
+/// Two allocations can be adjacent in the address space, but one prefetch range must lie in one
+/// allocation (the driver answers CUDA_ERROR_INVALID_VALUE otherwise).
+fn coalesce(mut ranges: Vec<(RegionId, u64, u64)>) -> Vec<(u64, u64)> {
+    ranges.sort_unstable();
+    let mut out: Vec<(RegionId, u64, u64)> = Vec::with_capacity(ranges.len());
+    for (id, p, l) in ranges {
+        match out.last_mut() {
+            Some(last) if last.0 == id && last.1 + last.2 == p => last.2 += l,
+            _ => out.push((id, p, l)),
+        }
+    }
+    out.into_iter().map(|(_, p, l)| (p, l)).collect()
+}
+
+impl MemoryBackend for CudaBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Cuda
+    }
+
+    fn describe(&self) -> String {
+        let c = self.dev.capabilities();
+        format!(
+            "{} (CUDA driver {}, compute {}.{}), budget emulated in software",
+            c.name, c.driver_version, c.compute_capability.0, c.compute_capability.1
+        )
+    }
+
+    fn device_capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    fn allocate(&mut self, id: RegionId, bytes: u64) -> Result<u64> {
+        if bytes == 0 {
+            return Err(Error::Allocation { bytes, reason: "regions must be at least 1 byte".into() });
+        }
+        if self.regions.contains_key(&id) {
+            return Err(Error::InvalidArgument(format!("region id {id} is already allocated")));
+        }
+        let (buf, blocks) = self.take_buffer(bytes)?;
+        let addr = buf.ptr();
+        let region = CudaRegion { buf, bytes, blocks: blocks.clone(), ready: None };
+        self.regions.insert(id, region);
+        // Recycled pages that are on the device count again (they need no faults).
+        for (b, blk) in blocks.iter().enumerate() {
+            self.regions.get_mut(&id).expect("inserted").blocks[b].on_device = false;
+            if blk.on_device {
+                self.touch_block(id, b);
+            }
+        }
+        Ok(addr)
+    }
+
+    fn free(&mut self, id: RegionId) -> Result<()> {
+        let blocks = self.region(id)?.blocks.len();
+        for b in 0..blocks {
+            if self.regions[&id].blocks[b].on_device {
+                let keep = self.regions[&id].blocks[b];
+                self.leave_device(id, b);
+                // The pages stay where they are; remember it for the next user of the buffer.
+                self.regions.get_mut(&id).expect("live").blocks[b].on_device = keep.on_device;
+            }
+        }
+        let r = self.regions.remove(&id).expect("checked");
+        let mut blocks = r.blocks;
+        for blk in &mut blocks {
+            blk.stamp = 0;
+            blk.on_host = false; // dead data
+        }
+        // Advice stays on the buffer: clear what would surprise its next user.
+        if blocks.iter().any(|b| b.read_mostly || b.remote) {
+            for advice in
+                [Advice::UnsetReadMostly, Advice::UnsetPreferredLocation, Advice::UnsetAccessedByDevice]
+            {
+                r.buf.advise(0, r.bytes, advice)?;
+            }
+            for blk in &mut blocks {
+                (blk.read_mostly, blk.remote) = (false, false);
+            }
+        }
+        self.pool.entry(r.bytes).or_default().push((r.buf, blocks));
+        Ok(())
+    }
+
+    fn advise(&mut self, range: ByteRange, advice: Advice) -> Result<()> {
+        self.timed(4, |this| {
+            this.checked(range.region, range.offset, range.len)?;
+            if range.len == 0 {
+                return Ok(());
+            }
+            let r = this.regions.get_mut(&range.region).expect("checked");
+            r.buf.advise(range.offset, range.len, advice)?;
+            for b in r.blocks_of(range.offset, range.len) {
+                let blk = &mut r.blocks[b];
+                match advice {
+                    Advice::SetReadMostly => blk.read_mostly = true,
+                    Advice::UnsetReadMostly => {
+                        blk.read_mostly = false;
+                        if blk.on_device {
+                            blk.on_host = false; // duplicates collapse
+                        }
+                    }
+                    Advice::SetPreferredLocation(Location::Host) | Advice::SetAccessedByDevice => {
+                        // Remote once both are set; the account treats either as the intent.
+                        blk.remote = true;
+                    }
+                    Advice::UnsetPreferredLocation | Advice::UnsetAccessedByDevice => blk.remote = false,
+                    Advice::SetPreferredLocation(Location::Device) => blk.remote = false,
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn prefetch(&mut self, ranges: &[ByteRange], to: Location) -> Result<()> {
+        self.timed(if to == Location::Device { 1 } else { 2 }, |this| {
+            for r in ranges {
+                this.checked(r.region, r.offset, r.len)?;
+            }
+            let list: Vec<(u64, u64)> = ranges
+                .iter()
+                .filter(|r| r.len > 0)
+                .map(|r| (this.regions[&r.region].buf.ptr() + r.offset, r.len))
+                .collect();
+            if list.is_empty() {
+                return Ok(());
+            }
+            this.stats.prefetch_ranges += list.len() as u64;
+            match to {
+                Location::Device => {
+                    let (blocks, need) = this.missing(ranges.iter().map(|r| (r.region, r.offset, r.len)));
+                    if this.make_room(need, &blocks)? {
+                        this.h2d
+                            .join(&this.d2h)
+                            .map_err(cuda_err("cuStreamWaitEvent", "prefetch after evict"))?;
+                    }
+                    prefetch_batch(&this.dev, &list, Location::Device, &this.h2d)?;
+                    let event = Arc::new(
+                        this.h2d.record_event(None).map_err(cuda_err("cuEventRecord", "prefetch done"))?,
+                    );
+                    for &(id, b) in &blocks {
+                        let r = this.regions.get_mut(&id).expect("checked");
+                        let blk = r.blocks[b as usize];
+                        let bytes = r.block_bytes(b as usize);
+                        r.ready = Some(event.clone());
+                        if !blk.on_device {
+                            this.stats.prefetch_arrived_bytes += bytes;
+                            if blk.on_host {
+                                this.stats.h2d_bytes += bytes;
+                                this.stats.prefetch_h2d_bytes += bytes;
+                                if blk.read_mostly {
+                                    this.stats.duplicated_bytes += bytes;
+                                }
+                            }
+                        }
+                        let r = this.regions.get_mut(&id).expect("checked");
+                        r.blocks[b as usize].on_host = blk.on_host && blk.read_mostly;
+                        this.touch_block(id, b as usize);
+                    }
+                }
+                Location::Host => {
+                    this.d2h
+                        .join(&this.compute)
+                        .map_err(cuda_err("cuStreamWaitEvent", "evict after kernels"))?;
+                    prefetch_batch(&this.dev, &list, Location::Host, &this.d2h)?;
+                    this.h2d.join(&this.d2h).map_err(cuda_err("cuStreamWaitEvent", "order after evict"))?;
+                    let (blocks, _) = this.missing(ranges.iter().map(|r| (r.region, r.offset, r.len)));
+                    for (id, b) in blocks {
+                        let r = &this.regions[&id];
+                        let blk = r.blocks[b as usize];
+                        if blk.on_device && !blk.on_host {
+                            let bytes = r.block_bytes(b as usize);
+                            this.stats.d2h_bytes += bytes;
+                            this.stats.prefetch_d2h_bytes += bytes;
+                        }
+                        let populated = blk.on_device || blk.on_host;
+                        this.leave_device(id, b as usize);
+                        this.regions.get_mut(&id).expect("checked").blocks[b as usize].on_host = populated;
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn discard(&mut self, ranges: &[ByteRange]) -> Result<()> {
+        self.timed(3, |this| {
+            for r in ranges {
+                this.checked(r.region, r.offset, r.len)?;
+            }
+            let list: Vec<(u64, u64)> = ranges
+                .iter()
+                .filter(|r| r.len > 0)
+                .map(|r| (this.regions[&r.region].buf.ptr() + r.offset, r.len))
+                .collect();
+            this.d2h.join(&this.compute).map_err(cuda_err("cuStreamWaitEvent", "discard after kernels"))?;
+            if !discard_batch(&this.dev, &list, &this.d2h)? {
+                return Ok(()); // no discard on this driver: the data simply stays (a hint)
+            }
+            this.h2d.join(&this.d2h).map_err(cuda_err("cuStreamWaitEvent", "order after discard"))?;
+            let (blocks, _) = this.missing(ranges.iter().map(|r| (r.region, r.offset, r.len)));
+            for (id, b) in blocks {
+                let r = &this.regions[&id];
+                if r.blocks[b as usize].on_device || r.blocks[b as usize].on_host {
+                    this.stats.discarded_bytes += r.block_bytes(b as usize);
+                }
+                this.leave_device(id, b as usize);
+                this.regions.get_mut(&id).expect("checked").blocks[b as usize].on_host = false;
+            }
+            Ok(())
+        })
+    }
+
+    fn launch(&mut self, kernel: &KernelLaunch<'_>) -> Result<()> {
+        self.timed(0, |this| {
+            for a in kernel.accesses {
+                this.checked(a.region, a.offset, a.len)?;
+            }
+            // Wait for data in flight to the device.
+            let mut waited: FxHashSet<RegionId> = FxHashSet::default();
+            for a in kernel.accesses {
+                if waited.insert(a.region) {
+                    if let Some(ev) = this.regions.get_mut(&a.region).expect("checked").ready.take() {
+                        this.compute
+                            .wait(&ev)
+                            .map_err(cuda_err("cuStreamWaitEvent", "kernel after prefetch"))?;
+                        this.kernel_waits += 1;
+                    }
+                }
+            }
+            // The emulated driver makes room before the kernel faults its data in.
+            let (blocks, need) = this.missing(kernel.accesses.iter().map(|a| (a.region, a.offset, a.len)));
+            if this.make_room(need, &blocks)? {
+                this.compute.join(&this.d2h).map_err(cuda_err("cuStreamWaitEvent", "kernel after evict"))?;
+            }
+            let ranges: Vec<(u64, u64, TouchMode)> = kernel
+                .accesses
+                .iter()
+                .filter(|a| a.len > 0)
+                .map(|a| (this.regions[&a.region].buf.ptr() + a.offset, a.len, TouchMode::from(a.mode)))
+                .collect();
+            this.kernels.touch(&this.compute, &ranges, PAGE_SIZE as u32, kernel.dur_ns)?;
+            // Account: what was off the device came in by faults, except remote data.
+            let writes: FxHashSet<(RegionId, u32)> = {
+                let mut w = FxHashSet::default();
+                for a in kernel.accesses.iter().filter(|a| a.mode.writes()) {
+                    let r = &this.regions[&a.region];
+                    w.extend(r.blocks_of(a.offset, a.len).map(|b| (a.region, b as u32)));
+                }
+                w
+            };
+            for (id, b) in blocks {
+                let r = &this.regions[&id];
+                let blk = r.blocks[b as usize];
+                let bytes = r.block_bytes(b as usize);
+                let written = writes.contains(&(id, b));
+                if blk.remote && !blk.on_device {
+                    this.stats.remote_bytes += bytes;
+                    this.regions.get_mut(&id).expect("checked").blocks[b as usize].on_host = true;
+                    continue;
+                }
+                if !blk.on_device {
+                    this.stats.gpu_faults += 1;
+                    if blk.on_host {
+                        this.stats.gpu_fault_bytes += bytes;
+                        this.stats.h2d_bytes += bytes;
+                        if blk.read_mostly && !written {
+                            this.stats.duplicated_bytes += bytes;
+                        }
+                    }
+                }
+                let keep_host = blk.on_host && blk.read_mostly && !written;
+                this.regions.get_mut(&id).expect("checked").blocks[b as usize].on_host = keep_host;
+                this.touch_block(id, b as usize);
+            }
+            this.stats.kernels += 1;
+            Ok(())
+        })
+    }
+
+    fn host_access(&mut self, accesses: &[RangeAccess]) -> Result<()> {
+        for a in accesses {
+            self.checked(a.region, a.offset, a.len)?;
+        }
+        self.sync_all()?;
+        for a in accesses {
+            if a.len == 0 {
+                continue;
+            }
+            let r = self.regions.get_mut(&a.region).expect("checked");
+            // SAFETY: the device is synchronised; the range lies inside the buffer.
+            let bytes = unsafe { r.buf.host_bytes() };
+            let span = &mut bytes[a.offset as usize..(a.offset + a.len) as usize];
+            let mut sum = 0u8;
+            for page in span.chunks_mut(PAGE_SIZE as usize) {
+                if a.mode.reads() {
+                    // SAFETY: a valid reference; volatile so the touch is not optimised out.
+                    sum = sum.wrapping_add(unsafe { std::ptr::read_volatile(&page[0]) });
+                }
+                if a.mode.writes() {
+                    // SAFETY: as above.
+                    unsafe { std::ptr::write_volatile(&mut page[0], sum) };
+                }
+            }
+            std::hint::black_box(sum);
+            self.after_host_touch(a.region, a.offset, a.len, a.mode.writes());
+        }
+        Ok(())
+    }
+
+    fn synchronize(&mut self) -> Result<u64> {
+        self.sync_all()?;
+        Ok(self.now())
+    }
+
+    /// On a GPU the completion time of issued kernels is only known by waiting for them: this
+    /// synchronises the compute stream (transfers in flight on the copy streams go on).
+    fn completion_ns(&self) -> u64 {
+        if let Err(e) = self.compute.synchronize() {
+            tracing::warn!("synchronising the compute stream failed: {e:?}");
+        }
+        self.now()
+    }
+
+    fn residency(&self, range: ByteRange) -> Result<Residency> {
+        self.checked(range.region, range.offset, range.len)?;
+        let r = &self.regions[&range.region];
+        let mut out = Residency::default();
+        for b in r.blocks_of(range.offset, range.len) {
+            let lo = (b as u64 * BLOCK_SIZE).max(range.offset);
+            let hi = ((b as u64 + 1) * BLOCK_SIZE).min(range.offset + range.len);
+            let bytes = hi - lo;
+            let blk = r.blocks[b];
+            match (blk.on_device, blk.on_host) {
+                (true, true) => out.duplicated += bytes,
+                (true, false) => out.device += bytes,
+                (false, true) => out.host += bytes,
+                (false, false) => out.unpopulated += bytes,
+            }
+        }
+        Ok(out)
+    }
+
+    fn device_resident_bytes(&self) -> u64 {
+        self.device_bytes
+    }
+
+    fn stats(&self) -> BackendStats {
+        self.stats
+    }
+
+    /// Per-event recording needs CUPTI (the telemetry crate); the backend keeps counters only.
+    fn record_events(&mut self, _on: bool) {}
+
+    fn drain_events(&mut self, _out: &mut Vec<MemEvent>) {}
+
+    fn preload_host(&mut self, range: ByteRange) -> Result<()> {
+        self.checked(range.region, range.offset, range.len)?;
+        let t0 = Instant::now();
+        self.sync_all()?;
+        let r = self.regions.get_mut(&range.region).expect("checked");
+        // SAFETY: the device is synchronised; the range lies inside the buffer.
+        let bytes = unsafe { r.buf.host_bytes() };
+        for page in
+            bytes[range.offset as usize..(range.offset + range.len) as usize].chunks_mut(PAGE_SIZE as usize)
+        {
+            // SAFETY: a valid reference; volatile so the page really gets populated.
+            unsafe { std::ptr::write_volatile(&mut page[0], 0) };
+        }
+        self.after_host_touch(range.region, range.offset, range.len, true);
+        self.excluded_ns += t0.elapsed().as_nanos() as u64;
+        Ok(())
+    }
+
+    fn read(&mut self, id: RegionId, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.checked(id, offset, buf.len() as u64)?;
+        self.sync_all()?;
+        let r = self.regions.get_mut(&id).expect("checked");
+        // SAFETY: the device is synchronised; the range lies inside the buffer.
+        let bytes = unsafe { r.buf.host_bytes() };
+        buf.copy_from_slice(&bytes[offset as usize..offset as usize + buf.len()]);
+        self.after_host_touch(id, offset, buf.len() as u64, false);
+        Ok(())
+    }
+
+    fn write(&mut self, id: RegionId, offset: u64, data: &[u8]) -> Result<()> {
+        self.checked(id, offset, data.len() as u64)?;
+        self.sync_all()?;
+        let r = self.regions.get_mut(&id).expect("checked");
+        // SAFETY: the device is synchronised; the range lies inside the buffer.
+        let bytes = unsafe { r.buf.host_bytes() };
+        bytes[offset as usize..offset as usize + data.len()].copy_from_slice(data);
+        self.after_host_touch(id, offset, data.len() as u64, true);
+        Ok(())
+    }
+}
+
+impl CudaBackend {
+    /// The CPU touched a range: its pages are on the host now (a read keeps read-mostly
+    /// duplicates on the device).
+    fn after_host_touch(&mut self, id: RegionId, offset: u64, len: u64, wrote: bool) {
+        let blocks = self.regions[&id].blocks_of(offset, len);
+        for b in blocks {
+            let blk = self.regions[&id].blocks[b];
+            if blk.on_device && !blk.on_host {
+                self.stats.cpu_faults += 1;
+                self.stats.d2h_bytes += self.regions[&id].block_bytes(b);
+            }
+            if wrote || !blk.read_mostly {
+                self.leave_device(id, b);
+            }
+            self.regions.get_mut(&id).expect("checked").blocks[b].on_host = true;
+        }
+    }
+}
