@@ -177,21 +177,26 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     let protect: FxHashSet<Unit> = input.current.iter().map(|u| u.unit).collect();
 
     // Victims by priority. Priorities do not change during one plan, so the heap is built
-    // once; guarded units popped on the way are pushed back.
-    let mut victims: BinaryHeap<(Priority, Unit)> = resident
-        .iter()
-        .map(|(&u, &(_, last))| (priority(future.get(&u).and_then(|v| v.first()), last), u))
-        .collect();
+    // once, at the first eviction (many kernels need none); guarded units popped on the way
+    // are pushed back.
+    let mut victims: Option<BinaryHeap<(Priority, Unit)>> = None;
+    let heap_of = |resident: &FxHashMap<Unit, (u64, u64)>| -> BinaryHeap<(Priority, Unit)> {
+        resident
+            .iter()
+            .map(|(&u, &(_, last))| (priority(future.get(&u).and_then(|v| v.first()), last), u))
+            .collect()
+    };
 
     // Evicts the highest-priority unit outside `guard`; with `early = (j, rival)`, only one
     // Belady would evict by kernel j anyway. Returns false when none qualifies.
     let evict_one = |resident: &mut FxHashMap<Unit, (u64, u64)>,
-                     victims: &mut BinaryHeap<(Priority, Unit)>,
+                     victims: &mut Option<BinaryHeap<(Priority, Unit)>>,
                      used: &mut u64,
                      out: &mut Plan,
                      guard: &FxHashSet<Unit>,
                      early: Option<(u64, u64)>|
      -> bool {
+        let victims = victims.get_or_insert_with(|| heap_of(resident));
         let mut skipped = Vec::new();
         let victim = loop {
             match victims.pop() {

@@ -175,7 +175,7 @@ pub struct AdvisorConfig {
 impl Default for AdvisorConfig {
     fn default() -> Self {
         Self {
-            lookahead_kernels: 64,
+            lookahead_kernels: 16,
             min_confidence: 0.5,
             min_prefetch: MinPrefetch::Auto,
             placements: vec![PlacementName::Discard, PlacementName::Duplicate, PlacementName::Remote],

@@ -10,8 +10,9 @@ use crate::advisor::identity::RegionKey;
 
 /// Successors kept per region (the most frequent).
 const MAX_SUCCESSORS: usize = 16;
-/// Regions followed from one predicted kernel to the next (the most likely).
-const MAX_FRONTIER: usize = 64;
+/// Regions followed from one predicted kernel to the next (the most likely). 16 kept the
+/// sample traces' results and cut the advisor's host time (each kernel forecasts).
+const MAX_FRONTIER: usize = 16;
 /// Predictions less likely than this are not emitted: no consumer acts on them, and on
 /// branchy histories they would be most of the work.
 const MIN_EMITTED: f32 = 0.1;

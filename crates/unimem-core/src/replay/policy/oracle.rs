@@ -31,9 +31,10 @@ const CLASS_NEEDED: u8 = 0;
 const CLASS_BEYOND_WINDOW: u8 = 1;
 const CLASS_DEAD: u8 = 2;
 const NEVER: u64 = u64::MAX;
-/// How many kernels ahead the scan may place data (bounds the work per kernel; 256 ResNet
-/// kernels are ~15 ms of compute, in which the link moves ~0.7 GB: ample lead time).
-const MAX_SCAN_KERNELS: usize = 256;
+/// How many kernels ahead the scan may place data (bounds the work per kernel; 64 ResNet
+/// kernels are ~7 ms of compute, in which the link moves ~0.35 GB). 256 gave the same times on
+/// the sample traces with three times the host time, which a GPU replay pays for real.
+const MAX_SCAN_KERNELS: usize = 64;
 
 #[derive(Debug, Clone, Copy)]
 struct Use {
