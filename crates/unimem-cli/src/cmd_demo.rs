@@ -11,10 +11,19 @@ use crate::cmd_replay::{replay_one, resolve_budget};
 use crate::output;
 
 pub fn run(config_file: Option<&std::path::Path>) -> Result<()> {
-    let config = crate::load_config(config_file)?.config;
+    let mut config = crate::load_config(config_file)?.config;
+    // The demo is the simulator's unless CUDA is asked for by name (`auto` would pick a GPU).
+    if config.backend == unimem_core::config::BackendChoice::Auto {
+        config.backend = unimem_core::config::BackendChoice::Sim;
+    }
     let cost = unimem_core::backend::cost_model(&config)?;
-    println!("unimem demo: real PyTorch traces recorded on an H200, replayed on the simulator");
-    println!("(profile \"{}\"). The budget emulates a GPU with that much memory;", cost.name);
+    if config.backend == unimem_core::config::BackendChoice::Sim {
+        println!("unimem demo: real PyTorch traces recorded on an H200, replayed on the simulator");
+        println!("(profile \"{}\"). The budget emulates a GPU with that much memory;", cost.name);
+    } else {
+        println!("unimem demo: real PyTorch traces recorded on an H200, replayed on this GPU (CUDA).");
+        println!("The budget emulates a GPU with that much memory (in software);");
+    }
     println!("'x floor' is time over the compute floor (all data resident = 1.00).\n");
     let mut table = output::report_table();
     for trace in &TRACES {

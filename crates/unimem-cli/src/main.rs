@@ -48,6 +48,11 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    #[cfg(unix)]
+    // SAFETY: called first thing, before any other thread exists; SIG_DFL is a valid action.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Demo => cmd_demo::run(cli.config.as_deref()),
