@@ -4,8 +4,8 @@
 //!
 //! [`Runtime`] is `Send + Sync` and cheap to clone. Calls validate on the caller's thread
 //! against the [`Registry`] (so misuse is an immediate error value) and record the access in
-//! the [`AccessHistory`]; the work itself goes to the [`engine`]: one worker thread, fed by a
-//! crossbeam channel, that owns the backend and the policy. A single worker keeps the
+//! the [`AccessHistory`]; the work itself goes to the engine (`runtime/engine.rs`): one worker
+//! thread, fed by a crossbeam channel, that owns the backend and the policy. A single worker keeps the
 //! backend's order of operations the program's order, as one CUDA stream would, while the
 //! advisor's own transfers run on the backend's copy streams (side streams on CUDA, the
 //! simulated link on the simulator) and kernels wait for data in flight instead of faulting.
