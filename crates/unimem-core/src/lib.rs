@@ -28,4 +28,4 @@ pub use backend::{Advice, BackendKind, ByteRange, KernelLaunch, Location, Memory
 pub use config::{Budget, Config, LoadedConfig};
 pub use error::{Error, Result};
 pub use region::{Region, RegionId, Registry};
-pub use runtime::{Runtime, RuntimeStats};
+pub use runtime::{KernelData, Runtime, RuntimeStats, WeakRuntime};

@@ -411,3 +411,32 @@ fn populating_by_prefetch_beats_faults_and_costs_nothing_later() {
         "prefetch-populated memory reads slower: {later_b:.2} vs {later_a:.2} ms"
     );
 }
+
+/// A host-executed kernel through the runtime on the GPU (the tensors' CPU launch path): the
+/// touch that places and times it must leave the data intact, and what the body stores lands.
+#[test]
+fn host_executed_kernels_on_the_gpu_keep_and_store_data() {
+    use unimem_core::backend::cuda::CudaBackend;
+    use unimem_core::config::{Config, Oversubscribe, PolicyName};
+    use unimem_core::{AccessMode, RangeAccess, Runtime};
+    let gpu = CudaBackend::open(0, 64 << 20, Oversubscribe::Deny).unwrap();
+    let rt = Runtime::with_backend(Box::new(gpu), PolicyName::Advisor, &Config::default()).unwrap();
+    let r = rt.alloc("x", 8 << 20).unwrap();
+    let data: Vec<u8> = (0..8u32 << 20).map(|i| (i * 7 + 3) as u8).collect();
+    rt.write(r.id, 0, &data).unwrap();
+    let acc = [RangeAccess { region: r.id, offset: 0, len: 8 << 20, mode: AccessMode::ReadWrite }];
+    for round in 0..3u8 {
+        rt.launch_cpu("add", 1000, &acc, |io| {
+            let seen = io.bytes(0).to_vec();
+            let want: Vec<u8> = data.iter().map(|b| b.wrapping_add(round)).collect();
+            assert!(seen == want, "round {round}: the kernel saw other bytes than were stored");
+            for b in io.bytes_mut(0).unwrap() {
+                *b = b.wrapping_add(1);
+            }
+        })
+        .unwrap();
+    }
+    let mut back = vec![0u8; 8 << 20];
+    rt.read(r.id, 0, &mut back).unwrap();
+    assert!(back.iter().zip(&data).all(|(b, d)| *b == d.wrapping_add(3)));
+}

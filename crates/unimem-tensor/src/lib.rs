@@ -1,12 +1,44 @@
 //! # unimem-tensor
 //!
-//! Typed, shaped tensors over unimem's managed regions. This crate starts with the layout
-//! arithmetic every tensor and view needs (shape, strides, the byte span a view touches, which
-//! is what a launch declares to the prefetch advisor); `Tensor<T>` itself arrives with its own
-//! issue.
+//! Typed, shaped tensors over unimem's managed regions. A [`Tensor`] lives in managed memory
+//! that the runtime moves between host and device; every host access and every launch says
+//! what it reads and writes, which is what the prefetch advisor learns from.
+//!
+//! ```
+//! use unimem_core::{Runtime, SimBackend, CostModel};
+//! use unimem_core::config::{Config, PolicyName};
+//! use unimem_tensor::{launch_cpu, Tensor};
+//!
+//! // A simulated GPU with 64 MiB, planned by the advisor.
+//! let gpu = SimBackend::new(CostModel::h200(), 64 << 20);
+//! let rt = Runtime::with_backend(Box::new(gpu), PolicyName::Advisor, &Config::default())?;
+//! let a = Tensor::<f32>::from_fn(&rt, "a", &[2, 3], |i| (i[0] * 3 + i[1]) as f32)?;
+//! let b = Tensor::<f32>::uninit(&rt, "b", &[3, 2])?;
+//! // b = transpose(a) * 2, as a kernel of 10 us that reads a and writes b.
+//! let at = a.transpose(0, 1)?;
+//! launch_cpu(&rt, "scale", 10_000, &[at.read(), b.write()], |io| {
+//!     let x: Vec<f32> = io.read(0)?;
+//!     io.write(1, &x.iter().map(|v| v * 2.0).collect::<Vec<_>>())
+//! })?;
+//! assert_eq!(b.to_vec()?, vec![0.0, 6.0, 2.0, 8.0, 4.0, 10.0]);
+//! # Ok::<(), unimem_tensor::TensorError>(())
+//! ```
 
 #![warn(missing_docs)]
 
+mod approx;
+mod element;
+mod error;
+mod launch;
 mod shape;
+mod tensor;
 
+pub use approx::{assert_close, max_abs_diff};
+pub use element::Element;
+pub use error::{Result, TensorError};
+pub use launch::{launch, launch_cpu, Arg, Io};
 pub use shape::{Layout, ShapeError};
+pub use tensor::{HostMut, HostRef, Tensor};
+
+/// Half-precision element types.
+pub use half::{bf16, f16};

@@ -59,6 +59,17 @@ impl Layout {
         &self.strides
     }
 
+    /// Offset of the first element from the region start, in elements.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// The same layout starting `offset` elements into the region.
+    pub fn with_offset(mut self, offset: u64) -> Self {
+        self.offset = offset;
+        self
+    }
+
     /// Number of elements.
     pub fn len(&self) -> u64 {
         self.shape.iter().product()

@@ -197,6 +197,14 @@ pub trait MemoryBackend: Send {
 
     /// Host write of region bytes (the pages become host-valid first, as a CPU access would).
     fn write(&mut self, id: RegionId, offset: u64, data: &[u8]) -> Result<()>;
+
+    /// Reads region bytes as the kernel just launched sees them, moving nothing (for kernels
+    /// the host executes on the kernel's behalf, as tensors' CPU launches do; the launch has
+    /// already placed the data).
+    fn kernel_view(&mut self, id: RegionId, offset: u64, buf: &mut [u8]) -> Result<()>;
+
+    /// Stores region bytes as the kernel just launched writes them, moving nothing.
+    fn kernel_store(&mut self, id: RegionId, offset: u64, data: &[u8]) -> Result<()>;
 }
 
 /// Opens the backend a configuration asks for, emulating a device of `capacity` bytes (the

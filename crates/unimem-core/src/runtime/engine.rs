@@ -25,13 +25,46 @@ pub(super) struct Snapshot {
 
 /// Work for the engine.
 pub(super) enum Command {
-    Alloc { id: RegionId, bytes: u64, name: Arc<str>, reply: Sender<Result<u64>> },
-    Free { id: RegionId },
-    Launch { name: Arc<str>, dur_ns: u64, acc: Vec<RangeAccess> },
-    HostWrite { range: RangeAccess, data: Vec<u8>, reply: Sender<Result<()>> },
-    HostRead { range: RangeAccess, reply: Sender<Result<Vec<u8>>> },
+    Alloc {
+        id: RegionId,
+        bytes: u64,
+        name: Arc<str>,
+        reply: Sender<Result<u64>>,
+    },
+    Free {
+        id: RegionId,
+    },
+    Launch {
+        name: Arc<str>,
+        dur_ns: u64,
+        acc: Vec<RangeAccess>,
+    },
+    HostWrite {
+        range: RangeAccess,
+        data: Vec<u8>,
+        reply: Sender<Result<()>>,
+    },
+    HostRead {
+        range: RangeAccess,
+        reply: Sender<Result<Vec<u8>>>,
+    },
+    /// A kernel the host executes: launched (timed, placed) like any other, then the bytes
+    /// of its ranges as it sees them are sent back.
+    CpuKernel {
+        name: Arc<str>,
+        dur_ns: u64,
+        acc: Vec<RangeAccess>,
+        reply: Sender<Result<Vec<Vec<u8>>>>,
+    },
+    /// The bytes a host-executed kernel wrote.
+    KernelStore {
+        stores: Vec<(RangeAccess, Vec<u8>)>,
+        reply: Sender<Result<()>>,
+    },
     Step,
-    Sync { reply: Sender<Result<Snapshot>> },
+    Sync {
+        reply: Sender<Result<Snapshot>>,
+    },
     Shutdown,
 }
 
@@ -90,6 +123,25 @@ impl Worker {
                     let r = self
                         .around(&event, |b| b.launch(&KernelLaunch { name: &name, dur_ns, accesses: &acc }));
                     self.keep(r);
+                }
+                Command::CpuKernel { name, dur_ns, acc, reply } => {
+                    let event = TraceEvent::Kernel { name: name.clone(), dur_ns, acc: trace_acc(&acc) };
+                    let r = self.around(&event, |b| {
+                        b.launch(&KernelLaunch { name: &name, dur_ns, accesses: &acc })?;
+                        acc.iter()
+                            .map(|a| {
+                                let mut buf = vec![0; a.len as usize];
+                                b.kernel_view(a.region, a.offset, &mut buf).map(|()| buf)
+                            })
+                            .collect()
+                    });
+                    let _ = reply.send(r);
+                }
+                Command::KernelStore { stores, reply } => {
+                    let r = stores
+                        .iter()
+                        .try_for_each(|(a, data)| self.backend.kernel_store(a.region, a.offset, data));
+                    let _ = reply.send(r);
                 }
                 Command::HostWrite { range, data, reply } => {
                     let event = TraceEvent::Host { name: "host write".into(), acc: trace_acc(&[range]) };

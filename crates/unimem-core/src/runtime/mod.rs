@@ -67,6 +67,60 @@ pub struct Runtime {
     shared: Arc<Shared>,
 }
 
+/// A handle that does not keep the runtime alive (tensors hold one, so that dropping the
+/// runtime ends it, and using a tensor afterwards is a clear error).
+#[derive(Clone, Debug)]
+pub struct WeakRuntime {
+    shared: std::sync::Weak<Shared>,
+}
+
+impl WeakRuntime {
+    /// The runtime, if it still exists.
+    pub fn upgrade(&self) -> Option<Runtime> {
+        self.shared.upgrade().map(|shared| Runtime { shared })
+    }
+
+    /// The runtime, or [`Error::Stopped`] naming `what` was being done.
+    pub fn get(&self, what: &str) -> Result<Runtime> {
+        self.upgrade().ok_or_else(|| Error::Stopped(format!("{what}: the runtime was dropped")))
+    }
+}
+
+/// The bytes a host-executed kernel sees and writes (see [`Runtime::launch_cpu`]): one buffer
+/// per declared access, in declaration order, holding the range's current bytes; buffers of
+/// writing accesses are stored back when the body returns.
+#[derive(Debug)]
+pub struct KernelData {
+    buffers: Vec<Vec<u8>>,
+    modes: Vec<crate::AccessMode>,
+}
+
+impl KernelData {
+    /// The bytes of access `i`.
+    pub fn bytes(&self, i: usize) -> &[u8] {
+        &self.buffers[i]
+    }
+
+    /// The bytes of access `i`, to modify; `None` if the access does not write.
+    pub fn bytes_mut(&mut self, i: usize) -> Option<&mut [u8]> {
+        if self.modes[i].writes() {
+            Some(&mut self.buffers[i])
+        } else {
+            None
+        }
+    }
+
+    /// Number of accesses.
+    pub fn len(&self) -> usize {
+        self.buffers.len()
+    }
+
+    /// True when the kernel declared no access.
+    pub fn is_empty(&self) -> bool {
+        self.buffers.is_empty()
+    }
+}
+
 impl std::fmt::Debug for Runtime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Runtime")
@@ -172,6 +226,48 @@ impl Runtime {
     pub fn launch(&self, name: &str, dur_ns: u64, accesses: &[RangeAccess]) -> Result<()> {
         self.check_and_record(accesses, Accessor::Device)?;
         self.send(Command::Launch { name: name.into(), dur_ns, acc: accesses.to_vec() }, "launching")
+    }
+
+    /// Runs a kernel on the host, as the simulator's stand-in for a GPU kernel: it is declared,
+    /// placed and timed exactly as [`Runtime::launch`] does, then `body` computes on the bytes
+    /// of its ranges as the kernel sees them, and what it writes is stored back. Waits for the
+    /// kernel (the body needs its inputs).
+    pub fn launch_cpu<R>(
+        &self,
+        name: &str,
+        dur_ns: u64,
+        accesses: &[RangeAccess],
+        body: impl FnOnce(&mut KernelData) -> R,
+    ) -> Result<R> {
+        self.check_and_record(accesses, Accessor::Device)?;
+        let (reply, rx) = bounded(1);
+        let acc = accesses.to_vec();
+        self.send(Command::CpuKernel { name: name.into(), dur_ns, acc, reply }, "launching")?;
+        let buffers = rx.recv().map_err(|_| Error::Stopped("launching".into()))??;
+        let mut data = KernelData { buffers, modes: accesses.iter().map(|a| a.mode).collect() };
+        let out = body(&mut data);
+        let stores: Vec<(RangeAccess, Vec<u8>)> = accesses
+            .iter()
+            .zip(data.buffers)
+            .filter(|(a, _)| a.mode.writes())
+            .map(|(a, b)| (*a, b))
+            .collect();
+        if !stores.is_empty() {
+            let (reply, rx) = bounded(1);
+            self.send(Command::KernelStore { stores, reply }, "storing a kernel's results")?;
+            rx.recv().map_err(|_| Error::Stopped("storing a kernel's results".into()))??;
+        }
+        Ok(out)
+    }
+
+    /// True when both handles are the same runtime.
+    pub fn same_as(&self, other: &Runtime) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+
+    /// A handle that does not keep the runtime alive.
+    pub fn downgrade(&self) -> WeakRuntime {
+        WeakRuntime { shared: Arc::downgrade(&self.shared) }
     }
 
     /// Marks a step boundary of the program (an iteration of a training loop): the advisor

@@ -702,6 +702,24 @@ impl MemoryBackend for CudaBackend {
         Ok(())
     }
 
+    fn kernel_view(&mut self, id: RegionId, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.checked(id, offset, buf.len() as u64)?;
+        self.compute.synchronize().map_err(cuda_err("cuStreamSynchronize", "kernel view"))?;
+        let ptr = self.regions[&id].buf.ptr() + offset;
+        // SAFETY: the range lies inside a live managed buffer; a driver copy moves no pages.
+        unsafe { cudarc::driver::result::memcpy_dtoh_sync(buf, ptr) }
+            .map_err(cuda_err("cuMemcpyDtoH", format!("{} bytes of {id}", buf.len())))
+    }
+
+    fn kernel_store(&mut self, id: RegionId, offset: u64, data: &[u8]) -> Result<()> {
+        self.checked(id, offset, data.len() as u64)?;
+        self.compute.synchronize().map_err(cuda_err("cuStreamSynchronize", "kernel store"))?;
+        let ptr = self.regions[&id].buf.ptr() + offset;
+        // SAFETY: as above.
+        unsafe { cudarc::driver::result::memcpy_htod_sync(ptr, data) }
+            .map_err(cuda_err("cuMemcpyHtoD", format!("{} bytes of {id}", data.len())))
+    }
+
     fn write(&mut self, id: RegionId, offset: u64, data: &[u8]) -> Result<()> {
         self.checked(id, offset, data.len() as u64)?;
         self.sync_all()?;

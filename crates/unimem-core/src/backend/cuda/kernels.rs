@@ -32,7 +32,9 @@ __device__ __forceinline__ unsigned long long now_ns() {
 
 // Touches one byte every `stride` bytes of each range (mode 1 read, 2 write, 3 both), then each
 // block spins for `spin_ns`: with the data resident the kernel takes about `spin_ns`, and time
-// lost to faults during the touches adds on top.
+// lost to faults during the touches adds on top. A write stores the byte it read back, so the
+// page is written (dirty, on the device) but its data is unchanged: tensors' host-executed
+// kernels rely on the touch leaving their inputs intact.
 extern "C" __global__ void touch(Ranges r, unsigned long long sink) {
     unsigned int acc = 0;
     unsigned long long tid = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
@@ -41,8 +43,9 @@ extern "C" __global__ void touch(Ranges r, unsigned long long sink) {
         unsigned long long items = (r.len[i] + r.stride - 1) / r.stride;
         volatile unsigned char* base = (volatile unsigned char*)r.ptr[i];
         for (unsigned long long k = tid; k < items; k += nth) {
-            if (r.mode[i] & 1) acc += base[k * r.stride];
-            if (r.mode[i] & 2) base[k * r.stride] = (unsigned char)(acc | 1);
+            unsigned char v = base[k * r.stride];
+            acc += v;
+            if (r.mode[i] & 2) base[k * r.stride] = v;
         }
     }
     if (r.spin_ns) {

@@ -198,6 +198,11 @@ impl SimBackend {
         let acc =
             [RangeAccess { region: id, offset, len: data.len() as u64, mode: crate::AccessMode::Write }];
         self.launch(&KernelLaunch { name: "kernel_write", dur_ns: 0, accesses: &acc })?;
+        self.store_bytes(id, offset, data)
+    }
+
+    /// Writes bytes where each page is valid now (the device copy if there is one).
+    fn store_bytes(&mut self, id: RegionId, offset: u64, data: &[u8]) -> Result<()> {
         let r = self.region_mut(id)?;
         let (on_device, dev_data, host_data) = (&r.on_device, &mut r.dev_data, &mut r.host_data);
         for_each_page_chunk(offset, data.len(), |p, at, lo, hi| {
@@ -211,7 +216,12 @@ impl SimBackend {
     pub fn kernel_read(&mut self, id: RegionId, offset: u64, buf: &mut [u8]) -> Result<()> {
         let acc = [RangeAccess { region: id, offset, len: buf.len() as u64, mode: crate::AccessMode::Read }];
         self.launch(&KernelLaunch { name: "kernel_read", dur_ns: 0, accesses: &acc })?;
-        // Remote-mapped pages are read in place on the host; the rest from the device copy.
+        self.view_bytes(id, offset, buf)
+    }
+
+    /// Reads bytes where each page is valid now (remote-mapped pages in place on the host, the
+    /// rest from the device copy if there is one).
+    fn view_bytes(&self, id: RegionId, offset: u64, buf: &mut [u8]) -> Result<()> {
         let r = self.region(id)?;
         for_each_page_chunk(offset, buf.len(), |p, at, lo, hi| {
             let side = if r.on_device.contains(p) { &r.dev_data } else { &r.host_data };
@@ -1010,6 +1020,16 @@ impl MemoryBackend for SimBackend {
         self.host_access(&acc)?;
         self.region(id)?.host_data.read(offset, buf);
         Ok(())
+    }
+
+    fn kernel_view(&mut self, id: RegionId, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.checked(id, offset, buf.len() as u64)?;
+        self.view_bytes(id, offset, buf)
+    }
+
+    fn kernel_store(&mut self, id: RegionId, offset: u64, data: &[u8]) -> Result<()> {
+        self.checked(id, offset, data.len() as u64)?;
+        self.store_bytes(id, offset, data)
     }
 
     fn write(&mut self, id: RegionId, offset: u64, data: &[u8]) -> Result<()> {
