@@ -26,7 +26,7 @@ impl Drop for Storage {
     fn drop(&mut self) {
         if let Some(rt) = self.rt.upgrade() {
             if let Err(e) = rt.free(self.id) {
-                eprintln!("unimem: freeing tensor `{}` failed: {e}", self.name);
+                tracing::warn!(tensor = %self.name, error = %e, "freeing a tensor's region failed");
             }
         }
     }
@@ -371,7 +371,7 @@ impl<T: Element> std::ops::DerefMut for HostMut<'_, T> {
 impl<T: Element> Drop for HostMut<'_, T> {
     fn drop(&mut self) {
         if let Err(e) = self.write_back() {
-            eprintln!("unimem: writing back tensor `{}` failed: {e}", self.tensor.name());
+            tracing::warn!(tensor = %self.tensor.name(), error = %e, "writing back a host guard failed");
         }
     }
 }

@@ -106,10 +106,6 @@ pub struct CudaBackend {
 const HOST_OPS: [&str; 6] =
     ["launch", "prefetch to device", "prefetch to host", "discard", "advise", "make room"];
 
-// SAFETY: the CUDA handles are used from one thread at a time (`&mut self`); the driver allows
-// a context to be used from any thread once bound.
-unsafe impl Send for CudaBackend {}
-
 impl std::fmt::Debug for CudaBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CudaBackend").field("device", &self.dev.capabilities().name).finish()
