@@ -17,14 +17,48 @@ fn backend() -> Result<Box<dyn MemoryBackend>> {
         _ => Box::new(SimBackend::new(CostModel::h200(), BUDGET)),
     })
 }
-use unimem_tensor::{launch_cpu, Result, Tensor};
+use unimem_tensor::cuda::{compile_ptx, CudaContext, CudaFunction, LaunchConfig};
+use unimem_tensor::{launch_cpu, launch_cuda, Result, Tensor};
+
+/// The chunk sum as a CUDA kernel, for `-- cuda`: one block, a fixed order of additions, so
+/// every run computes the same bits.
+const KERNELS: &str = r#"
+extern "C" __global__ void sum_chunk(const float* x, double* out, unsigned long long n) {
+    __shared__ double part[256];
+    double s = 0.0;
+    for (unsigned long long i = threadIdx.x; i < n; i += blockDim.x) s += (double)x[i];
+    part[threadIdx.x] = s;
+    __syncthreads();
+    for (unsigned int w = blockDim.x / 2; w > 0; w /= 2) {
+        if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) *out = part[0];
+}
+"#;
+
+fn gpu_kernel() -> Result<Option<CudaFunction>> {
+    if std::env::args().nth(1).as_deref() != Some("cuda") {
+        return Ok(None);
+    }
+    let cuda = |e: String| {
+        unimem_tensor::TensorError::Core(unimem_core::Error::Cuda {
+            call: "example kernels".into(),
+            detail: e,
+        })
+    };
+    let ptx = compile_ptx(KERNELS).map_err(|e| cuda(format!("{e:?}")))?;
+    let ctx = CudaContext::new(0).map_err(|e| cuda(format!("{e:?}")))?;
+    let module = ctx.load_module(ptx).map_err(|e| cuda(format!("{e:?}")))?;
+    Ok(Some(module.load_function("sum_chunk").map_err(|e| cuda(format!("{e:?}")))?))
+}
 
 const ELEMS: u64 = 32 << 20; // f32: 128 MiB
 const CHUNK: u64 = 2 << 20; // 8 MiB per kernel
 const BUDGET: u64 = 32 << 20;
 const PASSES: u64 = 2;
 
-fn stream(policy: PolicyName) -> Result<Vec<f64>> {
+fn stream(policy: PolicyName, gpu: Option<&CudaFunction>) -> Result<Vec<f64>> {
     let rt = Runtime::with_backend(backend()?, policy, &Config::default())?;
     let data = Tensor::<f32>::from_fn(&rt, "data", &[ELEMS], |i| (i[0] % 1000) as f32)?;
     let chunks = ELEMS / CHUNK;
@@ -35,11 +69,19 @@ fn stream(policy: PolicyName) -> Result<Vec<f64>> {
         for c in 0..chunks {
             let chunk = data.narrow(0, c * CHUNK, (c + 1) * CHUNK)?;
             let out = sums.narrow(0, c, c + 1)?;
-            // 8 MiB read at ~2.6 TB/s.
-            launch_cpu(&rt, "sum_chunk", 3_200, &[chunk.read(), out.write()], |io| {
-                let x: Vec<f32> = io.read(0)?;
-                io.write(1, &[x.iter().map(|&v| v as f64).sum::<f64>()])
-            })?;
+            let args = [chunk.read(), out.write()];
+            if let Some(f) = gpu {
+                let one_block =
+                    LaunchConfig { grid_dim: (1, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+                // SAFETY: sum_chunk(x, out, n) reads the chunk and writes one element, as declared.
+                unsafe { launch_cuda(&rt, "sum_chunk", f, one_block, &args, &[CHUNK])? };
+            } else {
+                // 8 MiB read at ~2.6 TB/s.
+                launch_cpu(&rt, "sum_chunk", 3_200, &args, |io| {
+                    let x: Vec<f32> = io.read(0)?;
+                    io.write(1, &[x.iter().map(|&v| v as f64).sum::<f64>()])
+                })?;
+            }
         }
     }
     let stats = rt.synchronize()?;
@@ -64,8 +106,9 @@ fn main() -> Result<()> {
         Bytes(CHUNK * 4),
         Bytes(BUDGET)
     );
-    let none = stream(PolicyName::None)?;
-    let advisor = stream(PolicyName::Advisor)?;
+    let gpu = gpu_kernel()?;
+    let none = stream(PolicyName::None, gpu.as_ref())?;
+    let advisor = stream(PolicyName::Advisor, gpu.as_ref())?;
     assert_eq!(none, advisor, "both runs compute the same sums");
     println!("same sums either way: total {}", advisor.iter().sum::<f64>());
     Ok(())

@@ -18,7 +18,57 @@ fn backend() -> Result<Box<dyn MemoryBackend>> {
         _ => Box::new(SimBackend::new(CostModel::h200(), BUDGET)),
     })
 }
-use unimem_tensor::{launch_cpu, Result, Tensor};
+use unimem_tensor::cuda::{compile_ptx, CudaContext, CudaFunction, LaunchConfig};
+use unimem_tensor::{launch_cpu, launch_cuda, Result, Tensor};
+
+/// The layers as CUDA kernels, for `-- cuda` (the same arithmetic as the CPU bodies, without
+/// contraction into fused multiply-adds, so both runs compute the same bits).
+const KERNELS: &str = r#"
+extern "C" __global__ void forward(const float* x, const float* w, float* y,
+                                   unsigned long long n, unsigned long long nw) {
+    for (unsigned long long i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x) {
+        float v = __fadd_rn(__fmul_rn(x[i], 0.5f), w[i % nw]);
+        y[i] = v > 0.0f ? v : 0.0f;
+    }
+}
+extern "C" __global__ void backward(const float* a, float* w, unsigned long long nw) {
+    for (unsigned long long i = blockIdx.x * blockDim.x + threadIdx.x; i < nw;
+         i += (unsigned long long)gridDim.x * blockDim.x)
+        w[i] = __fsub_rn(w[i], __fmul_rn(1e-4f, a[2 * i]));
+}
+"#;
+
+/// The compiled layers.
+struct Gpu {
+    forward: CudaFunction,
+    backward: CudaFunction,
+}
+
+fn gpu_kernels() -> Result<Option<Gpu>> {
+    if std::env::args().nth(1).as_deref() != Some("cuda") {
+        return Ok(None);
+    }
+    let cuda = |e: String| {
+        unimem_tensor::TensorError::Core(unimem_core::Error::Cuda {
+            call: "example kernels".into(),
+            detail: e,
+        })
+    };
+    let ptx = compile_ptx(KERNELS).map_err(|e| cuda(format!("{e:?}")))?;
+    let ctx = CudaContext::new(0).map_err(|e| cuda(format!("{e:?}")))?;
+    let module = ctx.load_module(ptx).map_err(|e| cuda(format!("{e:?}")))?;
+    let load = |name: &str| module.load_function(name).map_err(|e| cuda(format!("{e:?}")));
+    Ok(Some(Gpu { forward: load("forward")?, backward: load("backward")? }))
+}
+
+fn grid(n: u64) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (n.div_ceil(256).min(4096) as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
 
 const LAYERS: usize = 4;
 const WEIGHT: u64 = 1 << 20; // f32 elements per layer: 4 MiB
@@ -31,7 +81,7 @@ fn dur(bytes: u64) -> u64 {
     bytes * 10 / 26
 }
 
-fn train(policy: PolicyName) -> Result<Vec<f32>> {
+fn train(policy: PolicyName, gpu: Option<&Gpu>) -> Result<Vec<f32>> {
     let rt = Runtime::with_backend(backend()?, policy, &Config::default())?;
     let weights: Vec<Tensor<f32>> = (0..LAYERS)
         .map(|l| Tensor::from_fn(&rt, &format!("w{l}"), &[WEIGHT], |i| ((i[0] % 7) as f32 + l as f32) * 0.01))
@@ -44,24 +94,36 @@ fn train(policy: PolicyName) -> Result<Vec<f32>> {
         for (l, w) in weights.iter().enumerate() {
             let prev = acts.last().unwrap_or(&input).clone();
             let out = Tensor::<f32>::uninit(&rt, &format!("act{l}"), &[ACT])?;
-            launch_cpu(&rt, "forward", dur(ACT * 12), &[prev.read(), w.read(), out.write()], |io| {
-                let (x, w): (Vec<f32>, Vec<f32>) = (io.read(0)?, io.read(1)?);
-                let y: Vec<f32> =
-                    x.iter().enumerate().map(|(i, v)| (v * 0.5 + w[i % w.len()]).max(0.0)).collect();
-                io.write(2, &y)
-            })?;
+            let args = [prev.read(), w.read(), out.write()];
+            if let Some(gpu) = gpu {
+                // SAFETY: forward(x, w, y, n, nw) reads x and w and writes y, as declared.
+                unsafe { launch_cuda(&rt, "forward", &gpu.forward, grid(ACT), &args, &[ACT, WEIGHT])? };
+            } else {
+                launch_cpu(&rt, "forward", dur(ACT * 12), &args, |io| {
+                    let (x, w): (Vec<f32>, Vec<f32>) = (io.read(0)?, io.read(1)?);
+                    let y: Vec<f32> =
+                        x.iter().enumerate().map(|(i, v)| (v * 0.5 + w[i % w.len()]).max(0.0)).collect();
+                    io.write(2, &y)
+                })?;
+            }
             acts.push(out);
         }
         // Backward, in reverse: each layer reads its activation and updates its weights.
         for (l, w) in weights.iter().enumerate().rev() {
             let act = &acts[l];
-            launch_cpu(&rt, "backward", dur(ACT * 4 + WEIGHT * 8), &[act.read(), w.read_write()], |io| {
-                let (a, mut w): (Vec<f32>, Vec<f32>) = (io.read(0)?, io.read(1)?);
-                for (i, g) in a.iter().step_by(2).enumerate() {
-                    w[i % WEIGHT as usize] -= 1e-4 * g;
-                }
-                io.write(1, &w)
-            })?;
+            let args = [act.read(), w.read_write()];
+            if let Some(gpu) = gpu {
+                // SAFETY: backward(a, w, nw) reads a and updates w, as declared.
+                unsafe { launch_cuda(&rt, "backward", &gpu.backward, grid(WEIGHT), &args, &[WEIGHT])? };
+            } else {
+                launch_cpu(&rt, "backward", dur(ACT * 4 + WEIGHT * 8), &args, |io| {
+                    let (a, mut w): (Vec<f32>, Vec<f32>) = (io.read(0)?, io.read(1)?);
+                    for (i, g) in a.iter().step_by(2).enumerate() {
+                        w[i % WEIGHT as usize] -= 1e-4 * g;
+                    }
+                    io.write(1, &w)
+                })?;
+            }
         }
         // The activations are freed as the step ends (dropped here).
     }
@@ -89,8 +151,9 @@ fn main() -> Result<()> {
         Bytes(LAYERS as u64 * ACT * 4),
         Bytes(BUDGET)
     );
-    let none = train(PolicyName::None)?;
-    let advisor = train(PolicyName::Advisor)?;
+    let gpu = gpu_kernels()?;
+    let none = train(PolicyName::None, gpu.as_ref())?;
+    let advisor = train(PolicyName::Advisor, gpu.as_ref())?;
     assert_eq!(none, advisor, "both runs compute the same weights");
     println!("same weights either way: {:?}", &advisor[..4]);
     Ok(())

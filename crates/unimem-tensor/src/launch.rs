@@ -134,3 +134,42 @@ impl Io<'_, '_> {
         Ok(())
     }
 }
+
+/// Launches a CUDA kernel over `args` (CUDA backend only): recorded and planned like any
+/// launch; once the runtime has placed the data, `func` runs on the runtime's compute stream
+/// with, as its parameters, the device address (`unsigned long long`) of each argument's first
+/// element in order, then each of `scalars`. Views are passed by address only: a kernel that
+/// walks a strided view takes its strides among the scalars.
+///
+/// # Safety
+/// `func`'s signature must take `args.len() + scalars.len()` 64-bit parameters, and it must
+/// touch only the elements of the views it is given, as declared (no writes to a view declared
+/// `read()`), or it corrupts managed memory the runtime accounts for.
+pub unsafe fn launch_cuda(
+    rt: &Runtime,
+    name: &str,
+    func: &cudarc::driver::CudaFunction,
+    cfg: cudarc::driver::LaunchConfig,
+    args: &[Arg<'_>],
+    scalars: &[u64],
+) -> Result<()> {
+    use cudarc::driver::PushKernelArg;
+    let accesses = declare(rt, args)?;
+    let (func, scalars) = (func.clone(), scalars.to_vec());
+    let kernel = name.to_string();
+    rt.launch_native(name, &accesses, move |launch| {
+        let mut b = launch.stream.launch_builder(&func);
+        for p in launch.ptrs {
+            b.arg(p);
+        }
+        for s in &scalars {
+            b.arg(s);
+        }
+        // SAFETY: the caller guarantees the signature and the accesses (see above).
+        unsafe { b.launch(cfg) }.map(|_| ()).map_err(|e| unimem_core::Error::Cuda {
+            call: "cuLaunchKernel".into(),
+            detail: format!("{e:?} (kernel `{kernel}`)"),
+        })
+    })?;
+    Ok(())
+}

@@ -36,7 +36,13 @@ mod tensor;
 pub use approx::{assert_close, max_abs_diff};
 pub use element::Element;
 pub use error::{Result, TensorError};
-pub use launch::{launch, launch_cpu, Arg, Io};
+pub use launch::{launch, launch_cpu, launch_cuda, Arg, Io};
+
+/// The cudarc types a CUDA launch takes (`launch_cuda`), re-exported for convenience.
+pub mod cuda {
+    pub use cudarc::driver::{CudaContext, CudaFunction, LaunchConfig};
+    pub use cudarc::nvrtc::compile_ptx;
+}
 pub use shape::{Layout, ShapeError};
 pub use tensor::{HostMut, HostRef, Tensor};
 

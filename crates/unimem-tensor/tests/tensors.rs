@@ -185,3 +185,13 @@ proptest! {
         prop_assert!(off + len <= total * 4, "span {}+{} outside {} bytes", off, len, total * 4);
     }
 }
+
+#[test]
+fn cuda_launches_on_the_simulator_are_a_clear_error() {
+    let rt = runtime(64 << 20);
+    let a = Tensor::<f32>::zeros(&rt, "a", &[4]).unwrap();
+    // A CudaFunction needs a driver to exist, so the refusal is checked one level down, on
+    // the runtime call `launch_cuda` makes.
+    let e = rt.launch_native("k", &[a.read().range()], |_| Ok(())).unwrap_err();
+    assert!(e.to_string().contains("need the CUDA backend"), "{e}");
+}

@@ -205,6 +205,32 @@ pub trait MemoryBackend: Send {
 
     /// Stores region bytes as the kernel just launched writes them, moving nothing.
     fn kernel_store(&mut self, id: RegionId, offset: u64, data: &[u8]) -> Result<()>;
+
+    /// Launches a real GPU kernel over `kernel`'s accesses: the backend waits for their data
+    /// and makes room as for [`MemoryBackend::launch`], then `native` enqueues the kernel on
+    /// the compute stream it is given, with the device address of each access. Only the CUDA
+    /// backend runs native kernels.
+    fn launch_native(
+        &mut self,
+        kernel: &KernelLaunch<'_>,
+        native: &mut dyn FnMut(&NativeLaunch<'_>) -> Result<()>,
+    ) -> Result<()> {
+        let _ = (kernel, native);
+        Err(crate::Error::BackendUnavailable {
+            backend: self.kind().to_string(),
+            reason: "native GPU kernels need the CUDA backend; on the simulator launch on the CPU path"
+                .into(),
+        })
+    }
+}
+
+/// What a native kernel launch is given: the compute stream and the device address of each
+/// declared access, in declaration order.
+pub struct NativeLaunch<'a> {
+    /// The stream the kernel must be enqueued on (ordered after its data).
+    pub stream: &'a std::sync::Arc<cudarc::driver::CudaStream>,
+    /// Device address of each access's first byte.
+    pub ptrs: &'a [u64],
 }
 
 /// Opens the backend a configuration asks for, emulating a device of `capacity` bytes (the

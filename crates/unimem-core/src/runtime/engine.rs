@@ -10,7 +10,7 @@ use std::thread::JoinHandle;
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::access::RangeAccess;
-use crate::backend::{BackendStats, KernelLaunch, MemoryBackend};
+use crate::backend::{BackendStats, KernelLaunch, MemoryBackend, NativeLaunch};
 use crate::error::{Error, Result};
 use crate::region::RegionId;
 use crate::replay::Policy;
@@ -22,6 +22,9 @@ pub(super) struct Snapshot {
     pub device_resident_bytes: u64,
     pub stats: BackendStats,
 }
+
+/// Enqueues a native kernel, given the stream and the device address of each access.
+pub(super) type NativeJob = Box<dyn FnOnce(&NativeLaunch<'_>) -> Result<()> + Send>;
 
 /// Work for the engine.
 pub(super) enum Command {
@@ -55,6 +58,13 @@ pub(super) enum Command {
         dur_ns: u64,
         acc: Vec<RangeAccess>,
         reply: Sender<Result<Vec<Vec<u8>>>>,
+    },
+    /// A real GPU kernel: `job` enqueues it once the backend has placed its data.
+    Native {
+        name: Arc<str>,
+        acc: Vec<RangeAccess>,
+        job: NativeJob,
+        reply: Sender<Result<()>>,
     },
     /// The bytes a host-executed kernel wrote.
     KernelStore {
@@ -134,6 +144,17 @@ impl Worker {
                                 b.kernel_view(a.region, a.offset, &mut buf).map(|()| buf)
                             })
                             .collect()
+                    });
+                    let _ = reply.send(r);
+                }
+                Command::Native { name, acc, job, reply } => {
+                    let event = TraceEvent::Kernel { name: name.clone(), dur_ns: 0, acc: trace_acc(&acc) };
+                    let mut job = Some(job);
+                    let r = self.around(&event, |b| {
+                        b.launch_native(
+                            &KernelLaunch { name: &name, dur_ns: 0, accesses: &acc },
+                            &mut |launch| job.take().map_or(Ok(()), |job| job(launch)),
+                        )
                     });
                     let _ = reply.send(r);
                 }

@@ -260,6 +260,24 @@ impl Runtime {
         Ok(out)
     }
 
+    /// Launches a real GPU kernel (CUDA backend only) that touches `accesses`: recorded and
+    /// planned like any launch; once the backend has placed the data, `job` enqueues the kernel
+    /// on the stream it is given, with the device address of each access. Returns when the
+    /// kernel is enqueued, not when it is done.
+    pub fn launch_native(
+        &self,
+        name: &str,
+        accesses: &[RangeAccess],
+        job: impl FnOnce(&crate::backend::NativeLaunch<'_>) -> Result<()> + Send + 'static,
+    ) -> Result<()> {
+        self.check_and_record(accesses, Accessor::Device)?;
+        let (reply, rx) = bounded(1);
+        let command =
+            Command::Native { name: name.into(), acc: accesses.to_vec(), job: Box::new(job), reply };
+        self.send(command, "launching")?;
+        rx.recv().map_err(|_| Error::Stopped("launching".into()))?
+    }
+
     /// True when both handles are the same runtime.
     pub fn same_as(&self, other: &Runtime) -> bool {
         Arc::ptr_eq(&self.shared, &other.shared)

@@ -31,8 +31,8 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use super::{cuda_err, discard_batch, prefetch_batch, CudaDevice, Kernels, ManagedBuffer, TouchMode};
 use crate::access::RangeAccess;
 use crate::backend::{
-    Advice, BackendKind, BackendStats, ByteRange, KernelLaunch, Location, MemEvent, MemoryBackend, Residency,
-    BLOCK_SIZE, PAGE_SIZE,
+    Advice, BackendKind, BackendStats, ByteRange, KernelLaunch, Location, MemEvent, MemoryBackend,
+    NativeLaunch, Residency, BLOCK_SIZE, PAGE_SIZE,
 };
 use crate::config::Oversubscribe;
 use crate::error::{Error, Result};
@@ -269,6 +269,73 @@ impl CudaBackend {
             }
         }
         (blocks, need)
+    }
+
+    /// Runs one kernel on the compute stream: waits for its data in flight, makes room as the
+    /// driver would, lets `exec` enqueue the kernel itself, then accounts where its data is.
+    fn run_kernel(
+        &mut self,
+        kernel: &KernelLaunch<'_>,
+        exec: &mut dyn FnMut(&mut Self) -> Result<()>,
+    ) -> Result<()> {
+        self.timed(0, |this| {
+            for a in kernel.accesses {
+                this.checked(a.region, a.offset, a.len)?;
+            }
+            // Wait for data in flight to the device.
+            let mut waited: FxHashSet<RegionId> = FxHashSet::default();
+            for a in kernel.accesses {
+                if waited.insert(a.region) {
+                    if let Some(ev) = this.regions.get_mut(&a.region).expect("checked").ready.take() {
+                        this.compute
+                            .wait(&ev)
+                            .map_err(cuda_err("cuStreamWaitEvent", "kernel after prefetch"))?;
+                        this.kernel_waits += 1;
+                    }
+                }
+            }
+            // The emulated driver makes room before the kernel faults its data in.
+            let (blocks, need) = this.missing(kernel.accesses.iter().map(|a| (a.region, a.offset, a.len)));
+            if this.make_room(need, &blocks)? {
+                this.compute.join(&this.d2h).map_err(cuda_err("cuStreamWaitEvent", "kernel after evict"))?;
+            }
+            exec(this)?;
+            // Account: what was off the device came in by faults, except remote data.
+            let writes: FxHashSet<(RegionId, u32)> = {
+                let mut w = FxHashSet::default();
+                for a in kernel.accesses.iter().filter(|a| a.mode.writes()) {
+                    let r = &this.regions[&a.region];
+                    w.extend(r.blocks_of(a.offset, a.len).map(|b| (a.region, b as u32)));
+                }
+                w
+            };
+            for (id, b) in blocks {
+                let r = &this.regions[&id];
+                let blk = r.blocks[b as usize];
+                let bytes = r.block_bytes(b as usize);
+                let written = writes.contains(&(id, b));
+                if blk.remote && !blk.on_device {
+                    this.stats.remote_bytes += bytes;
+                    this.regions.get_mut(&id).expect("checked").blocks[b as usize].on_host = true;
+                    continue;
+                }
+                if !blk.on_device {
+                    this.stats.gpu_faults += 1;
+                    if blk.on_host {
+                        this.stats.gpu_fault_bytes += bytes;
+                        this.stats.h2d_bytes += bytes;
+                        if blk.read_mostly && !written {
+                            this.stats.duplicated_bytes += bytes;
+                        }
+                    }
+                }
+                let keep_host = blk.on_host && blk.read_mostly && !written;
+                this.regions.get_mut(&id).expect("checked").blocks[b as usize].on_host = keep_host;
+                this.touch_block(id, b as usize);
+            }
+            this.stats.kernels += 1;
+            Ok(())
+        })
     }
 
     fn take_buffer(&mut self, bytes: u64) -> Result<(ManagedBuffer, Vec<Block>)> {
@@ -527,69 +594,27 @@ impl MemoryBackend for CudaBackend {
     }
 
     fn launch(&mut self, kernel: &KernelLaunch<'_>) -> Result<()> {
-        self.timed(0, |this| {
-            for a in kernel.accesses {
-                this.checked(a.region, a.offset, a.len)?;
-            }
-            // Wait for data in flight to the device.
-            let mut waited: FxHashSet<RegionId> = FxHashSet::default();
-            for a in kernel.accesses {
-                if waited.insert(a.region) {
-                    if let Some(ev) = this.regions.get_mut(&a.region).expect("checked").ready.take() {
-                        this.compute
-                            .wait(&ev)
-                            .map_err(cuda_err("cuStreamWaitEvent", "kernel after prefetch"))?;
-                        this.kernel_waits += 1;
-                    }
-                }
-            }
-            // The emulated driver makes room before the kernel faults its data in.
-            let (blocks, need) = this.missing(kernel.accesses.iter().map(|a| (a.region, a.offset, a.len)));
-            if this.make_room(need, &blocks)? {
-                this.compute.join(&this.d2h).map_err(cuda_err("cuStreamWaitEvent", "kernel after evict"))?;
-            }
+        self.run_kernel(kernel, &mut |this| {
             let ranges: Vec<(u64, u64, TouchMode)> = kernel
                 .accesses
                 .iter()
                 .filter(|a| a.len > 0)
                 .map(|a| (this.regions[&a.region].buf.ptr() + a.offset, a.len, TouchMode::from(a.mode)))
                 .collect();
-            this.kernels.touch(&this.compute, &ranges, PAGE_SIZE as u32, kernel.dur_ns)?;
-            // Account: what was off the device came in by faults, except remote data.
-            let writes: FxHashSet<(RegionId, u32)> = {
-                let mut w = FxHashSet::default();
-                for a in kernel.accesses.iter().filter(|a| a.mode.writes()) {
-                    let r = &this.regions[&a.region];
-                    w.extend(r.blocks_of(a.offset, a.len).map(|b| (a.region, b as u32)));
-                }
-                w
-            };
-            for (id, b) in blocks {
-                let r = &this.regions[&id];
-                let blk = r.blocks[b as usize];
-                let bytes = r.block_bytes(b as usize);
-                let written = writes.contains(&(id, b));
-                if blk.remote && !blk.on_device {
-                    this.stats.remote_bytes += bytes;
-                    this.regions.get_mut(&id).expect("checked").blocks[b as usize].on_host = true;
-                    continue;
-                }
-                if !blk.on_device {
-                    this.stats.gpu_faults += 1;
-                    if blk.on_host {
-                        this.stats.gpu_fault_bytes += bytes;
-                        this.stats.h2d_bytes += bytes;
-                        if blk.read_mostly && !written {
-                            this.stats.duplicated_bytes += bytes;
-                        }
-                    }
-                }
-                let keep_host = blk.on_host && blk.read_mostly && !written;
-                this.regions.get_mut(&id).expect("checked").blocks[b as usize].on_host = keep_host;
-                this.touch_block(id, b as usize);
-            }
-            this.stats.kernels += 1;
-            Ok(())
+            this.kernels.touch(&this.compute, &ranges, PAGE_SIZE as u32, kernel.dur_ns)
+        })
+    }
+
+    fn launch_native(
+        &mut self,
+        kernel: &KernelLaunch<'_>,
+        native: &mut dyn FnMut(&NativeLaunch<'_>) -> Result<()>,
+    ) -> Result<()> {
+        self.run_kernel(kernel, &mut |this| {
+            let ptrs: Vec<u64> =
+                kernel.accesses.iter().map(|a| this.regions[&a.region].buf.ptr() + a.offset).collect();
+            this.dev.context().bind_to_thread().map_err(cuda_err("cuCtxSetCurrent", "native launch"))?;
+            native(&NativeLaunch { stream: &this.compute, ptrs: &ptrs })
         })
     }
 
