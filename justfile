@@ -50,3 +50,18 @@ docs:
 # Build release and test binaries into .gpu/ for the GPU machine (see DEVELOPERS notes).
 gpu-build:
     ../shared/gpu/pack.sh
+
+# The tensor examples on the simulator (append `cuda` on a GPU machine: just examples cuda).
+examples *ARGS:
+    cargo run --release -p unimem-tensor --example training_loop -- {{ARGS}}
+    cargo run --release -p unimem-tensor --example streaming -- {{ARGS}}
+
+# The synthetic-pattern table of docs/benchmarks.md.
+synthetic-table:
+    cargo build --release -p unimem-cli
+    python3 scripts/replay-table.py target/release/unimem none,oracle,advisor --synthetic
+
+# Simulator against the recorded GPU replays (docs/data/), per row.
+sim-vs-real PROFILE="crates/unimem-core/profiles/h200-probe-2026-11-30.toml":
+    cargo build --release -p unimem-cli
+    python3 scripts/sim-vs-real.py {{PROFILE}} docs/data/gpu-replays-2026-11-30-run1.jsonl docs/data/gpu-replays-2026-11-30-run2.jsonl
