@@ -28,6 +28,10 @@ pub struct Args {
     /// Print one JSON object per run instead of a table (and no progress bar).
     #[arg(long)]
     pub json: bool,
+    /// Write the backend's fault and migration events to this telemetry log (JSON Lines; with
+    /// several policies, one log each, named LOG.POLICY.jsonl). Read it with `unimem telemetry`.
+    #[arg(long, value_name = "LOG")]
+    pub telemetry: Option<PathBuf>,
 }
 
 /// Resolves a budget against a trace: a percent refers to its peak live (page-rounded) bytes.
@@ -42,6 +46,7 @@ pub fn replay_one(
     policy: PolicyName,
     config: &Config,
     show_progress: bool,
+    telemetry: Option<&std::path::Path>,
 ) -> Result<ReplayReport> {
     let cost = backend::cost_model(config)?;
     let mut backend = backend::open(config.backend, cost.clone(), budget_bytes, config.oversubscribe)?;
@@ -50,9 +55,24 @@ pub fn replay_one(
     let (consumed, total) = reader.progress();
     tracing::info!(trace = reader.file(), %policy, budget_bytes, backend = %backend.describe(), "replay starts");
     let progress = output::Progress::start(consumed, total, !show_progress, policy.as_str());
-    let report = replay::run(reader, backend.as_mut(), policy_impl.as_mut(), &mut |_| {});
+    let mut log = match telemetry {
+        Some(path) => {
+            let file = std::fs::File::create(path).map_err(|e| Error::io(path.display(), e))?;
+            let source = format!("unimem replay {} ({policy}, {})", reader.file(), backend.describe());
+            Some(
+                unimem_telemetry::EventLog::new(std::io::BufWriter::new(file), &source)
+                    .map_err(|e| Error::io(path.display(), e))?,
+            )
+        }
+        None => None,
+    };
+    let sink = log.as_mut().map(|l| l as &mut dyn replay::EventSink);
+    let report = replay::run_with_events(reader, backend.as_mut(), policy_impl.as_mut(), &mut |_| {}, sink);
     drop(progress);
     let report = report?;
+    if let (Some(log), Some(path)) = (log, telemetry) {
+        log.finish().map_err(|e| Error::io(path.display(), e))?;
+    }
     tracing::info!(time_ns = report.time_ns, events = report.events, wall_ns = report.wall_ns, "replay done");
     Ok(report)
 }
@@ -94,8 +114,18 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
     let budget_bytes = resolve_budget(budget, &stats);
     let name = args.trace.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let mut table = output::report_table();
+    let several = policies.len() > 1;
+    let mut backend_ran = String::new();
     for policy in policies {
-        let report = replay_one(&open, budget_bytes, policy, &config, !args.json)?;
+        let log = args.telemetry.as_ref().map(|p| {
+            if several {
+                p.with_extension(format!("{policy}.jsonl"))
+            } else {
+                p.clone()
+            }
+        });
+        let report = replay_one(&open, budget_bytes, policy, &config, !args.json, log.as_deref())?;
+        backend_ran = format!("{} ({})", report.backend, report.backend_detail);
         if args.json {
             output::print_report_json(&report, &budget.to_string()).map_err(|e| Error::io("stdout", e))?;
         } else {
@@ -114,17 +144,11 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
         println!(
             "compute floor {}; backend {}; peak RSS {}",
             unimem_core::units::Nanos(stats.compute_floor_ns),
-            config_backend_label(&config),
+            backend_ran,
             output::peak_rss_bytes()
                 .map(|b| unimem_core::units::Bytes(b).to_string())
                 .unwrap_or("n/a".into())
         );
     }
     Ok(())
-}
-
-fn config_backend_label(config: &Config) -> String {
-    backend::cost_model(config)
-        .map(|c| format!("sim (profile \"{}\")", c.name))
-        .unwrap_or_else(|_| "sim".into())
 }

@@ -6,6 +6,7 @@ mod cmd_config;
 mod cmd_demo;
 mod cmd_probe;
 mod cmd_replay;
+mod cmd_telemetry;
 mod cmd_trace;
 mod output;
 
@@ -45,6 +46,9 @@ enum Command {
     Config(cmd_config::Command),
     /// Measure this GPU's unified-memory costs and write a calibration profile (needs CUDA).
     Probe(cmd_probe::Args),
+    /// Report on telemetry logs (`unimem replay --telemetry LOG` writes them).
+    #[command(subcommand)]
+    Telemetry(cmd_telemetry::Command),
 }
 
 fn main() -> ExitCode {
@@ -60,6 +64,7 @@ fn main() -> ExitCode {
         Command::Trace(cmd) => cmd_trace::run(cmd),
         Command::Config(cmd) => cmd_config::run(cmd, cli.config.as_deref()),
         Command::Probe(args) => cmd_probe::run(args),
+        Command::Telemetry(cmd) => cmd_telemetry::run(cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -236,3 +236,42 @@ fn config_show_check_and_errors() {
     ]);
     assert_eq!(stdout(&o).lines().count(), 1, "only the oracle: {}", stderr(&o));
 }
+
+#[test]
+fn telemetry_logs_are_written_summarised_exported_and_plotted() {
+    let d = tmp("telemetry");
+    let log = d.join("t.jsonl");
+    let o = unimem(&[
+        "replay",
+        &sample("transformer-decode.jsonl.gz"),
+        "--budget",
+        "50%",
+        "--policy",
+        "none",
+        "--telemetry",
+        log.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = unimem(&["telemetry", "summarize", log.to_str().unwrap(), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert!(v["totals"]["gpu_faults"].as_u64().unwrap() > 0, "{v}");
+    assert!(v["regions"][0]["name"].is_string() && v["regions"][0]["summary"]["h2d_bytes"].is_u64());
+    let o = unimem(&["telemetry", "summarize", log.to_str().unwrap()]);
+    assert!(stdout(&o).contains("bytes moved by cause: fault"), "{}", stdout(&o));
+    let chrome = d.join("t.chrome.json");
+    let o = unimem(&["telemetry", "export", "--chrome", log.to_str().unwrap(), chrome.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let trace: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&chrome).unwrap()).unwrap();
+    assert!(trace["traceEvents"].as_array().unwrap().len() > 100);
+    let plot = d.join("t.svg");
+    let o = unimem(&["telemetry", "plot", log.to_str().unwrap(), plot.to_str().unwrap()]);
+    assert!(o.status.success() && std::fs::read_to_string(&plot).unwrap().starts_with("<svg"));
+    // A bad log: a clear error with the file and line, no panic.
+    let bad = d.join("bad.jsonl");
+    write(&bad, b"{\"schema\":\"unimem-telemetry\",\"version\":2}\n");
+    let o = unimem(&["telemetry", "summarize", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("bad.jsonl:1") && stderr(&o).contains("version 2"), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("panicked"));
+}

@@ -1,14 +1,21 @@
 //! # unimem-telemetry
 //!
-//! Page-fault and migration telemetry, attributed to regions. This crate starts with the log
-//! format and its per-region summary over the events a backend reports
-//! ([`unimem_core::backend::MemEvent`]); the CUPTI source, sinks and reports arrive with their
-//! own issue.
+//! Page-fault and migration telemetry, attributed to named regions: the log format
+//! ([`EventLog`], read back by [`Log`]), per-region and log-wide summaries ([`Summary`]), a
+//! Chrome trace / Perfetto export ([`chrome_trace`]) and an SVG plot ([`svg`]). Events come
+//! from a backend ([`unimem_core::backend::MemEvent`]; the simulator reports every fault and
+//! migration); a replay writes them through [`unimem_core::replay::EventSink`].
 
 #![warn(missing_docs)]
 
+mod chrome;
 mod log;
+mod plot;
+mod read;
 mod summary;
 
+pub use chrome::chrome_trace;
 pub use log::{EventLog, SCHEMA, SCHEMA_VERSION};
-pub use summary::{RegionSummary, Summary};
+pub use plot::svg;
+pub use read::{Log, LogError, RegionInfo};
+pub use summary::{RegionSummary, Summary, Totals};

@@ -1,9 +1,12 @@
-//! The JSON Lines event log: a header line naming the schema and version, then one event per
-//! line (the serialised [`MemEvent`]).
+//! The JSON Lines event log: a header line naming the schema and version, then one record per
+//! line: the regions as they are allocated and freed (so every event can be attributed by
+//! name, also after a free) and the backend's events (the serialised [`MemEvent`]).
 
 use std::io::Write;
 
 use unimem_core::backend::MemEvent;
+use unimem_core::replay::EventSink;
+use unimem_core::RegionId;
 
 /// Schema name in the header.
 pub const SCHEMA: &str = "unimem-telemetry";
@@ -33,6 +36,18 @@ impl<W: Write> EventLog<W> {
         Ok(())
     }
 
+    /// Records a region's allocation (its name attributes its events).
+    pub fn write_region(&mut self, id: RegionId, bytes: u64, name: Option<&str>) -> std::io::Result<()> {
+        let name = name.map(str::to_string).unwrap_or_else(|| format!("region{}", id.0));
+        let record = serde_json::json!({"kind": "region", "region": id.0, "bytes": bytes, "name": name});
+        writeln!(self.out, "{record}")
+    }
+
+    /// Records a region's free.
+    pub fn write_freed(&mut self, id: RegionId) -> std::io::Result<()> {
+        writeln!(self.out, "{}", serde_json::json!({"kind": "freed", "region": id.0}))
+    }
+
     /// Events written so far.
     pub fn written(&self) -> u64 {
         self.written
@@ -42,5 +57,24 @@ impl<W: Write> EventLog<W> {
     pub fn finish(mut self) -> std::io::Result<W> {
         self.out.flush()?;
         Ok(self.out)
+    }
+}
+
+fn io(e: std::io::Error) -> unimem_core::Error {
+    unimem_core::Error::io("telemetry log", e)
+}
+
+/// A replay writes its telemetry straight into the log.
+impl<W: Write> EventSink for EventLog<W> {
+    fn region(&mut self, id: RegionId, bytes: u64, name: Option<&str>) -> unimem_core::Result<()> {
+        self.write_region(id, bytes, name).map_err(io)
+    }
+
+    fn freed(&mut self, id: RegionId) -> unimem_core::Result<()> {
+        self.write_freed(id).map_err(io)
+    }
+
+    fn events(&mut self, events: &[MemEvent]) -> unimem_core::Result<()> {
+        events.iter().try_for_each(|e| self.write(e)).map_err(io)
     }
 }

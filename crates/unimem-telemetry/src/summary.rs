@@ -1,14 +1,15 @@
-//! Per-region totals of faults and migrations, sorted by cost.
+//! Per-region totals of faults and migrations, sorted by cost, and log-wide totals in the
+//! spirit of nvprof's unified-memory summary.
 
 use std::collections::BTreeMap;
 
-use unimem_core::backend::{Direction, MemEvent, MigrationCause};
-use unimem_core::RegionId;
+use unimem_core::backend::{Direction, Location, MemEvent, MigrationCause};
+use unimem_core::{Accessor, RegionId};
 
 /// What happened to one region.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct RegionSummary {
-    /// Fault groups raised on it.
+    /// Fault groups raised on it (GPU and CPU).
     pub faults: u64,
     /// Bytes moved to the device.
     pub h2d_bytes: u64,
@@ -16,34 +17,108 @@ pub struct RegionSummary {
     pub d2h_bytes: u64,
     /// Of `d2h_bytes`, moved by eviction.
     pub evicted_bytes: u64,
+    /// Bytes moved to the device again after the region had been moved out: thrashing.
+    pub refetched_bytes: u64,
+    /// Time kernels waited for its fault-driven migrations.
+    pub stall_ns: u64,
     /// Nanoseconds its transfers occupied the link.
     pub transfer_ns: u64,
 }
 
-/// Totals by region.
+/// Totals over a log.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Totals {
+    /// GPU fault groups.
+    pub gpu_faults: u64,
+    /// CPU faults.
+    pub cpu_faults: u64,
+    /// Bytes to the device.
+    pub h2d_bytes: u64,
+    /// Bytes to the host.
+    pub d2h_bytes: u64,
+    /// Bytes by cause of migration (`fault`, `prefetch`, `eviction`, `coherence`), largest first.
+    pub by_cause: Vec<(String, u64)>,
+    /// Bytes populated on the device without a transfer.
+    pub populated_device_bytes: u64,
+    /// Bytes dropped without a transfer.
+    pub dropped_bytes: u64,
+    /// Kernels and the time they stalled.
+    pub kernels: u64,
+    /// Sum of kernel stalls.
+    pub kernel_stall_ns: u64,
+}
+
+/// Totals by region and over the log.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Summary {
     /// Region -> totals.
     pub regions: BTreeMap<RegionId, RegionSummary>,
+    /// Log-wide totals.
+    pub totals: Totals,
+    causes: BTreeMap<&'static str, u64>,
 }
 
 impl Summary {
+    /// Summarises `events`.
+    pub fn of(events: &[MemEvent]) -> Self {
+        let mut s = Summary::default();
+        events.iter().for_each(|e| s.add(e));
+        s
+    }
+
     /// Adds one event.
     pub fn add(&mut self, event: &MemEvent) {
         match *event {
-            MemEvent::Fault { region, .. } => self.regions.entry(region).or_default().faults += 1,
+            MemEvent::Fault { region, by, .. } => {
+                self.regions.entry(region).or_default().faults += 1;
+                match by {
+                    Accessor::Device => self.totals.gpu_faults += 1,
+                    Accessor::Host => self.totals.cpu_faults += 1,
+                }
+            }
             MemEvent::Migration { region, bytes, dir, cause, start_ns, end_ns, .. } => {
                 let r = self.regions.entry(region).or_default();
                 match dir {
-                    Direction::H2D => r.h2d_bytes += bytes,
-                    Direction::D2H => r.d2h_bytes += bytes,
+                    Direction::H2D => {
+                        if r.d2h_bytes > 0 {
+                            r.refetched_bytes += bytes;
+                        }
+                        r.h2d_bytes += bytes;
+                        self.totals.h2d_bytes += bytes;
+                    }
+                    Direction::D2H => {
+                        r.d2h_bytes += bytes;
+                        self.totals.d2h_bytes += bytes;
+                    }
                 }
                 if cause == MigrationCause::Eviction {
                     r.evicted_bytes += bytes;
                 }
+                if cause == MigrationCause::Fault {
+                    r.stall_ns += end_ns - start_ns;
+                }
                 r.transfer_ns += end_ns - start_ns;
+                let name = match cause {
+                    MigrationCause::Fault => "fault",
+                    MigrationCause::Prefetch => "prefetch",
+                    MigrationCause::Eviction => "eviction",
+                    MigrationCause::Coherence => "coherence",
+                };
+                *self.causes.entry(name).or_default() += bytes;
+                let mut by: Vec<(String, u64)> =
+                    self.causes.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+                by.sort_by_key(|(k, v)| (std::cmp::Reverse(*v), k.clone()));
+                self.totals.by_cause = by;
             }
-            _ => {}
+            MemEvent::Populate { bytes, on: Location::Device, .. } => {
+                self.totals.populated_device_bytes += bytes
+            }
+            MemEvent::Populate { .. } => {}
+            MemEvent::Drop { bytes, .. } => self.totals.dropped_bytes += bytes,
+            MemEvent::Kernel { stall_ns, .. } => {
+                self.totals.kernels += 1;
+                self.totals.kernel_stall_ns += stall_ns;
+            }
         }
     }
 
@@ -58,7 +133,7 @@ impl Summary {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::EventLog;
+    use crate::{EventLog, Log};
     use unimem_core::backend::sim::SimBackend;
     use unimem_core::{AccessMode, CostModel, KernelLaunch, MemoryBackend, RangeAccess};
 
@@ -74,8 +149,7 @@ mod tests {
         }
         let mut events = Vec::new();
         gpu.drain_events(&mut events);
-        let mut summary = Summary::default();
-        events.iter().for_each(|e| summary.add(e));
+        let summary = Summary::of(&events);
         let r1 = summary.regions[&RegionId(1)];
         let r2 = summary.regions[&RegionId(2)];
         assert_eq!(r2.h2d_bytes, 3 << 20, "region 2 faulted in whole");
@@ -83,21 +157,20 @@ mod tests {
         assert!(r1.faults >= 1 && r2.faults >= 1);
         assert!(r1.transfer_ns > r2.transfer_ns, "region 1 paid its faults and an eviction");
         assert_eq!(summary.by_cost()[0].0, RegionId(1), "the costlier region ranks first");
+        assert_eq!(summary.totals.kernels, 2);
+        assert_eq!(summary.totals.by_cause[0].0, "fault");
 
         let mut log = EventLog::new(Vec::new(), "test").unwrap();
+        log.write_region(RegionId(1), 3 << 20, Some("weights")).unwrap();
         events.iter().for_each(|e| log.write(e).unwrap());
+        log.write_freed(RegionId(1)).unwrap();
         assert_eq!(log.written(), events.len() as u64);
-        let text = String::from_utf8(log.finish().unwrap()).unwrap();
-        let mut lines = text.lines();
-        let header: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
-        assert_eq!(
-            (header["schema"].as_str(), header["version"].as_u64()),
-            (Some("unimem-telemetry"), Some(1))
-        );
-        for line in lines {
-            let v: serde_json::Value = serde_json::from_str(line).unwrap();
-            assert!(v["kind"].is_string(), "{line}");
-        }
+        let bytes = log.finish().unwrap();
+        let back = Log::parse(&bytes[..], "mem").unwrap();
+        assert_eq!(back.events, events, "the log reads back as written");
+        assert_eq!(back.name_of(RegionId(1)), "weights");
+        assert!(back.regions[&RegionId(1)].freed);
+        assert_eq!(back.name_of(RegionId(2)), "region2");
     }
 
     #[test]
@@ -109,14 +182,8 @@ mod tests {
         gpu.launch(&KernelLaunch { name: "write", dur_ns: 1000, accesses: &acc }).unwrap();
         let mut events = Vec::new();
         gpu.drain_events(&mut events);
-        let populated: u64 = events
-            .iter()
-            .filter_map(|e| match e {
-                MemEvent::Populate { region: RegionId(3), bytes, .. } => Some(*bytes),
-                _ => None,
-            })
-            .sum();
-        assert_eq!(populated, 1 << 20);
+        let s = Summary::of(&events);
+        assert_eq!(s.totals.populated_device_bytes, 1 << 20);
         assert!(!events.iter().any(|e| matches!(e, MemEvent::Migration { .. })));
     }
 }

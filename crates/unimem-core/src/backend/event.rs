@@ -28,8 +28,8 @@ pub enum MigrationCause {
 }
 
 /// One thing that happened in the memory system, with its time on the backend clock.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum MemEvent {
     /// A processor touched pages that were not valid on its side.
     Fault {
@@ -94,6 +94,16 @@ pub enum MemEvent {
         /// Time stalled on faults and on data in flight.
         stall_ns: u64,
     },
+}
+
+impl<'de> serde::Deserialize<'de> for Accessor {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match String::deserialize(d)?.as_str() {
+            "gpu" => Ok(Accessor::Device),
+            "cpu" => Ok(Accessor::Host),
+            other => Err(serde::de::Error::custom(format!("unknown accessor `{other}`; allowed: gpu, cpu"))),
+        }
+    }
 }
 
 impl serde::Serialize for Accessor {

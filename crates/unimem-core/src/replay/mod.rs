@@ -38,6 +38,17 @@ pub fn make_policy(name: PolicyName, budget: u64, config: &Config, cost: &CostMo
     }
 }
 
+/// Where a replay's telemetry goes: the regions as they come and go (for attribution, also
+/// after a free) and the backend's events as they happen.
+pub trait EventSink {
+    /// A region was allocated.
+    fn region(&mut self, id: RegionId, bytes: u64, name: Option<&str>) -> Result<()>;
+    /// A region was freed.
+    fn freed(&mut self, id: RegionId) -> Result<()>;
+    /// Events the backend reported since the last call.
+    fn events(&mut self, events: &[crate::backend::MemEvent]) -> Result<()>;
+}
+
 /// How often (in events) the progress callback is called.
 pub const PROGRESS_EVERY: u64 = 1 << 16;
 
@@ -166,10 +177,24 @@ pub fn run(
     policy: &mut dyn Policy,
     progress: &mut dyn FnMut(u64),
 ) -> Result<ReplayReport> {
+    run_with_events(reader, backend, policy, progress, None)
+}
+
+/// [`run`], sending the backend's events (recording turned on) and the regions to `sink`.
+pub fn run_with_events(
+    reader: TraceReader,
+    backend: &mut dyn MemoryBackend,
+    policy: &mut dyn Policy,
+    progress: &mut dyn FnMut(u64),
+    sink: Option<&mut dyn EventSink>,
+) -> Result<ReplayReport> {
     let file = reader.file().to_string();
-    std::thread::scope(|scope| {
+    if sink.is_some() {
+        backend.record_events(true);
+    }
+    std::thread::scope(move |scope| {
         let events = Parsed::spawn(scope, reader)?;
-        replay_events(events, file, backend, policy, progress)
+        replay_events(events, file, backend, policy, progress, sink)
     })
 }
 
@@ -179,8 +204,10 @@ fn replay_events(
     backend: &mut dyn MemoryBackend,
     policy: &mut dyn Policy,
     progress: &mut dyn FnMut(u64),
+    mut sink: Option<&mut dyn EventSink>,
 ) -> Result<ReplayReport> {
     let wall = Instant::now();
+    let mut drained = Vec::new();
     let lookahead = policy.lookahead();
     let mut window: VecDeque<(u64, TraceEvent)> = VecDeque::with_capacity(lookahead + 1);
     let mut read = 0u64;
@@ -208,13 +235,19 @@ fn replay_events(
         };
         policy.before(index, &event, backend)?;
         match &event {
-            TraceEvent::Alloc { id, bytes, .. } => {
+            TraceEvent::Alloc { id, bytes, name } => {
                 backend.allocate(RegionId(*id), *bytes)?;
+                if let Some(sink) = sink.as_deref_mut() {
+                    sink.region(RegionId(*id), *bytes, name.as_deref())?;
+                }
                 pre.on_alloc(*id, backend)?;
             }
             TraceEvent::Free { id } => {
                 pre.on_free(*id);
-                backend.free(RegionId(*id))?
+                backend.free(RegionId(*id))?;
+                if let Some(sink) = sink.as_deref_mut() {
+                    sink.freed(RegionId(*id))?;
+                }
             }
             TraceEvent::Kernel { name, dur_ns, acc } => {
                 to_ranges(acc, &mut ranges);
@@ -229,11 +262,20 @@ fn replay_events(
             TraceEvent::Step { index } => marks.push((*index, backend.completion_ns(), floor)),
         }
         policy.after(index, &event, backend)?;
+        if let Some(sink) = sink.as_deref_mut() {
+            backend.drain_events(&mut drained);
+            sink.events(&drained)?;
+            drained.clear();
+        }
         if (index + 1) % PROGRESS_EVERY == 0 {
             progress(index + 1);
         }
     }
     let end = backend.synchronize()?;
+    if let Some(sink) = sink {
+        backend.drain_events(&mut drained);
+        sink.events(&drained)?;
+    }
     progress(read);
 
     if marks.first().is_none_or(|m| m.1 > 0 || m.2 > 0) {

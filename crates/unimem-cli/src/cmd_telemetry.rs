@@ -1,0 +1,122 @@
+//! `unimem telemetry`: reports on telemetry logs (written by `unimem replay --telemetry LOG`).
+
+use std::path::PathBuf;
+
+use unimem_core::units::{Bytes, Nanos};
+use unimem_core::{Error, Result};
+use unimem_telemetry::{chrome_trace, svg, Log, Summary};
+
+use crate::output;
+
+/// `unimem telemetry` subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Per-region table of faults, bytes moved, stalls and thrashing, most expensive first,
+    /// with log-wide totals and the top causes.
+    Summarize {
+        /// The telemetry log.
+        log: PathBuf,
+        /// Print JSON instead of tables.
+        #[arg(long)]
+        json: bool,
+        /// Regions shown in the table (all in JSON).
+        #[arg(long, default_value_t = 20)]
+        top: usize,
+    },
+    /// Export to a Chrome trace (open in Perfetto or chrome://tracing).
+    Export {
+        /// Write a Chrome trace / Perfetto JSON file.
+        #[arg(long)]
+        chrome: bool,
+        /// The telemetry log.
+        log: PathBuf,
+        /// The output file.
+        out: PathBuf,
+    },
+    /// Plot device-resident bytes and link traffic over time as SVG.
+    Plot {
+        /// The telemetry log.
+        log: PathBuf,
+        /// The output SVG file.
+        out: PathBuf,
+    },
+}
+
+fn read(path: &std::path::Path) -> Result<Log> {
+    Log::read(path).map_err(|e| Error::Trace { file: e.file, line: e.line, reason: e.reason })
+}
+
+pub fn run(cmd: &Command) -> Result<()> {
+    match cmd {
+        Command::Summarize { log, json, top } => {
+            let log = read(log)?;
+            let s = Summary::of(&log.events);
+            if *json {
+                let regions: Vec<serde_json::Value> = s
+                    .by_cost()
+                    .into_iter()
+                    .map(|(id, r)| serde_json::json!({"region": id.0, "name": log.name_of(id), "summary": r}))
+                    .collect();
+                let out = serde_json::json!({"source": log.source, "totals": s.totals, "regions": regions});
+                println!("{out}");
+                return Ok(());
+            }
+            let t = &s.totals;
+            println!("{}", log.source);
+            println!(
+                "GPU faults {}, CPU faults {}; H2D {}, D2H {}; populated on the device {}; dropped {}; {} kernels stalled {} in all",
+                t.gpu_faults,
+                t.cpu_faults,
+                Bytes(t.h2d_bytes),
+                Bytes(t.d2h_bytes),
+                Bytes(t.populated_device_bytes),
+                Bytes(t.dropped_bytes),
+                t.kernels,
+                Nanos(t.kernel_stall_ns)
+            );
+            let causes: Vec<String> = t.by_cause.iter().map(|(c, b)| format!("{c} {}", Bytes(*b))).collect();
+            println!("bytes moved by cause: {}\n", causes.join(", "));
+            let mut table = output::Table::new(vec![
+                "region",
+                "name",
+                "faults",
+                "H2D",
+                "D2H",
+                "evicted",
+                "refetched",
+                "fault stall",
+                "link time",
+            ]);
+            let ranked = s.by_cost();
+            for (id, r) in ranked.iter().take(*top) {
+                table.row(vec![
+                    id.0.to_string(),
+                    log.name_of(*id),
+                    r.faults.to_string(),
+                    Bytes(r.h2d_bytes).to_string(),
+                    Bytes(r.d2h_bytes).to_string(),
+                    Bytes(r.evicted_bytes).to_string(),
+                    Bytes(r.refetched_bytes).to_string(),
+                    Nanos(r.stall_ns).to_string(),
+                    Nanos(r.transfer_ns).to_string(),
+                ]);
+            }
+            println!("{}", table.render());
+            if ranked.len() > *top {
+                println!("({} more regions; --top N or --json for all)", ranked.len() - top);
+            }
+            Ok(())
+        }
+        Command::Export { chrome, log, out } => {
+            if !chrome {
+                return Err(Error::InvalidArgument("export: name a format; allowed: --chrome".into()));
+            }
+            let trace = chrome_trace(&read(log)?);
+            let text = serde_json::to_string(&trace).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+            std::fs::write(out, text).map_err(|e| Error::io(out.display(), e))
+        }
+        Command::Plot { log, out } => {
+            std::fs::write(out, svg(&read(log)?)).map_err(|e| Error::io(out.display(), e))
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! Chrome trace / Perfetto export (the JSON "trace event" format): slices for kernels and
+//! transfers, instant events for faults, counter tracks for resident bytes and link traffic.
+
+use unimem_core::backend::{Direction, Location, MemEvent};
+
+use crate::read::Log;
+
+const PID: u64 = 1;
+const TID_COMPUTE: u64 = 1;
+const TID_H2D: u64 = 2;
+const TID_D2H: u64 = 3;
+const TID_FAULTS: u64 = 4;
+
+fn us(ns: u64) -> f64 {
+    ns as f64 / 1000.0
+}
+
+/// The log as a Chrome trace (a JSON object with `traceEvents`).
+pub fn chrome_trace(log: &Log) -> serde_json::Value {
+    use serde_json::json;
+    let mut out = Vec::new();
+    for (tid, name) in
+        [(TID_COMPUTE, "compute"), (TID_H2D, "link H2D"), (TID_D2H, "link D2H"), (TID_FAULTS, "faults")]
+    {
+        out.push(json!({"ph": "M", "name": "thread_name", "pid": PID, "tid": tid, "args": {"name": name}}));
+    }
+    out.push(json!({"ph": "M", "name": "process_name", "pid": PID, "args": {"name": format!("unimem: {}", log.source)}}));
+    // Resident bytes and cumulative link traffic change at these times.
+    let mut changes: Vec<(u64, i64, u64, u64)> = Vec::new(); // (t, resident delta, h2d, d2h)
+    for e in &log.events {
+        match e {
+            MemEvent::Kernel { name, start_ns, end_ns, stall_ns } => out.push(json!({
+                "ph": "X", "name": name, "cat": "kernel", "pid": PID, "tid": TID_COMPUTE,
+                "ts": us(*start_ns), "dur": us(end_ns - start_ns), "args": {"stall_ns": stall_ns}
+            })),
+            MemEvent::Migration { region, offset, bytes, dir, cause, start_ns, end_ns } => {
+                let tid = if *dir == Direction::H2D { TID_H2D } else { TID_D2H };
+                out.push(json!({
+                    "ph": "X", "name": format!("{} ({cause:?})", log.name_of(*region)).to_lowercase(),
+                    "cat": "migration", "pid": PID, "tid": tid, "ts": us(*start_ns), "dur": us(end_ns - start_ns),
+                    "args": {"region": region.0, "offset": offset, "bytes": bytes}
+                }));
+                let (delta, h, d) = match dir {
+                    Direction::H2D => (*bytes as i64, *bytes, 0),
+                    Direction::D2H => (-(*bytes as i64), 0, *bytes),
+                };
+                changes.push((*end_ns, delta, h, d));
+            }
+            MemEvent::Fault { region, offset, bytes, by, at_ns } => out.push(json!({
+                "ph": "i", "s": "t", "name": format!("fault {}", log.name_of(*region)), "cat": "fault",
+                "pid": PID, "tid": TID_FAULTS, "ts": us(*at_ns),
+                "args": {"region": region.0, "offset": offset, "bytes": bytes, "by": by}
+            })),
+            MemEvent::Populate { bytes, on: Location::Device, .. } => {
+                let t = log_time_hint(&out);
+                changes.push((t, *bytes as i64, 0, 0));
+            }
+            MemEvent::Drop { bytes, from: Location::Device, .. } => {
+                let t = log_time_hint(&out);
+                changes.push((t, -(*bytes as i64), 0, 0));
+            }
+            _ => {}
+        }
+    }
+    changes.sort_by_key(|c| c.0);
+    let (mut resident, mut h2d, mut d2h) = (0i64, 0u64, 0u64);
+    for (t, delta, h, d) in changes {
+        resident = (resident + delta).max(0);
+        h2d += h;
+        d2h += d;
+        out.push(json!({"ph": "C", "name": "device resident bytes", "pid": PID, "ts": us(t), "args": {"bytes": resident}}));
+        out.push(json!({"ph": "C", "name": "link traffic (cumulative bytes)", "pid": PID, "ts": us(t), "args": {"h2d": h2d, "d2h": d2h}}));
+    }
+    json!({"traceEvents": out, "displayTimeUnit": "ns"})
+}
+
+/// Populate and drop events carry no time: place them at the latest time seen so far.
+fn log_time_hint(out: &[serde_json::Value]) -> u64 {
+    out.iter().rev().find_map(|e| e["ts"].as_f64()).map(|t| (t * 1000.0) as u64).unwrap_or(0)
+}

@@ -1,0 +1,162 @@
+//! A simulator replay's log: read back, exported to a Chrome trace and an SVG that are checked
+//! structurally, and bad logs rejected with the file, line and reason.
+
+use std::sync::Arc;
+
+use unimem_core::backend::sim::SimBackend;
+use unimem_core::config::{Config, PolicyName};
+use unimem_core::replay;
+use unimem_core::trace::{TraceAccess, TraceEvent, TraceHeader, TraceReader, TraceWriter};
+use unimem_core::{AccessMode, CostModel};
+use unimem_telemetry::{chrome_trace, svg, EventLog, Log, Summary};
+
+/// A small program over a 8 MiB GPU: three 4 MiB regions read in turn, twice.
+fn replay_log(policy: PolicyName) -> Vec<u8> {
+    let mut w = TraceWriter::new(Vec::new(), false, "mem", &TraceHeader::new("telemetry-test")).unwrap();
+    for id in 1..=3u64 {
+        w.write(&TraceEvent::Alloc { id, bytes: 4 << 20, name: Some(format!("t{id}")) }).unwrap();
+    }
+    for step in 0..2 {
+        w.write(&TraceEvent::Step { index: step }).unwrap();
+        for id in 1..=3u64 {
+            let acc = vec![TraceAccess { id, offset: 0, len: 4 << 20, mode: AccessMode::Read }];
+            w.write(&TraceEvent::Kernel { name: Arc::from("read"), dur_ns: 50_000, acc }).unwrap();
+        }
+    }
+    w.write(&TraceEvent::Free { id: 2 }).unwrap();
+    let bytes: &'static [u8] = Box::leak(w.finish().unwrap().into_boxed_slice());
+    let budget = 8 << 20;
+    let mut gpu = SimBackend::new(CostModel::h200(), budget);
+    let mut p = replay::make_policy(policy, budget, &Config::default(), &CostModel::h200());
+    let mut log = EventLog::new(Vec::new(), "test replay").unwrap();
+    replay::run_with_events(
+        TraceReader::from_bytes("mem", bytes).unwrap(),
+        &mut gpu,
+        p.as_mut(),
+        &mut |_| {},
+        Some(&mut log),
+    )
+    .unwrap();
+    log.finish().unwrap()
+}
+
+#[test]
+fn replay_logs_attribute_events_to_named_regions() {
+    let log = Log::parse(&replay_log(PolicyName::None)[..], "mem").unwrap();
+    assert_eq!(log.source, "test replay");
+    assert_eq!(log.name_of(unimem_core::RegionId(2)), "t2");
+    assert!(log.regions[&unimem_core::RegionId(2)].freed, "attribution survives the free");
+    let s = Summary::of(&log.events);
+    // 12 MiB read twice through 8 MiB: every region is faulted in at least once, and what was
+    // evicted comes back (thrashing).
+    assert!(s.totals.gpu_faults >= 3 && s.totals.h2d_bytes >= 12 << 20, "{:?}", s.totals);
+    assert!(s.regions.values().any(|r| r.refetched_bytes > 0 && r.evicted_bytes > 0));
+    assert_eq!(s.totals.kernels, 6);
+    // With the advisor, the same bytes arrive by prefetch instead of faults.
+    let advised = Summary::of(&Log::parse(&replay_log(PolicyName::Advisor)[..], "mem").unwrap().events);
+    assert!(advised.totals.by_cause.iter().any(|(c, b)| c == "prefetch" && *b > 0), "{:?}", advised.totals);
+}
+
+#[test]
+fn the_chrome_trace_is_well_formed() {
+    let log = Log::parse(&replay_log(PolicyName::Advisor)[..], "mem").unwrap();
+    let trace = chrome_trace(&log);
+    let events = trace["traceEvents"].as_array().expect("traceEvents array");
+    let mut kinds = std::collections::BTreeMap::new();
+    for e in events {
+        let ph = e["ph"].as_str().expect("every event has a phase");
+        *kinds.entry(ph.to_string()).or_insert(0) += 1;
+        assert!(e["pid"].is_u64(), "{e}");
+        match ph {
+            "X" => {
+                assert!(e["ts"].as_f64().unwrap() >= 0.0 && e["dur"].as_f64().unwrap() >= 0.0, "{e}");
+                assert!(e["name"].is_string() && e["tid"].is_u64(), "{e}");
+            }
+            "i" => assert!(e["ts"].is_f64() && e["s"] == "t", "{e}"),
+            "C" => assert!(e["args"].is_object() && e["ts"].is_f64(), "{e}"),
+            "M" => assert!(e["args"]["name"].is_string(), "{e}"),
+            other => panic!("unexpected phase {other}"),
+        }
+    }
+    for ph in ["X", "C", "M"] {
+        assert!(kinds.contains_key(ph), "no `{ph}` events: {kinds:?}");
+    }
+    // Round trip through text, as a viewer would load it.
+    let text = serde_json::to_string(&trace).unwrap();
+    let back: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(back["traceEvents"].as_array().unwrap().len(), events.len());
+}
+
+/// Checks that every element opened in `xml` is closed in order (enough to catch a broken
+/// document; the plot uses no comments, CDATA or processing instructions).
+fn well_formed(xml: &str) -> Result<usize, String> {
+    let mut stack: Vec<String> = Vec::new();
+    let mut elements = 0;
+    let mut rest = xml;
+    while let Some(start) = rest.find('<') {
+        let end = rest[start..].find('>').ok_or("unclosed tag")? + start;
+        let tag = &rest[start + 1..end];
+        if let Some(name) = tag.strip_prefix('/') {
+            let open = stack.pop().ok_or(format!("closing </{name}> with nothing open"))?;
+            if open != name.trim() {
+                return Err(format!("</{name}> closes <{open}>"));
+            }
+        } else {
+            elements += 1;
+            let name = tag.split_whitespace().next().ok_or("empty tag")?.trim_end_matches('/').to_string();
+            if !tag.ends_with('/') {
+                stack.push(name);
+            }
+        }
+        rest = &rest[end + 1..];
+    }
+    if stack.is_empty() {
+        Ok(elements)
+    } else {
+        Err(format!("unclosed elements {stack:?}"))
+    }
+}
+
+#[test]
+fn the_svg_plot_parses() {
+    let doc = svg(&Log::parse(&replay_log(PolicyName::None)[..], "mem").unwrap());
+    assert!(doc.starts_with("<svg") && doc.trim_end().ends_with("</svg>"));
+    let elements = well_formed(&doc).unwrap();
+    assert!(elements >= 8, "{elements} elements");
+    let polylines: Vec<&str> = doc.lines().filter(|l| l.starts_with("<polyline")).collect();
+    assert_eq!(polylines.len(), 3, "resident, H2D and D2H lines");
+    for l in polylines {
+        let points = l.split("points=\"").nth(1).unwrap().split('"').next().unwrap();
+        for p in points.split_whitespace() {
+            let (x, y) = p.split_once(',').unwrap();
+            let (x, y): (f64, f64) = (x.parse().unwrap(), y.parse().unwrap());
+            assert!((0.0..=900.0).contains(&x) && (0.0..=520.0).contains(&y), "{p}");
+        }
+    }
+}
+
+#[test]
+fn bad_logs_are_clear_errors() {
+    let good = String::from_utf8(replay_log(PolicyName::None)).unwrap();
+    let err = |text: &str| Log::parse(text.as_bytes(), "bad.jsonl").unwrap_err().to_string();
+    // Truncated in the middle of a record.
+    let cut = &good[..good.len() - 10];
+    let e = err(cut);
+    assert!(e.starts_with("bad.jsonl:") && e.contains("truncated"), "{e}");
+    // Wrong schema version, wrong schema.
+    let e = err(&good.replacen("\"version\":1", "\"version\":7", 1));
+    assert!(e.contains("bad.jsonl:1:") && e.contains("version 7") && e.contains("reads version 1"), "{e}");
+    assert!(err(&good.replacen("unimem-telemetry", "other", 1)).contains("is not `unimem-telemetry`"));
+    // Unknown event kind, with its line.
+    let mut lines: Vec<&str> = good.lines().collect();
+    lines.insert(3, r#"{"kind":"teleport","region":1}"#);
+    let e = err(&lines.join("\n"));
+    assert!(
+        e.contains("bad.jsonl:4:") && e.contains("unknown event kind `teleport`") && e.contains("migration"),
+        "{e}"
+    );
+    // A known kind with a bad field.
+    let e = err(&good.replacen("\"dir\":\"h2d\"", "\"dir\":\"sideways\"", 1));
+    assert!(e.contains("sideways"), "{e}");
+    assert!(err("").contains("empty file"));
+}
