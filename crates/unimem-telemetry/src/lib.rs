@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 mod chrome;
+pub mod cupti;
 mod log;
 mod plot;
 mod read;
