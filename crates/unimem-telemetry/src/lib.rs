@@ -2,7 +2,8 @@
 //!
 //! Page-fault and migration telemetry, attributed to named regions: the log format
 //! ([`EventLog`], read back by [`Log`]), per-region and log-wide summaries ([`Summary`]), a
-//! Chrome trace / Perfetto export ([`chrome_trace`]) and an SVG plot ([`svg`]). Events come
+//! Chrome trace / Perfetto export ([`chrome_trace`]), an SVG plot ([`svg`]) and a `tracing`
+//! sink ([`TracingSink`]); on a GPU, CUPTI's unified-memory counters ([`cupti`]). Events come
 //! from a backend ([`unimem_core::backend::MemEvent`]; the simulator reports every fault and
 //! migration); a replay writes them through [`unimem_core::replay::EventSink`].
 
@@ -14,9 +15,11 @@ mod log;
 mod plot;
 mod read;
 mod summary;
+mod trace_sink;
 
 pub use chrome::chrome_trace;
 pub use log::{EventLog, SCHEMA, SCHEMA_VERSION};
 pub use plot::svg;
 pub use read::{Log, LogError, RegionInfo};
 pub use summary::{RegionSummary, Summary, Totals};
+pub use trace_sink::TracingSink;
