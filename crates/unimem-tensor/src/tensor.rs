@@ -170,6 +170,18 @@ impl<T: Element> Tensor<T> {
     }
 
     /// Elements `start..end` of dimension `dim` (no copy).
+    ///
+    /// ```
+    /// # use unimem_core::{config::{Config, PolicyName}, CostModel, Runtime, SimBackend};
+    /// # let rt = Runtime::with_backend(Box::new(SimBackend::new(CostModel::h200(), 1 << 26)),
+    /// #     PolicyName::Advisor, &Config::default())?;
+    /// use unimem_tensor::Tensor;
+    /// let t = Tensor::<i32>::from_fn(&rt, "t", &[3, 4], |i| (10 * i[0] + i[1]) as i32)?;
+    /// let row = t.narrow(0, 1, 2)?; // row 1, sharing t's memory
+    /// assert_eq!(row.to_vec()?, vec![10, 11, 12, 13]);
+    /// assert_eq!(row.byte_range(), (16, 16)); // what a launch using it declares
+    /// # Ok::<(), unimem_tensor::TensorError>(())
+    /// ```
     pub fn narrow(&self, dim: usize, start: u64, end: u64) -> Result<Self> {
         Ok(self.view(self.layout.narrow(dim, start, end)?))
     }
@@ -251,6 +263,24 @@ impl<T: Element> Tensor<T> {
     /// Read-write access on the host; the changes are written back when the guard is dropped
     /// (or by [`HostMut::commit`], which reports errors). `&mut self` keeps launches using this
     /// view out at compile time; other views of the region are refused at run time.
+    ///
+    /// ```
+    /// # use unimem_core::{config::{Config, PolicyName}, CostModel, Runtime, SimBackend};
+    /// # let rt = Runtime::with_backend(Box::new(SimBackend::new(CostModel::h200(), 1 << 26)),
+    /// #     PolicyName::Advisor, &Config::default())?;
+    /// use unimem_tensor::{launch_cpu, Tensor, TensorError};
+    /// let mut t = Tensor::<f32>::zeros(&rt, "t", &[4])?;
+    /// {
+    ///     let mut h = t.host_mut()?;
+    ///     h[0] = 1.5;
+    /// } // written back here
+    /// let guard = t.host()?;
+    /// // A launch while a guard lives is refused.
+    /// let e = launch_cpu(&rt, "k", 1_000, &[t.read()], |_| Ok(())).unwrap_err();
+    /// assert!(matches!(e, TensorError::HeldOnHost { .. }));
+    /// assert_eq!(guard[0], 1.5);
+    /// # Ok::<(), unimem_tensor::TensorError>(())
+    /// ```
     pub fn host_mut(&mut self) -> Result<HostMut<'_, T>> {
         let rt = self.runtime("host access")?;
         let span = self.read_span(&rt)?;
