@@ -48,7 +48,7 @@ pub fn run(config_file: Option<&std::path::Path>) -> Result<()> {
     println!("\nnone: the driver alone (fault on access, evict least recently migrated).");
     println!("oracle: clairvoyant reference (just-in-time prefetch, farthest-next-use eviction).");
     println!("advisor: unimem's prefetch advisor (learns the access history as the trace runs;");
-    println!("         migrates, duplicates read-only data, writes data it would evict remotely).");
+    println!("         migrates, and duplicates or writes remotely long-lived data it keeps evicting).");
     println!("prefetch acc/cov/on-time: prefetched bytes used / needed bytes that came by prefetch /");
     println!("         used prefetched bytes that were there in time. dup, remote: bytes so placed.");
     Ok(())
