@@ -75,7 +75,17 @@ pub fn run(cmd: &Command) -> Result<()> {
                 Nanos(t.kernel_stall_ns)
             );
             let causes: Vec<String> = t.by_cause.iter().map(|(c, b)| format!("{c} {}", Bytes(*b))).collect();
-            println!("bytes moved by cause: {}\n", causes.join(", "));
+            println!("bytes moved by cause: {}", causes.join(", "));
+            if !t.hints.is_empty() {
+                let hints: Vec<String> =
+                    t.hints.iter().map(|(h, (n, b))| format!("{h} {n} ({})", Bytes(*b))).collect();
+                println!("advisor hints: {}", hints.join(", "));
+                println!(
+                    "advisor forecasts: {} regions forecast and used, {} used unforecast, {} forecast unused",
+                    t.forecast_hits, t.forecast_misses, t.forecast_false_alarms
+                );
+            }
+            println!();
             let mut table = output::Table::new(vec![
                 "region",
                 "name",

@@ -269,9 +269,9 @@ fn telemetry_logs_are_written_summarised_exported_and_plotted() {
     assert!(o.status.success() && std::fs::read_to_string(&plot).unwrap().starts_with("<svg"));
     // A bad log: a clear error with the file and line, no panic.
     let bad = d.join("bad.jsonl");
-    write(&bad, b"{\"schema\":\"unimem-telemetry\",\"version\":2}\n");
+    write(&bad, b"{\"schema\":\"unimem-telemetry\",\"version\":1}\n");
     let o = unimem(&["telemetry", "summarize", bad.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("bad.jsonl:1") && stderr(&o).contains("version 2"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("bad.jsonl:1") && stderr(&o).contains("version 1"), "{}", stderr(&o));
     assert!(!stderr(&o).contains("panicked"));
 }

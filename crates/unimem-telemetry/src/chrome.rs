@@ -10,6 +10,7 @@ const TID_COMPUTE: u64 = 1;
 const TID_H2D: u64 = 2;
 const TID_D2H: u64 = 3;
 const TID_FAULTS: u64 = 4;
+const TID_ADVISOR: u64 = 5;
 
 fn us(ns: u64) -> f64 {
     ns as f64 / 1000.0
@@ -50,6 +51,11 @@ pub fn chrome_trace(log: &Log) -> serde_json::Value {
                 "ph": "i", "s": "t", "name": format!("fault {}", log.name_of(*region)), "cat": "fault",
                 "pid": PID, "tid": TID_FAULTS, "ts": us(*at_ns),
                 "args": {"region": region.0, "offset": offset, "bytes": bytes, "by": by}
+            })),
+            MemEvent::Hint { hint, region, offset, bytes, reason, kernel } => out.push(json!({
+                "ph": "i", "s": "t", "name": format!("{hint} {}", log.name_of(*region)), "cat": "hint",
+                "pid": PID, "tid": TID_ADVISOR, "ts": us(log_time_hint(&out)),
+                "args": {"region": region.0, "offset": offset, "bytes": bytes, "reason": reason, "kernel": kernel}
             })),
             MemEvent::Populate { bytes, on: Location::Device, .. } => {
                 let t = log_time_hint(&out);

@@ -11,7 +11,7 @@ use unimem_core::RegionId;
 /// Schema name in the header.
 pub const SCHEMA: &str = "unimem-telemetry";
 /// Schema version in the header; readers reject other versions.
-pub const SCHEMA_VERSION: u64 = 1;
+pub const SCHEMA_VERSION: u64 = 2;
 
 /// Writes events as JSON Lines.
 #[derive(Debug)]

@@ -43,8 +43,8 @@ pub struct Log {
     pub events: Vec<MemEvent>,
 }
 
-/// Event kinds of schema version 1, for error messages.
-const KINDS: &str = "region, freed, fault, migration, populate, drop, kernel";
+/// Event kinds of schema version 2, for error messages.
+const KINDS: &str = "region, freed, fault, migration, populate, drop, kernel, hint, forecast";
 
 impl Log {
     /// Reads a log file.
@@ -110,7 +110,7 @@ impl Log {
                         r.freed = true;
                     }
                 }
-                Some("fault" | "migration" | "populate" | "drop" | "kernel") => {
+                Some("fault" | "migration" | "populate" | "drop" | "kernel" | "hint" | "forecast") => {
                     let e: MemEvent = serde_json::from_value(v).map_err(|e| err(n, e.to_string()))?;
                     log.events.push(e);
                 }

@@ -46,6 +46,15 @@ pub struct Totals {
     pub kernels: u64,
     /// Sum of kernel stalls.
     pub kernel_stall_ns: u64,
+    /// The advisor's hints by kind (`prefetch`, `evict`, ...): count and bytes.
+    pub hints: BTreeMap<String, (u64, u64)>,
+    /// The advisor's forecasts, scored against what each kernel used: regions forecast and used,
+    /// used but not forecast, forecast but not used.
+    pub forecast_hits: u64,
+    /// Used but not forecast.
+    pub forecast_misses: u64,
+    /// Forecast but not used.
+    pub forecast_false_alarms: u64,
 }
 
 /// Totals by region and over the log.
@@ -118,6 +127,16 @@ impl Summary {
             MemEvent::Kernel { stall_ns, .. } => {
                 self.totals.kernels += 1;
                 self.totals.kernel_stall_ns += stall_ns;
+            }
+            MemEvent::Hint { ref hint, bytes, .. } => {
+                let h = self.totals.hints.entry(hint.clone()).or_default();
+                h.0 += 1;
+                h.1 += bytes;
+            }
+            MemEvent::Forecast { hits, misses, false_alarms, .. } => {
+                self.totals.forecast_hits += hits;
+                self.totals.forecast_misses += misses;
+                self.totals.forecast_false_alarms += false_alarms;
             }
         }
     }

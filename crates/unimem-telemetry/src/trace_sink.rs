@@ -57,6 +57,13 @@ impl EventSink for TracingSink {
                 MemEvent::Populate { region, bytes, on, .. } => tracing::trace!(
                     target: "unimem::telemetry", region = region.0, name = %self.name(*region), bytes, on = ?on, "populate"
                 ),
+                MemEvent::Hint { hint, region, bytes, reason, kernel, .. } => tracing::debug!(
+                    target: "unimem::telemetry", region = region.0, name = %self.name(*region), hint = %hint,
+                    bytes, reason = %reason, kernel, "hint"
+                ),
+                MemEvent::Forecast { kernel, hits, misses, false_alarms } => tracing::trace!(
+                    target: "unimem::telemetry", kernel, hits, misses, false_alarms, "forecast"
+                ),
                 MemEvent::Drop { region, bytes, from, .. } => tracing::trace!(
                     target: "unimem::telemetry", region = region.0, name = %self.name(*region), bytes, from = ?from, "drop"
                 ),

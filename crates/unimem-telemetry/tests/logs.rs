@@ -10,13 +10,13 @@ use unimem_core::trace::{TraceAccess, TraceEvent, TraceHeader, TraceReader, Trac
 use unimem_core::{AccessMode, CostModel};
 use unimem_telemetry::{chrome_trace, svg, EventLog, Log, Summary};
 
-/// A small program over a 8 MiB GPU: three 4 MiB regions read in turn, twice.
+/// A small program over a 8 MiB GPU: three 4 MiB regions read in turn, five times.
 fn replay_log(policy: PolicyName) -> Vec<u8> {
     let mut w = TraceWriter::new(Vec::new(), false, "mem", &TraceHeader::new("telemetry-test")).unwrap();
     for id in 1..=3u64 {
         w.write(&TraceEvent::Alloc { id, bytes: 4 << 20, name: Some(format!("t{id}")) }).unwrap();
     }
-    for step in 0..2 {
+    for step in 0..5 {
         w.write(&TraceEvent::Step { index: step }).unwrap();
         for id in 1..=3u64 {
             let acc = vec![TraceAccess { id, offset: 0, len: 4 << 20, mode: AccessMode::Read }];
@@ -47,14 +47,18 @@ fn replay_logs_attribute_events_to_named_regions() {
     assert_eq!(log.name_of(unimem_core::RegionId(2)), "t2");
     assert!(log.regions[&unimem_core::RegionId(2)].freed, "attribution survives the free");
     let s = Summary::of(&log.events);
-    // 12 MiB read twice through 8 MiB: every region is faulted in at least once, and what was
+    // 12 MiB read five times through 8 MiB: every region is faulted in at least once, and what was
     // evicted comes back (thrashing).
     assert!(s.totals.gpu_faults >= 3 && s.totals.h2d_bytes >= 12 << 20, "{:?}", s.totals);
     assert!(s.regions.values().any(|r| r.refetched_bytes > 0 && r.evicted_bytes > 0));
-    assert_eq!(s.totals.kernels, 6);
-    // With the advisor, the same bytes arrive by prefetch instead of faults.
+    assert_eq!(s.totals.kernels, 15);
+    // With the advisor, the same bytes arrive by prefetch instead of faults, and the log says
+    // which hints it gave and how its forecasts scored.
     let advised = Summary::of(&Log::parse(&replay_log(PolicyName::Advisor)[..], "mem").unwrap().events);
     assert!(advised.totals.by_cause.iter().any(|(c, b)| c == "prefetch" && *b > 0), "{:?}", advised.totals);
+    let prefetch_hints = advised.totals.hints.get("prefetch").copied().unwrap_or_default();
+    assert!(prefetch_hints.0 > 0 && prefetch_hints.1 > 0, "{:?}", advised.totals.hints);
+    assert!(advised.totals.forecast_hits > 0, "the second pass was forecast: {:?}", advised.totals);
 }
 
 #[test]
@@ -144,8 +148,8 @@ fn bad_logs_are_clear_errors() {
     let e = err(cut);
     assert!(e.starts_with("bad.jsonl:") && e.contains("truncated"), "{e}");
     // Wrong schema version, wrong schema.
-    let e = err(&good.replacen("\"version\":1", "\"version\":7", 1));
-    assert!(e.contains("bad.jsonl:1:") && e.contains("version 7") && e.contains("reads version 1"), "{e}");
+    let e = err(&good.replacen("\"version\":2", "\"version\":7", 1));
+    assert!(e.contains("bad.jsonl:1:") && e.contains("version 7") && e.contains("reads version 2"), "{e}");
     assert!(err(&good.replacen("unimem-telemetry", "other", 1)).contains("is not `unimem-telemetry`"));
     // Unknown event kind, with its line.
     let mut lines: Vec<&str> = good.lines().collect();

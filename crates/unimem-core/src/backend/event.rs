@@ -83,6 +83,32 @@ pub enum MemEvent {
         /// Side the copy was dropped from.
         from: crate::backend::Location,
     },
+    /// A hint the advisor issued, with the reason it was chosen.
+    Hint {
+        /// `prefetch`, `evict`, `discard`, `duplicate`, `remote` or `collapse`.
+        hint: String,
+        /// The region.
+        region: RegionId,
+        /// Offset.
+        offset: u64,
+        /// Bytes.
+        bytes: u64,
+        /// Why (the planner's `Reason`).
+        reason: String,
+        /// Index of the kernel it was planned for (program order).
+        kernel: u64,
+    },
+    /// How the advisor's forecast for a kernel compared with what the kernel used.
+    Forecast {
+        /// Index of the kernel (program order).
+        kernel: u64,
+        /// Regions forecast and used.
+        hits: u64,
+        /// Regions used but not forecast.
+        misses: u64,
+        /// Regions forecast but not used.
+        false_alarms: u64,
+    },
     /// A kernel ran.
     Kernel {
         /// Kernel name.

@@ -191,6 +191,7 @@ pub fn run_with_events(
     let file = reader.file().to_string();
     if sink.is_some() {
         backend.record_events(true);
+        policy.record_events(true);
     }
     std::thread::scope(move |scope| {
         let events = Parsed::spawn(scope, reader)?;
@@ -263,6 +264,7 @@ fn replay_events(
         }
         policy.after(index, &event, backend)?;
         if let Some(sink) = sink.as_deref_mut() {
+            policy.drain_events(&mut drained);
             backend.drain_events(&mut drained);
             sink.events(&drained)?;
             drained.clear();

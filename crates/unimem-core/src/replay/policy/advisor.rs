@@ -92,6 +92,9 @@ pub struct Advisor {
     kernel: u64,
     predictions: Vec<Prediction>,
     hints: HintBytes,
+    /// Recording hints and forecast scores as events (for telemetry).
+    recording: bool,
+    events: Vec<crate::backend::MemEvent>,
 }
 
 impl std::fmt::Debug for Advisor {
@@ -134,6 +137,8 @@ impl Advisor {
             kernel: 0,
             predictions: Vec::new(),
             hints: HintBytes::default(),
+            recording: false,
+            events: Vec::new(),
         }
     }
 
@@ -158,7 +163,35 @@ impl Advisor {
     /// Issues the plan: duplicates about to be written collapsed, dead data dropped, live data
     /// copied back, placements advised, data coming in (after dropping host copies that are
     /// about to be overwritten).
+    /// Records the plan's hints as events, each with its reason.
+    fn record_plan(&mut self, p: &Plan) {
+        let lists: [(&str, Vec<(Unit, Reason)>); 6] = [
+            ("collapse", p.collapse.clone()),
+            ("discard", p.discard.clone()),
+            ("evict", p.evict.clone()),
+            ("remote", p.remote.clone()),
+            ("duplicate", p.duplicate.clone()),
+            ("prefetch", p.prefetch.iter().map(|&(u, _, r)| (u, r)).collect()),
+        ];
+        for (hint, units) in lists {
+            for (u, reason) in units {
+                let r = super::units::unit_range(&self.sizes, u);
+                self.events.push(crate::backend::MemEvent::Hint {
+                    hint: hint.to_string(),
+                    region: u.0,
+                    offset: r.offset,
+                    bytes: r.len,
+                    reason: format!("{reason:?}"),
+                    kernel: self.kernel,
+                });
+            }
+        }
+    }
+
     fn execute(&mut self, p: Plan, backend: &mut dyn MemoryBackend) -> Result<()> {
+        if self.recording {
+            self.record_plan(&p);
+        }
         let collapse: Vec<Unit> = p.collapse.iter().map(|c| c.0).collect();
         for u in &collapse {
             self.read_mostly.remove(u);
@@ -247,6 +280,9 @@ impl Advisor {
                 certain: true,
             })
             .collect();
+        if self.recording && now > 0 {
+            self.record_forecast_score(now, acc);
+        }
         // Forecast, mapped from step-stable keys to the regions live now.
         self.predictions.clear();
         if now > 0 {
@@ -326,6 +362,22 @@ impl Advisor {
         self.execute(plan, backend)
     }
 
+    /// Scores the forecast made for kernel `now` (at the previous kernel) against its accesses.
+    fn record_forecast_score(&mut self, now: u64, acc: &[TraceAccess]) {
+        let min = self.settings.min_confidence;
+        let predicted: Vec<RegionKey> =
+            self.predictions.iter().filter(|p| p.at == now && p.confidence >= min).map(|p| p.key).collect();
+        let actual: Vec<RegionKey> = acc.iter().filter_map(|a| self.identity.key(RegionId(a.id))).collect();
+        let mut score = crate::advisor::Score::default();
+        score.add(&predicted, &actual);
+        self.events.push(crate::backend::MemEvent::Forecast {
+            kernel: now,
+            hits: score.hits,
+            misses: score.misses,
+            false_alarms: score.false_alarms,
+        });
+    }
+
     fn forget_region(&mut self, id: RegionId) {
         let blocks = self.sizes.remove(&id).unwrap_or(0).div_ceil(BLOCK_SIZE);
         for b in 0..blocks as u32 {
@@ -341,6 +393,14 @@ impl Advisor {
 impl Policy for Advisor {
     fn name(&self) -> &'static str {
         "advisor"
+    }
+
+    fn record_events(&mut self, on: bool) {
+        self.recording = on;
+    }
+
+    fn drain_events(&mut self, out: &mut Vec<crate::backend::MemEvent>) {
+        out.append(&mut self.events);
     }
 
     fn before(&mut self, _index: u64, event: &TraceEvent, backend: &mut dyn MemoryBackend) -> Result<()> {

@@ -32,6 +32,12 @@ pub trait Policy: Send {
     /// Called just before the event at `index` runs on the backend.
     fn before(&mut self, index: u64, event: &TraceEvent, backend: &mut dyn MemoryBackend) -> Result<()>;
 
+    /// Turns on recording of the policy's own events (hints with reasons, forecast scores).
+    fn record_events(&mut self, _on: bool) {}
+
+    /// Moves the recorded events into `out`.
+    fn drain_events(&mut self, _out: &mut Vec<crate::backend::MemEvent>) {}
+
     /// Called just after the event at `index` ran (e.g. to see where a new region landed).
     fn after(&mut self, _index: u64, _event: &TraceEvent, _backend: &mut dyn MemoryBackend) -> Result<()> {
         Ok(())
