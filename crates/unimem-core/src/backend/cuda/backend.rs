@@ -253,6 +253,15 @@ impl CudaBackend {
         })
     }
 
+    /// The device addresses of (checked) non-empty ranges, as the driver calls take them.
+    fn addresses(&self, ranges: &[ByteRange]) -> Vec<(u64, u64)> {
+        ranges
+            .iter()
+            .filter(|r| r.len > 0)
+            .map(|r| (self.regions[&r.region].buf.ptr() + r.offset, r.len))
+            .collect()
+    }
+
     /// Blocks of `ranges` (outside remote mappings) not on the device, and their bytes.
     fn missing(
         &self,
@@ -421,31 +430,27 @@ impl MemoryBackend for CudaBackend {
         }
         let (buf, blocks) = self.take_buffer(bytes)?;
         let addr = buf.ptr();
-        let region = CudaRegion { buf, bytes, blocks: blocks.clone(), ready: None };
-        self.regions.insert(id, region);
-        // Recycled pages that are on the device count again (they need no faults).
-        for (b, blk) in blocks.iter().enumerate() {
-            self.regions.get_mut(&id).expect("inserted").blocks[b].on_device = false;
-            if blk.on_device {
-                self.touch_block(id, b);
-            }
+        // Recycled pages that are on the device count again (they need no faults): they enter
+        // the account through touch_block, like any page arriving.
+        let pooled: Vec<usize> = (0..blocks.len()).filter(|&b| blocks[b].on_device).collect();
+        let blocks = blocks.into_iter().map(|b| Block { on_device: false, ..b }).collect();
+        self.regions.insert(id, CudaRegion { buf, bytes, blocks, ready: None });
+        for b in pooled {
+            self.touch_block(id, b);
         }
         Ok(addr)
     }
 
     fn free(&mut self, id: RegionId) -> Result<()> {
-        let blocks = self.region(id)?.blocks.len();
-        for b in 0..blocks {
-            if self.regions[&id].blocks[b].on_device {
-                let keep = self.regions[&id].blocks[b];
-                self.leave_device(id, b);
-                // The pages stay where they are; remember it for the next user of the buffer.
-                self.regions.get_mut(&id).expect("live").blocks[b].on_device = keep.on_device;
-            }
-        }
-        let r = self.regions.remove(&id).expect("checked");
+        let r = self.regions.remove(&id).ok_or(Error::UnknownRegion(id))?;
         let mut blocks = r.blocks;
-        for blk in &mut blocks {
+        for (b, blk) in blocks.iter_mut().enumerate() {
+            if blk.on_device {
+                // The pages stay where they are, out of the account (pooled memory does not
+                // count against the budget); `on_device` tells the buffer's next user.
+                self.lru.remove(&(blk.stamp, id, b as u32));
+                self.device_bytes -= (r.bytes - b as u64 * BLOCK_SIZE).min(BLOCK_SIZE);
+            }
             blk.stamp = 0;
             blk.on_host = false; // dead data
         }
@@ -499,11 +504,7 @@ impl MemoryBackend for CudaBackend {
             for r in ranges {
                 this.checked(r.region, r.offset, r.len)?;
             }
-            let list: Vec<(u64, u64)> = ranges
-                .iter()
-                .filter(|r| r.len > 0)
-                .map(|r| (this.regions[&r.region].buf.ptr() + r.offset, r.len))
-                .collect();
+            let list = this.addresses(ranges);
             if list.is_empty() {
                 return Ok(());
             }
@@ -570,11 +571,7 @@ impl MemoryBackend for CudaBackend {
             for r in ranges {
                 this.checked(r.region, r.offset, r.len)?;
             }
-            let list: Vec<(u64, u64)> = ranges
-                .iter()
-                .filter(|r| r.len > 0)
-                .map(|r| (this.regions[&r.region].buf.ptr() + r.offset, r.len))
-                .collect();
+            let list = this.addresses(ranges);
             this.d2h.join(&this.compute).map_err(cuda_err("cuStreamWaitEvent", "discard after kernels"))?;
             if !discard_batch(&this.dev, &list, &this.d2h)? {
                 return Ok(()); // no discard on this driver: the data simply stays (a hint)
@@ -695,15 +692,8 @@ impl MemoryBackend for CudaBackend {
     fn drain_events(&mut self, _out: &mut Vec<MemEvent>) {}
 
     fn preload_host(&mut self, range: ByteRange) -> Result<()> {
-        self.checked(range.region, range.offset, range.len)?;
         let t0 = Instant::now();
-        self.sync_all()?;
-        let r = self.regions.get_mut(&range.region).expect("checked");
-        // SAFETY: the device is synchronised; the range lies inside the buffer.
-        let bytes = unsafe { r.buf.host_bytes() };
-        for page in
-            bytes[range.offset as usize..(range.offset + range.len) as usize].chunks_mut(PAGE_SIZE as usize)
-        {
+        for page in self.host_range(range.region, range.offset, range.len)?.chunks_mut(PAGE_SIZE as usize) {
             // SAFETY: a valid reference; volatile so the page really gets populated.
             unsafe { std::ptr::write_volatile(&mut page[0], 0) };
         }
@@ -713,12 +703,7 @@ impl MemoryBackend for CudaBackend {
     }
 
     fn read(&mut self, id: RegionId, offset: u64, buf: &mut [u8]) -> Result<()> {
-        self.checked(id, offset, buf.len() as u64)?;
-        self.sync_all()?;
-        let r = self.regions.get_mut(&id).expect("checked");
-        // SAFETY: the device is synchronised; the range lies inside the buffer.
-        let bytes = unsafe { r.buf.host_bytes() };
-        buf.copy_from_slice(&bytes[offset as usize..offset as usize + buf.len()]);
+        buf.copy_from_slice(self.host_range(id, offset, buf.len() as u64)?);
         self.after_host_touch(id, offset, buf.len() as u64, false);
         Ok(())
     }
@@ -742,18 +727,24 @@ impl MemoryBackend for CudaBackend {
     }
 
     fn write(&mut self, id: RegionId, offset: u64, data: &[u8]) -> Result<()> {
-        self.checked(id, offset, data.len() as u64)?;
-        self.sync_all()?;
-        let r = self.regions.get_mut(&id).expect("checked");
-        // SAFETY: the device is synchronised; the range lies inside the buffer.
-        let bytes = unsafe { r.buf.host_bytes() };
-        bytes[offset as usize..offset as usize + data.len()].copy_from_slice(data);
+        self.host_range(id, offset, data.len() as u64)?.copy_from_slice(data);
         self.after_host_touch(id, offset, data.len() as u64, true);
         Ok(())
     }
 }
 
 impl CudaBackend {
+    /// A range of a region as host memory, once every stream is done with it (the caller
+    /// records the touch with `after_host_touch`).
+    fn host_range(&mut self, id: RegionId, offset: u64, len: u64) -> Result<&mut [u8]> {
+        self.checked(id, offset, len)?;
+        self.sync_all()?;
+        let r = self.regions.get_mut(&id).expect("checked");
+        // SAFETY: the device is synchronised; the range lies inside the buffer.
+        let bytes = unsafe { r.buf.host_bytes() };
+        Ok(&mut bytes[offset as usize..(offset + len) as usize])
+    }
+
     /// The CPU touched a range: its pages are on the host now (a read keeps read-mostly
     /// duplicates on the device).
     fn after_host_touch(&mut self, id: RegionId, offset: u64, len: u64, wrote: bool) {
