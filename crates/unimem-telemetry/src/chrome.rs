@@ -28,7 +28,16 @@ pub fn chrome_trace(log: &Log) -> serde_json::Value {
     out.push(json!({"ph": "M", "name": "process_name", "pid": PID, "args": {"name": format!("unimem: {}", log.source)}}));
     // Resident bytes and cumulative link traffic change at these times.
     let mut changes: Vec<(u64, i64, u64, u64)> = Vec::new(); // (t, resident delta, h2d, d2h)
+                                                             // Hints, populations and drops carry no time: they take the latest time seen so far.
+    let mut now = 0u64;
     for e in &log.events {
+        match e {
+            MemEvent::Kernel { start_ns: t, .. } | MemEvent::Migration { start_ns: t, .. } => {
+                now = now.max(*t)
+            }
+            MemEvent::Fault { at_ns, .. } => now = now.max(*at_ns),
+            _ => {}
+        }
         match e {
             MemEvent::Kernel { name, start_ns, end_ns, stall_ns } => out.push(json!({
                 "ph": "X", "name": name, "cat": "kernel", "pid": PID, "tid": TID_COMPUTE,
@@ -54,17 +63,11 @@ pub fn chrome_trace(log: &Log) -> serde_json::Value {
             })),
             MemEvent::Hint { hint, region, offset, bytes, reason, kernel } => out.push(json!({
                 "ph": "i", "s": "t", "name": format!("{hint} {}", log.name_of(*region)), "cat": "hint",
-                "pid": PID, "tid": TID_ADVISOR, "ts": us(log_time_hint(&out)),
+                "pid": PID, "tid": TID_ADVISOR, "ts": us(now),
                 "args": {"region": region.0, "offset": offset, "bytes": bytes, "reason": reason, "kernel": kernel}
             })),
-            MemEvent::Populate { bytes, on: Location::Device, .. } => {
-                let t = log_time_hint(&out);
-                changes.push((t, *bytes as i64, 0, 0));
-            }
-            MemEvent::Drop { bytes, from: Location::Device, .. } => {
-                let t = log_time_hint(&out);
-                changes.push((t, -(*bytes as i64), 0, 0));
-            }
+            MemEvent::Populate { bytes, on: Location::Device, .. } => changes.push((now, *bytes as i64, 0, 0)),
+            MemEvent::Drop { bytes, from: Location::Device, .. } => changes.push((now, -(*bytes as i64), 0, 0)),
             _ => {}
         }
     }
@@ -78,9 +81,4 @@ pub fn chrome_trace(log: &Log) -> serde_json::Value {
         out.push(json!({"ph": "C", "name": "link traffic (cumulative bytes)", "pid": PID, "ts": us(t), "args": {"h2d": h2d, "d2h": d2h}}));
     }
     json!({"traceEvents": out, "displayTimeUnit": "ns"})
-}
-
-/// Populate and drop events carry no time: place them at the latest time seen so far.
-fn log_time_hint(out: &[serde_json::Value]) -> u64 {
-    out.iter().rev().find_map(|e| e["ts"].as_f64()).map(|t| (t * 1000.0) as u64).unwrap_or(0)
 }

@@ -72,11 +72,14 @@ impl Summary {
     pub fn of(events: &[MemEvent]) -> Self {
         let mut s = Summary::default();
         events.iter().for_each(|e| s.add(e));
+        // Causes ranked once, from the running totals.
+        let mut by: Vec<(String, u64)> = s.causes.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+        by.sort_by_key(|(k, v)| (std::cmp::Reverse(*v), k.clone()));
+        s.totals.by_cause = by;
         s
     }
 
-    /// Adds one event.
-    pub fn add(&mut self, event: &MemEvent) {
+    fn add(&mut self, event: &MemEvent) {
         match *event {
             MemEvent::Fault { region, by, .. } => {
                 self.regions.entry(region).or_default().faults += 1;
@@ -114,10 +117,6 @@ impl Summary {
                     MigrationCause::Coherence => "coherence",
                 };
                 *self.causes.entry(name).or_default() += bytes;
-                let mut by: Vec<(String, u64)> =
-                    self.causes.iter().map(|(k, v)| (k.to_string(), *v)).collect();
-                by.sort_by_key(|(k, v)| (std::cmp::Reverse(*v), k.clone()));
-                self.totals.by_cause = by;
             }
             MemEvent::Populate { bytes, on: Location::Device, .. } => {
                 self.totals.populated_device_bytes += bytes
