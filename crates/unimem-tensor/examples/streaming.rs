@@ -17,7 +17,7 @@ fn backend() -> Result<Box<dyn MemoryBackend>> {
         _ => Box::new(SimBackend::new(CostModel::h200(), BUDGET)),
     })
 }
-use unimem_tensor::cuda::{compile_ptx, CudaContext, CudaFunction, LaunchConfig};
+use unimem_tensor::cuda::{load_kernels, CudaFunction, LaunchConfig};
 use unimem_tensor::{launch_cpu, launch_cuda, Result, Tensor};
 
 /// The chunk sum as a CUDA kernel, for `-- cuda`: one block, a fixed order of additions, so
@@ -41,16 +41,7 @@ fn gpu_kernel() -> Result<Option<CudaFunction>> {
     if std::env::args().nth(1).as_deref() != Some("cuda") {
         return Ok(None);
     }
-    let cuda = |e: String| {
-        unimem_tensor::TensorError::Core(unimem_core::Error::Cuda {
-            call: "example kernels".into(),
-            detail: e,
-        })
-    };
-    let ptx = compile_ptx(KERNELS).map_err(|e| cuda(format!("{e:?}")))?;
-    let ctx = CudaContext::new(0).map_err(|e| cuda(format!("{e:?}")))?;
-    let module = ctx.load_module(ptx).map_err(|e| cuda(format!("{e:?}")))?;
-    Ok(Some(module.load_function("sum_chunk").map_err(|e| cuda(format!("{e:?}")))?))
+    Ok(load_kernels(0, KERNELS, &["sum_chunk"])?.pop())
 }
 
 const ELEMS: u64 = 32 << 20; // f32: 128 MiB

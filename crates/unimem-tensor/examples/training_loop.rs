@@ -18,7 +18,7 @@ fn backend() -> Result<Box<dyn MemoryBackend>> {
         _ => Box::new(SimBackend::new(CostModel::h200(), BUDGET)),
     })
 }
-use unimem_tensor::cuda::{compile_ptx, CudaContext, CudaFunction, LaunchConfig};
+use unimem_tensor::cuda::{load_kernels, CudaFunction, LaunchConfig};
 use unimem_tensor::{launch_cpu, launch_cuda, Result, Tensor};
 
 /// The layers as CUDA kernels, for `-- cuda` (the same arithmetic as the CPU bodies, without
@@ -49,17 +49,8 @@ fn gpu_kernels() -> Result<Option<Gpu>> {
     if std::env::args().nth(1).as_deref() != Some("cuda") {
         return Ok(None);
     }
-    let cuda = |e: String| {
-        unimem_tensor::TensorError::Core(unimem_core::Error::Cuda {
-            call: "example kernels".into(),
-            detail: e,
-        })
-    };
-    let ptx = compile_ptx(KERNELS).map_err(|e| cuda(format!("{e:?}")))?;
-    let ctx = CudaContext::new(0).map_err(|e| cuda(format!("{e:?}")))?;
-    let module = ctx.load_module(ptx).map_err(|e| cuda(format!("{e:?}")))?;
-    let load = |name: &str| module.load_function(name).map_err(|e| cuda(format!("{e:?}")));
-    Ok(Some(Gpu { forward: load("forward")?, backward: load("backward")? }))
+    let mut f = load_kernels(0, KERNELS, &["forward", "backward"])?.into_iter();
+    Ok(f.next().zip(f.next()).map(|(forward, backward)| Gpu { forward, backward }))
 }
 
 fn grid(n: u64) -> LaunchConfig {

@@ -38,10 +38,28 @@ pub use element::Element;
 pub use error::{Result, TensorError};
 pub use launch::{launch, launch_cpu, launch_cuda, Arg, Io};
 
-/// The cudarc types a CUDA launch takes (`launch_cuda`), re-exported for convenience.
+/// The cudarc types a CUDA launch takes (`launch_cuda`), re-exported, and a helper that
+/// compiles kernels for it.
 pub mod cuda {
     pub use cudarc::driver::{CudaContext, CudaFunction, LaunchConfig};
     pub use cudarc::nvrtc::compile_ptx;
+
+    /// Compiles CUDA C `source` with NVRTC, loads it into device `ordinal`'s primary context (the
+    /// one the runtime's CUDA backend uses) and returns the functions `names`, in order.
+    pub fn load_kernels(ordinal: usize, source: &str, names: &[&str]) -> crate::Result<Vec<CudaFunction>> {
+        let err = |call: &str, e: String| {
+            crate::TensorError::Core(unimem_core::Error::Cuda { call: call.into(), detail: e })
+        };
+        let ptx = compile_ptx(source).map_err(|e| err("nvrtcCompileProgram", format!("{e:?}")))?;
+        let ctx = CudaContext::new(ordinal).map_err(|e| err("cuDevicePrimaryCtxRetain", format!("{e:?}")))?;
+        let module = ctx.load_module(ptx).map_err(|e| err("cuModuleLoadData", format!("{e:?}")))?;
+        names
+            .iter()
+            .map(|name| {
+                module.load_function(name).map_err(|e| err("cuModuleGetFunction", format!("{name}: {e:?}")))
+            })
+            .collect()
+    }
 }
 pub use shape::{Layout, ShapeError};
 pub use tensor::{HostMut, HostRef, Tensor};
