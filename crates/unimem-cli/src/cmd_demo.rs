@@ -39,7 +39,7 @@ pub fn run(config_file: Option<&std::path::Path>) -> Result<()> {
         for budget in [Budget::Percent(100.0), Budget::Percent(50.0)] {
             let bytes = resolve_budget(budget, &stats);
             for policy in PolicyName::ALL {
-                let report = replay_one(&|| trace.reader(), bytes, policy, &config, false, None)?;
+                let report = replay_one(&|| trace.reader(), bytes, policy, &config, false, None, 0)?;
                 table.row(output::report_row(trace.name, &budget.to_string(), &report));
             }
         }

@@ -32,6 +32,11 @@ pub struct Args {
     /// several policies, one log each, named LOG.POLICY.jsonl). Read it with `unimem telemetry`.
     #[arg(long, value_name = "LOG")]
     pub telemetry: Option<PathBuf>,
+    /// Hide from the policy the accesses to every region whose trace id is a multiple of N, as
+    /// if the program had not declared them (the backend still performs them). Shows what the
+    /// advisor learns from faults (`advisor.learn_from_faults`).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub undeclared: u64,
 }
 
 /// Resolves a budget against a trace: a percent refers to its peak live (page-rounded) bytes.
@@ -47,6 +52,7 @@ pub fn replay_one(
     config: &Config,
     show_progress: bool,
     telemetry: Option<&std::path::Path>,
+    undeclared_every: u64,
 ) -> Result<ReplayReport> {
     let cost = backend::cost_model(config)?;
     let mut backend = backend::open(config.backend, cost.clone(), budget_bytes, config.oversubscribe)?;
@@ -67,7 +73,8 @@ pub fn replay_one(
         None => None,
     };
     let sink = log.as_mut().map(|l| l as &mut dyn replay::EventSink);
-    let report = replay::run_with_events(reader, backend.as_mut(), policy_impl.as_mut(), &mut |_| {}, sink);
+    let options = replay::Options { sink, undeclared_every };
+    let report = replay::run_with(reader, backend.as_mut(), policy_impl.as_mut(), &mut |_| {}, options);
     drop(progress);
     let report = report?;
     if let (Some(log), Some(path)) = (log, telemetry) {
@@ -124,7 +131,8 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
                 p.clone()
             }
         });
-        let report = replay_one(&open, budget_bytes, policy, &config, !args.json, log.as_deref())?;
+        let report =
+            replay_one(&open, budget_bytes, policy, &config, !args.json, log.as_deref(), args.undeclared)?;
         backend_ran = format!("{} ({})", report.backend, report.backend_detail);
         if args.json {
             output::print_report_json(&report, &budget.to_string()).map_err(|e| Error::io("stdout", e))?;

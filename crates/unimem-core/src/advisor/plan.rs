@@ -110,7 +110,8 @@ pub struct PlanInput<'a> {
     pub now: u64,
     /// Its units (must be on the device when it runs).
     pub current: &'a [UnitUse],
-    /// Predicted uses of later kernels, in any order.
+    /// Predicted uses of later kernels, in any order; also of the kernel about to run, for
+    /// accesses it does not declare (learned from faults).
     pub predicted: &'a [UnitUse],
     /// Units on the device now: (bytes, kernel of last use). Among units with the same
     /// prediction (often none), the least recently used is evicted first.
@@ -159,7 +160,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     let mut out = Plan::default();
     // Future uses per unit, soonest first.
     let mut future: FxHashMap<Unit, Vec<(u64, bool)>> = FxHashMap::default();
-    let mut by_kernel: Vec<UnitUse> = input.predicted.iter().copied().filter(|u| u.at > input.now).collect();
+    let mut by_kernel: Vec<UnitUse> = input.predicted.iter().copied().filter(|u| u.at >= input.now).collect();
     by_kernel.sort_by(|a, b| a.at.cmp(&b.at).then(a.unit.cmp(&b.unit)));
     for u in &by_kernel {
         // A predicted overwrite does not prove the data dead: count it as a plain use.

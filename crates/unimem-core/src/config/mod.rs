@@ -170,6 +170,9 @@ pub struct AdvisorConfig {
     /// Kernels after a remote write during which its uses are served remotely; later uses
     /// bring it to the device.
     pub remote_window: u64,
+    /// Faults on data a kernel did not declare enter the access history, so that the next
+    /// step prefetches it.
+    pub learn_from_faults: bool,
 }
 
 impl Default for AdvisorConfig {
@@ -180,6 +183,7 @@ impl Default for AdvisorConfig {
             min_prefetch: MinPrefetch::Auto,
             placements: vec![PlacementName::Discard, PlacementName::Duplicate, PlacementName::Remote],
             remote_window: 64,
+            learn_from_faults: true,
         }
     }
 }

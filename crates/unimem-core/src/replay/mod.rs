@@ -177,7 +177,7 @@ pub fn run(
     policy: &mut dyn Policy,
     progress: &mut dyn FnMut(u64),
 ) -> Result<ReplayReport> {
-    run_with_events(reader, backend, policy, progress, None)
+    run_with(reader, backend, policy, progress, Options::default())
 }
 
 /// [`run`], sending the backend's events (recording turned on) and the regions to `sink`.
@@ -188,14 +188,55 @@ pub fn run_with_events(
     progress: &mut dyn FnMut(u64),
     sink: Option<&mut dyn EventSink>,
 ) -> Result<ReplayReport> {
+    run_with(reader, backend, policy, progress, Options { sink, ..Options::default() })
+}
+
+/// How a replay runs, besides its trace, backend and policy.
+#[derive(Default)]
+pub struct Options<'a> {
+    /// Where the telemetry goes (the backend records its events while there is one).
+    pub sink: Option<&'a mut dyn EventSink>,
+    /// With `n > 0`, the policy does not see the accesses to regions whose trace id is a
+    /// multiple of `n`, while the backend still performs them: a program that did not declare
+    /// everything it touches. The policy can only learn those from faults.
+    pub undeclared_every: u64,
+}
+
+/// The event as the policy sees it: without the accesses the program did not declare (`None`
+/// when it declared them all).
+fn declared_part(event: &TraceEvent, every: u64) -> Option<TraceEvent> {
+    let hidden = |a: &TraceAccess| every > 0 && a.id % every == 0;
+    if !event.accesses().iter().any(hidden) {
+        return None;
+    }
+    let keep = |acc: &[TraceAccess]| acc.iter().filter(|a| !hidden(a)).cloned().collect();
+    Some(match event {
+        TraceEvent::Kernel { name, dur_ns, acc } => {
+            TraceEvent::Kernel { name: name.clone(), dur_ns: *dur_ns, acc: keep(acc) }
+        }
+        TraceEvent::Host { name, acc } => TraceEvent::Host { name: name.clone(), acc: keep(acc) },
+        other => other.clone(),
+    })
+}
+
+/// [`run`] with [`Options`].
+pub fn run_with(
+    reader: TraceReader,
+    backend: &mut dyn MemoryBackend,
+    policy: &mut dyn Policy,
+    progress: &mut dyn FnMut(u64),
+    options: Options<'_>,
+) -> Result<ReplayReport> {
     let file = reader.file().to_string();
-    if sink.is_some() {
+    if options.sink.is_some() || policy.wants_feedback() {
         backend.record_events(true);
+    }
+    if options.sink.is_some() {
         policy.record_events(true);
     }
     std::thread::scope(move |scope| {
         let events = Parsed::spawn(scope, reader)?;
-        replay_events(events, file, backend, policy, progress, sink)
+        replay_events(events, file, backend, policy, progress, options)
     })
 }
 
@@ -205,12 +246,15 @@ fn replay_events(
     backend: &mut dyn MemoryBackend,
     policy: &mut dyn Policy,
     progress: &mut dyn FnMut(u64),
-    mut sink: Option<&mut dyn EventSink>,
+    options: Options<'_>,
 ) -> Result<ReplayReport> {
     let wall = Instant::now();
-    let mut drained = Vec::new();
+    let Options { mut sink, undeclared_every } = options;
+    let feedback = policy.wants_feedback();
+    let (mut drained, mut observed) = (Vec::new(), Vec::new());
     let lookahead = policy.lookahead();
-    let mut window: VecDeque<(u64, TraceEvent)> = VecDeque::with_capacity(lookahead + 1);
+    // (index, the event, the part of it the policy sees where that differs)
+    let mut window: VecDeque<(u64, TraceEvent, Option<TraceEvent>)> = VecDeque::with_capacity(lookahead + 1);
     let mut read = 0u64;
     let mut exhausted = false;
     let mut ranges = Vec::new();
@@ -224,17 +268,19 @@ fn replay_events(
             match reader.next_event()? {
                 Some(event) => {
                     pre.on_read(&event, backend)?;
-                    policy.on_future(read, &event);
-                    window.push_back((read, event));
+                    let seen = declared_part(&event, undeclared_every);
+                    policy.on_future(read, seen.as_ref().unwrap_or(&event));
+                    window.push_back((read, event, seen));
                     read += 1;
                 }
                 None => exhausted = true,
             }
         }
-        let Some((index, event)) = window.pop_front() else {
+        let Some((index, event, seen)) = window.pop_front() else {
             break;
         };
-        policy.before(index, &event, backend)?;
+        let seen = seen.as_ref().unwrap_or(&event);
+        policy.before(index, seen, backend)?;
         match &event {
             TraceEvent::Alloc { id, bytes, name } => {
                 backend.allocate(RegionId(*id), *bytes)?;
@@ -262,13 +308,19 @@ fn replay_events(
             }
             TraceEvent::Step { index } => marks.push((*index, backend.completion_ns(), floor)),
         }
-        policy.after(index, &event, backend)?;
+        if feedback {
+            backend.drain_events(&mut observed);
+            policy.observe(&observed);
+        }
+        policy.after(index, seen, backend)?;
         if let Some(sink) = sink.as_deref_mut() {
             policy.drain_events(&mut drained);
+            drained.append(&mut observed);
             backend.drain_events(&mut drained);
             sink.events(&drained)?;
             drained.clear();
         }
+        observed.clear();
         if (index + 1) % PROGRESS_EVERY == 0 {
             progress(index + 1);
         }

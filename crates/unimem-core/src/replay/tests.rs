@@ -220,13 +220,23 @@ mod advisor_integrity {
         sim: SimBackend,
         policy: Box<dyn Policy>,
         index: u64,
+        /// The policy does not see accesses to regions whose id is a multiple of this (0: none).
+        hide: u64,
+        events: Vec<crate::backend::MemEvent>,
     }
 
     impl World {
+        /// Runs `data_op` as the event `e`; the policy sees only its declared part and learns
+        /// the rest from the simulator's events, as in a replay.
         fn event(&mut self, e: TraceEvent, data_op: impl FnOnce(&mut SimBackend)) {
-            self.policy.before(self.index, &e, &mut self.sim).unwrap();
+            let seen = declared_part(&e, self.hide);
+            let seen = seen.as_ref().unwrap_or(&e);
+            self.policy.before(self.index, seen, &mut self.sim).unwrap();
             data_op(&mut self.sim);
-            self.policy.after(self.index, &e, &mut self.sim).unwrap();
+            self.sim.drain_events(&mut self.events);
+            self.policy.observe(&self.events);
+            self.events.clear();
+            self.policy.after(self.index, seen, &mut self.sim).unwrap();
             self.index += 1;
         }
 
@@ -245,18 +255,30 @@ mod advisor_integrity {
             persistent in prop::collection::vec(MIB..5 * MIB, 2..5),
             body in prop::collection::vec(op(), 4..24),
             steps in 2u64..5,
+            hide in prop_oneof![Just(0u64), Just(2), Just(3)],
         ) {
-            run_program(&persistent, &body, steps)?;
+            run_program(&persistent, &body, steps, hide)?;
         }
     }
 
-    pub(super) fn run_program(persistent: &[u64], body: &[Op], steps: u64) -> Result<(), TestCaseError> {
+    /// Runs the program with the advisor; it does not see the accesses to regions whose id is a
+    /// multiple of `hide` (0: it sees all) and learns them from faults.
+    pub(super) fn run_program(
+        persistent: &[u64],
+        body: &[Op],
+        steps: u64,
+        hide: u64,
+    ) -> Result<(), TestCaseError> {
         let budget = 8 * MIB;
         let cost = CostModel::h200();
+        let mut sim = SimBackend::new(cost.clone(), budget);
+        sim.record_events(true);
         let mut w = World {
-            sim: SimBackend::new(cost.clone(), budget),
+            sim,
             policy: make_policy(PolicyName::Advisor, budget, &Config::default(), &cost),
             index: 0,
+            hide,
+            events: Vec::new(),
         };
         let mut model: Vec<(u64, Vec<u8>)> = Vec::new();
         let mut next_id = 1;
@@ -358,5 +380,52 @@ fn advisor_regression_predicted_overwrite_must_not_drop_data() {
         Op::Temp(951042),
         Op::HostWrite { r: 3274716269735771086, off: 10882871596733054714, v: 107 },
     ];
-    advisor_integrity::run_program(&[MIB, 2388238], &body, 4).unwrap();
+    advisor_integrity::run_program(&[MIB, 2388238], &body, 4, 0).unwrap();
+}
+
+/// Replays with `undeclared_every`, the advisor learning from faults or not.
+fn replay_undeclared(events: Vec<TraceEvent>, every: u64, learn: bool, budget: u64) -> (ReplayReport, u64) {
+    let cost = CostModel::h200();
+    let mut backend = SimBackend::new(cost.clone(), budget);
+    let mut config = Config::default();
+    config.advisor.learn_from_faults = learn;
+    let mut advisor =
+        Advisor::new(AdvisorSettings::from_config(budget, cost.prefetch_break_even_bytes(), &config.advisor));
+    let options = Options { undeclared_every: every, ..Options::default() };
+    let r = run_with(reader_of(events), &mut backend, &mut advisor, &mut |_| {}, options).unwrap();
+    (r, advisor.learned_bytes())
+}
+
+/// The advisor never sees the accesses to one region in `every`; the backend performs them. With
+/// learning on, their faults enter the history and the next step prefetches them.
+#[test]
+fn advisor_learns_undeclared_accesses_from_faults() {
+    let spec = SynthSpec {
+        pattern: Pattern::Streaming,
+        events: 3000,
+        regions: 32,
+        region_bytes: 8 << 20,
+        ..Default::default()
+    };
+    let budget = 128 << 20;
+    let none = replay(Synth::new(spec).collect(), PolicyName::None, budget);
+    for every in [1, 2] {
+        let (blind, learned_off) = replay_undeclared(Synth::new(spec).collect(), every, false, budget);
+        let (taught, learned) = replay_undeclared(Synth::new(spec).collect(), every, true, budget);
+        eprintln!(
+            "every {every}: none {} ms, blind {} ms ({} faults), learning {} ms ({} faults, {} MiB learned, pf {} MiB)",
+            none.time_ns / 1_000_000,
+            blind.time_ns / 1_000_000,
+            blind.gpu_faults,
+            taught.time_ns / 1_000_000,
+            taught.gpu_faults,
+            learned >> 20,
+            taught.prefetch_h2d_bytes >> 20
+        );
+        assert_eq!(learned_off, 0, "nothing is learned with learn_from_faults off");
+        assert!(learned > 0);
+        // Streaming through twice the budget: what faulted in one step is prefetched in the next.
+        assert!(taught.time_ns * 10 < blind.time_ns * 6, "learning pays");
+        assert!(taught.gpu_faults * 3 < blind.gpu_faults);
+    }
 }

@@ -50,6 +50,8 @@ pub struct AdvisorSettings {
     pub placements: Placements,
     /// Kernels after a remote write during which its uses stay remote.
     pub remote_window: u64,
+    /// Faults on undeclared data enter the access history.
+    pub learn_from_faults: bool,
 }
 
 impl AdvisorSettings {
@@ -66,6 +68,7 @@ impl AdvisorSettings {
                 remote: c.allows(PlacementName::Remote),
             },
             remote_window: c.remote_window,
+            learn_from_faults: c.learn_from_faults,
         }
     }
 }
@@ -92,6 +95,21 @@ pub struct Advisor {
     kernel: u64,
     predictions: Vec<Prediction>,
     hints: HintBytes,
+    /// Regions the running kernel declared (faults elsewhere are undeclared accesses).
+    declared: FxHashSet<RegionId>,
+    /// Undeclared accesses of the running kernel, learned from its faults.
+    undeclared: Vec<(RegionId, u64, u64)>,
+    /// Undeclared accesses learned from faults, by the kernel's position in its step: they are
+    /// observed again every step while they are resident at that kernel (a resident unit does
+    /// not fault, so no fault is no evidence the access stopped), and forgotten when the data was
+    /// off the device there and did not fault.
+    learned: FxHashMap<u64, Vec<(RegionKey, u64, u64)>>,
+    /// Regions (by step-stable key) with undeclared accesses learned from faults.
+    learned_keys: FxHashSet<RegionKey>,
+    /// Kernel index at which the current step began.
+    step_start: u64,
+    /// Bytes of undeclared accesses learned from faults so far.
+    learned_bytes: u64,
     /// Recording hints and forecast scores as events (for telemetry).
     recording: bool,
     events: Vec<crate::backend::MemEvent>,
@@ -137,6 +155,12 @@ impl Advisor {
             kernel: 0,
             predictions: Vec::new(),
             hints: HintBytes::default(),
+            declared: FxHashSet::default(),
+            undeclared: Vec::new(),
+            learned: FxHashMap::default(),
+            learned_keys: FxHashSet::default(),
+            step_start: 0,
+            learned_bytes: 0,
             recording: false,
             events: Vec::new(),
         }
@@ -145,6 +169,11 @@ impl Advisor {
     /// Bytes of hints issued so far, by kind.
     pub fn hints(&self) -> HintBytes {
         self.hints
+    }
+
+    /// Bytes of undeclared accesses learned from faults so far.
+    pub fn learned_bytes(&self) -> u64 {
+        self.learned_bytes
     }
 
     fn units_bytes<'a>(&self, units: impl Iterator<Item = &'a Unit>) -> u64 {
@@ -267,6 +296,9 @@ impl Advisor {
 
     fn before_kernel(&mut self, acc: &[TraceAccess], backend: &mut dyn MemoryBackend) -> Result<()> {
         let now = self.kernel;
+        self.declared.clear();
+        self.declared.extend(acc.iter().map(|a| RegionId(a.id)));
+        self.undeclared.clear();
         self.end_remote_windows(now, backend)?;
         let units = kernel_units(&self.sizes, acc);
         let current: Vec<UnitUse> = units
@@ -288,8 +320,32 @@ impl Advisor {
         if now > 0 {
             self.predictor.predict(now - 1, self.settings.horizon + 1, &mut self.predictions);
         }
-        let mut predicted = Vec::new();
+        // Undeclared accesses learned from faults, predicted for this very kernel: nothing
+        // else will bring them before it runs.
         let mut scratch = Vec::new();
+        let mut learned_now = Vec::new();
+        for p in self.predictions.iter().filter(|p| {
+            p.at == now && p.confidence >= self.settings.min_confidence && self.learned_keys.contains(&p.key)
+        }) {
+            let Some(&id) = self.by_key.get(&p.key) else { continue };
+            if self.declared.contains(&id) {
+                continue;
+            }
+            scratch.clear();
+            add_units(&self.sizes, id, p.offset, p.len, false, &mut scratch);
+            for &(unit, _) in &scratch {
+                let (overwrite, writes, certain) = (false, true, false);
+                learned_now.push(UnitUse {
+                    unit,
+                    at: now,
+                    overwrite,
+                    writes,
+                    confidence: p.confidence,
+                    certain,
+                });
+            }
+        }
+        let mut predicted = learned_now;
         let mut reserve = Vec::new();
         let mut unborn: FxHashSet<RegionKey> = FxHashSet::default();
         let window = self.settings.remote_window;
@@ -378,6 +434,55 @@ impl Advisor {
         });
     }
 
+    /// Feeds the running kernel's undeclared accesses to the predictors: those that faulted
+    /// now, and those learned at this position of an earlier step whose data is resident.
+    fn observe_undeclared(&mut self) {
+        let position = self.kernel - self.step_start;
+        let mut faulted: FxHashSet<(RegionKey, u64)> = FxHashSet::default();
+        let mut seen = Vec::new();
+        // One range per run of touched bytes (faults, migrations and population overlap).
+        let mut touched = std::mem::take(&mut self.undeclared);
+        touched.sort_unstable();
+        let mut merged: Vec<(RegionId, u64, u64)> = Vec::with_capacity(touched.len());
+        for (region, offset, len) in touched {
+            match merged.last_mut() {
+                Some(m) if m.0 == region && offset <= m.1 + m.2 => m.2 = m.2.max(offset + len - m.1),
+                _ => merged.push((region, offset, len)),
+            }
+        }
+        for (region, offset, len) in merged {
+            if let Some(key) = self.identity.key(region) {
+                self.learned_bytes += len;
+                self.learned_keys.insert(key);
+                faulted.insert((key, offset));
+                seen.push((key, offset, len));
+            }
+        }
+        let mut kept = Vec::new();
+        for (key, offset, len) in self.learned.remove(&position).unwrap_or_default() {
+            if faulted.contains(&(key, offset)) {
+                continue;
+            }
+            let Some(&id) = self.by_key.get(&key) else {
+                kept.push((key, offset, len)); // not allocated in this step (yet): no evidence
+                continue;
+            };
+            let mut units = Vec::new();
+            add_units(&self.sizes, id, offset, len.max(1), false, &mut units);
+            if units.iter().all(|(u, _)| self.resident.contains_key(u)) {
+                seen.push((key, offset, len));
+            }
+        }
+        for &(key, offset, len) in &seen {
+            let mode = crate::AccessMode::ReadWrite;
+            self.predictor.observe(&Observation { key, offset, len, mode, kernel: self.kernel });
+        }
+        kept.extend(seen);
+        if !kept.is_empty() {
+            self.learned.insert(position, kept);
+        }
+    }
+
     fn forget_region(&mut self, id: RegionId) {
         let blocks = self.sizes.remove(&id).unwrap_or(0).div_ceil(BLOCK_SIZE);
         for b in 0..blocks as u32 {
@@ -403,6 +508,63 @@ impl Policy for Advisor {
         out.append(&mut self.events);
     }
 
+    fn wants_feedback(&self) -> bool {
+        self.settings.learn_from_faults
+    }
+
+    /// GPU faults (and the migrations and first-touch population they caused) on regions the
+    /// running kernel did not declare are accesses it made all the same: they join its
+    /// observations (as read-write, since a fault does not say whether the kernel wrote, and
+    /// treating a write as a read could duplicate written data), and the pages are on the
+    /// device now. CPU faults and the driver's own evictions take pages off the device.
+    fn observe(&mut self, events: &[crate::backend::MemEvent]) {
+        use crate::backend::{Direction, Location, MemEvent, MigrationCause};
+        let mut units = Vec::new();
+        for e in events {
+            let (region, offset, bytes, on_device) = match *e {
+                MemEvent::Fault { region, offset, bytes, by, .. } => {
+                    (region, offset, bytes, by == crate::Accessor::Device)
+                }
+                MemEvent::Migration {
+                    region,
+                    offset,
+                    bytes,
+                    dir: Direction::H2D,
+                    cause: MigrationCause::Fault,
+                    ..
+                } => (region, offset, bytes, true),
+                MemEvent::Populate { region, offset, bytes, on: Location::Device } => {
+                    (region, offset, bytes, true)
+                }
+                // The driver made room for those faults: what it evicted left the device.
+                MemEvent::Migration {
+                    region,
+                    offset,
+                    bytes,
+                    dir: Direction::D2H,
+                    cause: MigrationCause::Eviction,
+                    ..
+                } => (region, offset, bytes, false),
+                _ => continue,
+            };
+            if !self.sizes.contains_key(&region) || (on_device && self.declared.contains(&region)) {
+                continue;
+            }
+            units.clear();
+            add_units(&self.sizes, region, offset, bytes.max(1), false, &mut units);
+            if on_device {
+                self.undeclared.push((region, offset, bytes.max(1)));
+                for &(u, _) in &units {
+                    self.resident.insert(u, (unit_bytes(&self.sizes, u), self.kernel));
+                }
+            } else {
+                for (u, _) in &units {
+                    self.resident.remove(u);
+                }
+            }
+        }
+    }
+
     fn before(&mut self, _index: u64, event: &TraceEvent, backend: &mut dyn MemoryBackend) -> Result<()> {
         match event {
             TraceEvent::Free { id } => {
@@ -413,6 +575,7 @@ impl Policy for Advisor {
             }
             TraceEvent::Step { .. } => {
                 self.step += 1;
+                self.step_start = self.kernel;
                 self.identity.on_step();
                 self.predictor.on_step();
                 Ok(())
@@ -459,6 +622,7 @@ impl Policy for Advisor {
                         self.predictor.observe(&obs);
                     }
                 }
+                self.observe_undeclared();
                 self.predictor.end_kernel(self.kernel);
                 self.kernel += 1;
                 Ok(())

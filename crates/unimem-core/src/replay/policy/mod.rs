@@ -38,6 +38,17 @@ pub trait Policy: Send {
     /// Moves the recorded events into `out`.
     fn drain_events(&mut self, _out: &mut Vec<crate::backend::MemEvent>) {}
 
+    /// Whether the policy learns from the backend's events ([`Policy::observe`]); the replay
+    /// and the runtime turn the backend's recording on for it.
+    fn wants_feedback(&self) -> bool {
+        false
+    }
+
+    /// The backend's events of the operation that just ran (called between it and
+    /// [`Policy::after`], only if [`Policy::wants_feedback`]): faults on data the operation did
+    /// not declare tell the policy what the program really touched.
+    fn observe(&mut self, _events: &[crate::backend::MemEvent]) {}
+
     /// Called just after the event at `index` ran (e.g. to see where a new region landed).
     fn after(&mut self, _index: u64, _event: &TraceEvent, _backend: &mut dyn MemoryBackend) -> Result<()> {
         Ok(())
