@@ -39,6 +39,17 @@ pub struct Args {
     pub undeclared: u64,
 }
 
+/// CUPTI collection, started once per process (a second start would collect nothing) and
+/// shared by every replay the process runs.
+fn cupti_source() -> Result<&'static unimem_telemetry::cupti::CuptiSource> {
+    static SOURCE: std::sync::OnceLock<std::result::Result<unimem_telemetry::cupti::CuptiSource, String>> =
+        std::sync::OnceLock::new();
+    SOURCE
+        .get_or_init(|| unimem_telemetry::cupti::CuptiSource::start(0).map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(|e| Error::InvalidArgument(format!("--telemetry on a GPU needs CUPTI: {e}")))
+}
+
 /// Resolves a budget against a trace: a percent refers to its peak live (page-rounded) bytes.
 pub fn resolve_budget(budget: Budget, stats: &TraceStats) -> u64 {
     budget.resolve(stats.peak_live_page_bytes)
@@ -61,7 +72,7 @@ pub fn replay_one(
     let (consumed, total) = reader.progress();
     tracing::info!(trace = reader.file(), %policy, budget_bytes, backend = %backend.describe(), "replay starts");
     let progress = output::Progress::start(consumed, total, !show_progress, policy.as_str());
-    let mut log = match telemetry {
+    let log = match telemetry {
         Some(path) => {
             let file = std::fs::File::create(path).map_err(|e| Error::io(path.display(), e))?;
             let source = format!("unimem replay {} ({policy}, {})", reader.file(), backend.describe());
@@ -72,11 +83,24 @@ pub fn replay_one(
         }
         None => None,
     };
-    let sink = log.as_mut().map(|l| l as &mut dyn replay::EventSink);
-    let options = replay::Options { sink, undeclared_every };
-    let report = replay::run_with(reader, backend.as_mut(), policy_impl.as_mut(), &mut |_| {}, options);
-    drop(progress);
-    let report = report?;
+    let options = |sink| replay::Options { sink, undeclared_every };
+    let (report, log) = match (log, backend.event_clock_origin()) {
+        // On a GPU the faults and migrations come from CUPTI, attributed once the replay is over.
+        (Some(log), Some(origin)) => {
+            let source = cupti_source()?;
+            let mut sink = unimem_telemetry::cupti::CuptiSink::new(log, source, origin)?;
+            let report =
+                replay::run_with(reader, backend.as_mut(), policy_impl.as_mut(), &mut |_| {}, options(Some(&mut sink)));
+            drop(progress);
+            (report?, Some(sink.finish()?))
+        }
+        (mut log, _) => {
+            let sink = log.as_mut().map(|l| l as &mut dyn replay::EventSink);
+            let report = replay::run_with(reader, backend.as_mut(), policy_impl.as_mut(), &mut |_| {}, options(sink));
+            drop(progress);
+            (report?, log)
+        }
+    };
     if let (Some(log), Some(path)) = (log, telemetry) {
         log.finish().map_err(|e| Error::io(path.display(), e))?;
     }

@@ -239,6 +239,50 @@ mod backend {
         assert_eq!(b.allocate(RegionId(100), size).unwrap(), addr);
     }
 
+    /// Recording, the backend times kernels on the device (a resident kernel takes about its
+    /// `dur_ns`, one that faults longer, the excess its stall) and reports when a freed
+    /// region's work finished, after that work's kernel.
+    #[test]
+    fn recorded_kernels_and_releases_are_timed_on_the_device() {
+        use unimem_core::backend::MemEvent;
+        let mut b = CudaBackend::open(0, 1 << 30, Oversubscribe::Deny).unwrap();
+        b.record_events(true);
+        let origin = b.event_clock_origin().expect("a real-time clock");
+        let (id, size) = (RegionId(1), 256 * MIB);
+        b.allocate(id, size).unwrap();
+        b.write(id, 0, &pattern(3, size)).unwrap();
+        read_kernel(&mut b, id, size); // faults 256 MiB in
+        let dur = 2_000_000;
+        let acc = [RangeAccess { region: id, offset: 0, len: size, mode: AccessMode::Read }];
+        b.launch(&KernelLaunch { name: "resident", dur_ns: dur, accesses: &acc }).unwrap();
+        b.free(id).unwrap();
+        let host_at_free = origin.elapsed().as_nanos() as u64;
+        b.synchronize().unwrap();
+        let mut events = Vec::new();
+        b.drain_events(&mut events);
+        eprintln!("recorded: {events:?}");
+        let kernels: Vec<(u64, u64, u64)> = events
+            .iter()
+            .filter_map(|e| match e {
+                MemEvent::Kernel { start_ns, end_ns, stall_ns, .. } => Some((*start_ns, *end_ns, *stall_ns)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(kernels.len(), 2, "{events:?}");
+        let (faulting, resident) = (kernels[0], kernels[1]);
+        assert!(faulting.2 > 10_000_000, "256 MiB by faults stalls for tens of ms: {faulting:?}");
+        let took = resident.1 - resident.0;
+        assert!(took >= dur * 9 / 10 && took < dur * 3, "resident kernel took {took} ns for {dur}");
+        assert!(resident.0 >= faulting.1 - 1_000, "in stream order: {kernels:?}");
+        let released = events.iter().find_map(|e| match e {
+            MemEvent::Released { region, at_ns } if *region == id => Some(*at_ns),
+            _ => None,
+        });
+        let released = released.expect("a release event");
+        assert!(released + 1_000 >= resident.1, "released after its last kernel: {released} vs {resident:?}");
+        assert!(released <= host_at_free + 50_000_000, "and on the same clock as the host: {released} vs {host_at_free}");
+    }
+
     /// The backend's account of where data is agrees with the driver's range attributes.
     #[test]
     fn residency_agrees_with_range_attributes() {

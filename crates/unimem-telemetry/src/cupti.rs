@@ -7,11 +7,16 @@
 //! before allocating the memory to observe: on the H200 (CUDA 13.0) CUPTI reported nothing for
 //! managed memory allocated before collection started.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use std::collections::HashMap;
 
 use cudarc::cupti::sys;
 use unimem_core::backend::{Direction, MemEvent, MigrationCause};
+use unimem_core::replay::EventSink;
 use unimem_core::{Accessor, Error, RegionId, Result};
 
 /// One unified-memory counter record, as CUPTI reports it.
@@ -176,10 +181,15 @@ impl Drop for CuptiSource {
     }
 }
 
-/// The records as events, attributed by `find` (address -> region and offset); records whose
-/// address belongs to no region are skipped. Migration flags carry the cause; a CPU fault's
-/// `value` is the faulting PC, so it counts one fault.
-pub fn to_events(records: &[UmRecord], find: &dyn Fn(u64) -> Option<(RegionId, u64)>) -> Vec<MemEvent> {
+/// The records as events: times through `clock` (CUPTI's clock to the events' clock), regions
+/// by `find` (address and time -> region and offset); records whose address belongs to no
+/// region are skipped. Migration flags carry the cause; a CPU fault's `value` is the faulting
+/// PC, so it counts one fault.
+pub fn to_events(
+    records: &[UmRecord],
+    clock: &dyn Fn(u64) -> u64,
+    find: &dyn Fn(u64, u64) -> Option<(RegionId, u64)>,
+) -> Vec<MemEvent> {
     use sys::CUpti_ActivityUnifiedMemoryCounterKind as K;
     // CUPTI's migration causes: 1 user (cudaMemPrefetchAsync), 2 coherence, 3 the driver's
     // own prefetching, 4 eviction, 5 access counters. On the H200 a fault-driven read of 64 MiB
@@ -192,39 +202,203 @@ pub fn to_events(records: &[UmRecord], find: &dyn Fn(u64) -> Option<(RegionId, u
     };
     let mut out = Vec::new();
     for r in records {
-        let Some((region, offset)) = find(r.address) else { continue };
+        let (start_ns, end_ns) = (clock(r.start), clock(r.end.max(r.start)));
+        let Some((region, offset)) = find(r.address, start_ns) else { continue };
+        let migration = |dir| MemEvent::Migration {
+            region,
+            offset,
+            bytes: r.value,
+            dir,
+            cause: cause(r.flags),
+            start_ns,
+            end_ns,
+        };
         let event = match r.kind {
             k if k == K::CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_HTOD as u32 => {
-                MemEvent::Migration {
-                    region,
-                    offset,
-                    bytes: r.value,
-                    dir: Direction::H2D,
-                    cause: cause(r.flags),
-                    start_ns: r.start,
-                    end_ns: r.end.max(r.start),
-                }
+                migration(Direction::H2D)
             }
             k if k == K::CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_DTOH as u32 => {
-                MemEvent::Migration {
-                    region,
-                    offset,
-                    bytes: r.value,
-                    dir: Direction::D2H,
-                    cause: cause(r.flags),
-                    start_ns: r.start,
-                    end_ns: r.end.max(r.start),
-                }
+                migration(Direction::D2H)
             }
             k if k == K::CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_GPU_PAGE_FAULT as u32 => {
-                MemEvent::Fault { region, offset, bytes: 0, by: Accessor::Device, at_ns: r.start }
+                MemEvent::Fault { region, offset, bytes: 0, by: Accessor::Device, at_ns: start_ns }
             }
             k if k == K::CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_CPU_PAGE_FAULT_COUNT as u32 => {
-                MemEvent::Fault { region, offset, bytes: 0, by: Accessor::Host, at_ns: r.start }
+                MemEvent::Fault { region, offset, bytes: 0, by: Accessor::Host, at_ns: start_ns }
             }
             _ => continue, // thrashing, throttling, remote map: no event kind of their own yet
         };
         out.push(event);
     }
     out
+}
+
+/// CUPTI's clock against the events' clock: `(cupti_ns, instant)` read together.
+fn clock_pair() -> Result<(u64, Instant)> {
+    // The pair whose two host readings are closest brackets the CUPTI reading best.
+    let mut best: Option<(Duration, u64, Instant)> = None;
+    for _ in 0..5 {
+        let t0 = Instant::now();
+        let mut ts = 0u64;
+        // SAFETY: one valid out-pointer.
+        cupti("cuptiGetTimestamp", unsafe { sys::cuptiGetTimestamp(&mut ts) })?;
+        let gap = t0.elapsed();
+        if best.is_none_or(|b| gap < b.0) {
+            best = Some((gap, ts, t0 + gap / 2));
+        }
+    }
+    let (_, ts, at) = best.expect("five samples");
+    Ok((ts, at))
+}
+
+/// One region's tenancy of an address range.
+#[derive(Debug, Clone, Copy)]
+struct Tenant {
+    region: RegionId,
+    bytes: u64,
+    /// When the device finished the work issued before its free (`None`: not freed yet).
+    released_ns: Option<u64>,
+}
+
+/// Which region held which addresses when: a pool gives the same addresses to several regions
+/// in turn, and the device runs behind the host, so an address alone does not say whose a
+/// record is. A record belongs to the first region given its address that was not yet
+/// released when it happened (the last one, for a record after every release).
+#[derive(Debug, Default)]
+pub struct Tenancy {
+    /// Tenants of each base address, in allocation order.
+    tenants: BTreeMap<u64, Vec<Tenant>>,
+    /// Where each region's tenancy is: (base, index in its list).
+    by_region: HashMap<RegionId, (u64, usize)>,
+}
+
+impl Tenancy {
+    /// Region `id` was given `bytes` at `address`.
+    pub fn allocated(&mut self, id: RegionId, address: u64, bytes: u64) {
+        let list = self.tenants.entry(address).or_default();
+        list.push(Tenant { region: id, bytes, released_ns: None });
+        self.by_region.insert(id, (address, list.len() - 1));
+    }
+
+    /// The device finished the work issued before region `id`'s free at `at_ns`.
+    pub fn released(&mut self, id: RegionId, at_ns: u64) {
+        if let Some(&(base, i)) = self.by_region.get(&id) {
+            if let Some(t) = self.tenants.get_mut(&base).and_then(|l| l.get_mut(i)) {
+                t.released_ns = Some(at_ns);
+            }
+        }
+    }
+
+    /// The region holding `address` at `t_ns`, and the offset into it.
+    pub fn find(&self, address: u64, t_ns: u64) -> Option<(RegionId, u64)> {
+        // Live buffers do not overlap, so the nearest base at or below the address that holds
+        // it is the one; a few more are looked at for ranges an older, larger buffer held.
+        for (&base, list) in self.tenants.range(..=address).rev().take(8) {
+            let holding: Vec<&Tenant> = list.iter().filter(|t| address < base + t.bytes).collect();
+            let Some(last) = holding.last() else { continue };
+            let tenant = holding.iter().find(|t| t.released_ns.is_none_or(|r| t_ns < r)).unwrap_or(last);
+            return Some((tenant.region, address - base));
+        }
+        None
+    }
+}
+
+/// A replay's telemetry on a GPU. The regions and the backend's own events (kernels timed on
+/// the device, releases of freed regions) pass to `inner` as they come; CUPTI's records are
+/// attributed when the replay is over ([`CuptiSink::finish`]): by address, and where a pool
+/// gave the same addresses to several regions in turn, by time (a record belongs to the
+/// first of them not yet released when it happened).
+pub struct CuptiSink<'a, S: EventSink> {
+    inner: S,
+    source: &'a CuptiSource,
+    /// CUPTI's clock reading at the events' clock's origin.
+    cupti_at_origin: u64,
+    tenancy: Tenancy,
+}
+
+impl<S: EventSink> std::fmt::Debug for CuptiSink<'_, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CuptiSink").field("regions", &self.tenancy.by_region.len()).finish()
+    }
+}
+
+impl<'a, S: EventSink> CuptiSink<'a, S> {
+    /// A sink writing to `inner`, with CUPTI's records from `source`; `origin` is where the
+    /// backend's event clock starts ([`unimem_core::backend::MemoryBackend::event_clock_origin`]).
+    /// Records collected before this call are dropped.
+    pub fn new(inner: S, source: &'a CuptiSource, origin: Instant) -> Result<Self> {
+        source.drain()?;
+        let (ts, at) = clock_pair()?;
+        let since_origin = at.saturating_duration_since(origin).as_nanos() as u64;
+        Ok(Self {
+            inner,
+            source,
+            cupti_at_origin: ts.saturating_sub(since_origin),
+            tenancy: Tenancy::default(),
+        })
+    }
+
+    /// Attributes CUPTI's records (after the backend synchronised), writes them to the inner
+    /// sink in time order, and returns it.
+    pub fn finish(mut self) -> Result<S> {
+        let records = self.source.drain()?;
+        let origin = self.cupti_at_origin;
+        let clock = move |ts: u64| ts.saturating_sub(origin);
+        let mut events = to_events(&records, &clock, &|a, t| self.tenancy.find(a, t));
+        let skipped = records.len() as u64 - events.len() as u64;
+        if skipped > 0 {
+            tracing::info!("{skipped} of {} CUPTI records were for memory outside any region", records.len());
+        }
+        events.sort_by_key(|e| match e {
+            MemEvent::Migration { start_ns, .. } => *start_ns,
+            MemEvent::Fault { at_ns, .. } => *at_ns,
+            _ => 0,
+        });
+        self.inner.events(&events)?;
+        Ok(self.inner)
+    }
+}
+
+impl<S: EventSink> EventSink for CuptiSink<'_, S> {
+    fn region(&mut self, id: RegionId, bytes: u64, name: Option<&str>, address: u64) -> Result<()> {
+        self.tenancy.allocated(id, address, bytes);
+        self.inner.region(id, bytes, name, address)
+    }
+
+    fn freed(&mut self, id: RegionId) -> Result<()> {
+        self.inner.freed(id)
+    }
+
+    fn events(&mut self, events: &[MemEvent]) -> Result<()> {
+        for e in events {
+            if let MemEvent::Released { region, at_ns } = *e {
+                self.tenancy.released(region, at_ns);
+            }
+        }
+        self.inner.events(events)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pooled_addresses_are_attributed_by_time() {
+        let mut t = Tenancy::default();
+        let (a, b, c) = (RegionId(1), RegionId(2), RegionId(3));
+        t.allocated(a, 1 << 30, 4 << 20);
+        t.allocated(c, (1 << 30) + (8 << 20), 2 << 20);
+        // `a` is freed on the host, its buffer goes to `b`; the device finished a's work at 500.
+        t.allocated(b, 1 << 30, 4 << 20);
+        t.released(a, 500);
+        assert_eq!(t.find((1 << 30) + 4096, 499), Some((a, 4096)), "before the release: a");
+        assert_eq!(t.find((1 << 30) + 4096, 500), Some((b, 4096)), "from the release on: b");
+        assert_eq!(t.find((1 << 30) + (8 << 20) + 1, 0), Some((c, 1)));
+        assert_eq!(t.find((1 << 30) + (5 << 20), 0), None, "between buffers");
+        assert_eq!(t.find(1 << 20, 0), None, "below every buffer");
+        // After every tenant's release, the last one keeps the record (pooled pages moving).
+        t.released(b, 900);
+        assert_eq!(t.find(1 << 30, 1000), Some((b, 0)));
+    }
 }

@@ -18,7 +18,7 @@ mod summary;
 mod trace_sink;
 
 pub use chrome::chrome_trace;
-pub use log::{EventLog, SCHEMA, SCHEMA_VERSION};
+pub use log::{EventLog, OLDEST_READABLE_VERSION, SCHEMA, SCHEMA_VERSION};
 pub use plot::svg;
 pub use read::{Log, LogError, RegionInfo};
 pub use summary::{RegionSummary, Summary, Totals};

@@ -10,8 +10,11 @@ use unimem_core::RegionId;
 
 /// Schema name in the header.
 pub const SCHEMA: &str = "unimem-telemetry";
-/// Schema version in the header; readers reject other versions.
-pub const SCHEMA_VERSION: u64 = 2;
+/// Schema version in the header. Version 3 added `address` to region records and the
+/// `released` event; readers read versions 2 and 3 and reject others.
+pub const SCHEMA_VERSION: u64 = 3;
+/// The oldest version readers accept (a subset of the current one).
+pub const OLDEST_READABLE_VERSION: u64 = 2;
 
 /// Writes events as JSON Lines.
 #[derive(Debug)]
@@ -36,10 +39,16 @@ impl<W: Write> EventLog<W> {
         Ok(())
     }
 
-    /// Records a region's allocation (its name attributes its events).
-    pub fn write_region(&mut self, id: RegionId, bytes: u64, name: Option<&str>) -> std::io::Result<()> {
+    /// Records a region's allocation (its name attributes its events) at `address`.
+    pub fn write_region(
+        &mut self,
+        id: RegionId,
+        bytes: u64,
+        name: Option<&str>,
+        address: u64,
+    ) -> std::io::Result<()> {
         let name = name.map(str::to_string).unwrap_or_else(|| format!("region{}", id.0));
-        let record = serde_json::json!({"kind": "region", "region": id.0, "bytes": bytes, "name": name});
+        let record = serde_json::json!({"kind": "region", "region": id.0, "bytes": bytes, "name": name, "address": address});
         writeln!(self.out, "{record}")
     }
 
@@ -66,8 +75,14 @@ fn io(e: std::io::Error) -> unimem_core::Error {
 
 /// A replay writes its telemetry straight into the log.
 impl<W: Write> EventSink for EventLog<W> {
-    fn region(&mut self, id: RegionId, bytes: u64, name: Option<&str>) -> unimem_core::Result<()> {
-        self.write_region(id, bytes, name).map_err(io)
+    fn region(
+        &mut self,
+        id: RegionId,
+        bytes: u64,
+        name: Option<&str>,
+        address: u64,
+    ) -> unimem_core::Result<()> {
+        self.write_region(id, bytes, name, address).map_err(io)
     }
 
     fn freed(&mut self, id: RegionId) -> unimem_core::Result<()> {

@@ -7,7 +7,7 @@ use std::path::Path;
 use unimem_core::backend::MemEvent;
 use unimem_core::RegionId;
 
-use crate::log::{SCHEMA, SCHEMA_VERSION};
+use crate::log::{OLDEST_READABLE_VERSION, SCHEMA, SCHEMA_VERSION};
 
 /// A log that cannot be read.
 #[derive(Debug, thiserror::Error)]
@@ -30,6 +30,8 @@ pub struct RegionInfo {
     pub bytes: u64,
     /// Whether the log saw it freed.
     pub freed: bool,
+    /// The address of its first byte (schema version 3 on).
+    pub address: Option<u64>,
 }
 
 /// A whole log in memory.
@@ -43,8 +45,8 @@ pub struct Log {
     pub events: Vec<MemEvent>,
 }
 
-/// Event kinds of schema version 2, for error messages.
-const KINDS: &str = "region, freed, fault, migration, populate, drop, kernel, hint, forecast";
+/// Record kinds of the schema, for error messages.
+const KINDS: &str = "region, freed, fault, migration, populate, drop, released, kernel, hint, forecast";
 
 impl Log {
     /// Reads a log file.
@@ -72,11 +74,11 @@ impl Log {
         if h["schema"] != SCHEMA {
             return Err(err(1, format!("schema {} is not `{SCHEMA}`", h["schema"])));
         }
-        if h["version"] != SCHEMA_VERSION {
+        if !h["version"].as_u64().is_some_and(|v| (OLDEST_READABLE_VERSION..=SCHEMA_VERSION).contains(&v)) {
             return Err(err(
                 1,
                 format!(
-                    "version {} is not supported; this unimem reads version {SCHEMA_VERSION}",
+                    "version {} is not supported; this unimem reads versions {OLDEST_READABLE_VERSION} to {SCHEMA_VERSION}",
                     h["version"]
                 ),
             ));
@@ -102,7 +104,8 @@ impl Log {
                     let bytes =
                         v["bytes"].as_u64().ok_or_else(|| err(n, "missing or non-integer `bytes`".into()))?;
                     let name = v["name"].as_str().unwrap_or("").to_string();
-                    log.regions.insert(id, RegionInfo { name, bytes, freed: false });
+                    let address = v["address"].as_u64();
+                    log.regions.insert(id, RegionInfo { name, bytes, freed: false, address });
                 }
                 Some("freed") => {
                     let id = region()?;
@@ -110,7 +113,9 @@ impl Log {
                         r.freed = true;
                     }
                 }
-                Some("fault" | "migration" | "populate" | "drop" | "kernel" | "hint" | "forecast") => {
+                Some(
+                    "fault" | "migration" | "populate" | "drop" | "released" | "kernel" | "hint" | "forecast",
+                ) => {
                     let e: MemEvent = serde_json::from_value(v).map_err(|e| err(n, e.to_string()))?;
                     log.events.push(e);
                 }

@@ -121,7 +121,7 @@ impl Summary {
             MemEvent::Populate { bytes, on: Location::Device, .. } => {
                 self.totals.populated_device_bytes += bytes
             }
-            MemEvent::Populate { .. } => {}
+            MemEvent::Populate { .. } | MemEvent::Released { .. } => {}
             MemEvent::Drop { bytes, .. } => self.totals.dropped_bytes += bytes,
             MemEvent::Kernel { stall_ns, .. } => {
                 self.totals.kernels += 1;
@@ -179,7 +179,7 @@ mod tests {
         assert_eq!(summary.totals.by_cause[0].0, "fault");
 
         let mut log = EventLog::new(Vec::new(), "test").unwrap();
-        log.write_region(RegionId(1), 3 << 20, Some("weights")).unwrap();
+        log.write_region(RegionId(1), 3 << 20, Some("weights"), 1 << 40).unwrap();
         events.iter().for_each(|e| log.write(e).unwrap());
         log.write_freed(RegionId(1)).unwrap();
         assert_eq!(log.written(), events.len() as u64);

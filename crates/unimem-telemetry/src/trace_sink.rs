@@ -26,9 +26,15 @@ impl TracingSink {
 }
 
 impl EventSink for TracingSink {
-    fn region(&mut self, id: RegionId, bytes: u64, name: Option<&str>) -> unimem_core::Result<()> {
+    fn region(
+        &mut self,
+        id: RegionId,
+        bytes: u64,
+        name: Option<&str>,
+        address: u64,
+    ) -> unimem_core::Result<()> {
         let name = name.map(str::to_string).unwrap_or_else(|| format!("region{}", id.0));
-        tracing::debug!(target: "unimem::telemetry", region = id.0, bytes, name = %name, "region");
+        tracing::debug!(target: "unimem::telemetry", region = id.0, bytes, name = %name, address, "region");
         self.names.insert(id, name);
         Ok(())
     }
@@ -63,6 +69,9 @@ impl EventSink for TracingSink {
                 ),
                 MemEvent::Forecast { kernel, hits, misses, false_alarms } => tracing::trace!(
                     target: "unimem::telemetry", kernel, hits, misses, false_alarms, "forecast"
+                ),
+                MemEvent::Released { region, at_ns } => tracing::trace!(
+                    target: "unimem::telemetry", region = region.0, name = %self.name(*region), at_ns, "released"
                 ),
                 MemEvent::Drop { region, bytes, from, .. } => tracing::trace!(
                     target: "unimem::telemetry", region = region.0, name = %self.name(*region), bytes, from = ?from, "drop"
@@ -126,7 +135,7 @@ mod tests {
         let seen = collect.0.clone();
         tracing::subscriber::with_default(collect, || {
             let mut sink = TracingSink::new();
-            sink.region(RegionId(7), 4096, Some("weights")).unwrap();
+            sink.region(RegionId(7), 4096, Some("weights"), 1 << 40).unwrap();
             let m = MemEvent::Migration {
                 region: RegionId(7),
                 offset: 0,

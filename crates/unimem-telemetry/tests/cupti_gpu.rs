@@ -66,13 +66,13 @@ fn cupti_bytes_match_known_amounts_and_collecting_cost_is_measured() {
     s.synchronize().unwrap();
     let records = source.drain().unwrap();
     let regions = [(RegionId(1), &a), (RegionId(2), &b), (RegionId(3), &c)];
-    let find = |addr: u64| {
+    let find = |addr: u64, _t: u64| {
         regions
             .iter()
             .find(|(_, x)| addr >= x.ptr() && addr < x.ptr() + x.len())
             .map(|(id, x)| (*id, addr - x.ptr()))
     };
-    let s = Summary::of(&to_events(&records, &find));
+    let s = Summary::of(&to_events(&records, &|t| t, &find));
     eprintln!("CUPTI: {} records; {:?}; by cause {:?}", records.len(), s.regions, s.totals.by_cause);
     let mut flags = std::collections::BTreeMap::new();
     for r in &records {

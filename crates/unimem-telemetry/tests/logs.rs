@@ -46,6 +46,8 @@ fn replay_logs_attribute_events_to_named_regions() {
     assert_eq!(log.source, "test replay");
     assert_eq!(log.name_of(unimem_core::RegionId(2)), "t2");
     assert!(log.regions[&unimem_core::RegionId(2)].freed, "attribution survives the free");
+    let addresses: std::collections::BTreeSet<u64> = log.regions.values().filter_map(|r| r.address).collect();
+    assert_eq!(addresses.len(), log.regions.len(), "every region has its own address in the log");
     let s = Summary::of(&log.events);
     // 12 MiB read five times through 8 MiB: every region is faulted in at least once, and what was
     // evicted comes back (thrashing).
@@ -148,9 +150,15 @@ fn bad_logs_are_clear_errors() {
     let e = err(cut);
     assert!(e.starts_with("bad.jsonl:") && e.contains("truncated"), "{e}");
     // Wrong schema version, wrong schema.
-    let e = err(&good.replacen("\"version\":2", "\"version\":7", 1));
-    assert!(e.contains("bad.jsonl:1:") && e.contains("version 7") && e.contains("reads version 2"), "{e}");
+    let e = err(&good.replacen("\"version\":3", "\"version\":7", 1));
+    assert!(
+        e.contains("bad.jsonl:1:") && e.contains("version 7") && e.contains("reads versions 2 to 3"),
+        "{e}"
+    );
     assert!(err(&good.replacen("unimem-telemetry", "other", 1)).contains("is not `unimem-telemetry`"));
+    // A version 2 log (no addresses, no releases) still reads.
+    let v2 = good.replacen("\"version\":3", "\"version\":2", 1);
+    assert!(Log::parse(v2.as_bytes(), "v2.jsonl").is_ok());
     // Unknown event kind, with its line.
     let mut lines: Vec<&str> = good.lines().collect();
     lines.insert(3, r#"{"kind":"teleport","region":1}"#);

@@ -109,6 +109,15 @@ pub enum MemEvent {
         /// Regions forecast but not used.
         false_alarms: u64,
     },
+    /// The device finished the work issued before a region's free (a GPU backend reports
+    /// it, since its host runs ahead of the device): from `at_ns` on, the region's addresses
+    /// belong to whichever region gets them next (a pool reuses them).
+    Released {
+        /// The region.
+        region: RegionId,
+        /// When the last work issued before the free completed.
+        at_ns: u64,
+    },
     /// A kernel ran.
     Kernel {
         /// Kernel name.

@@ -181,6 +181,19 @@ pub trait MemoryBackend: Send {
     /// Counters since creation.
     fn stats(&self) -> BackendStats;
 
+    /// Where the clock of the backend's events starts, for a backend on real time (CUDA):
+    /// event times are nanoseconds since this instant, so events from another source on the
+    /// same machine (CUPTI) can be put on the same clock. `None` for a simulated clock.
+    fn event_clock_origin(&self) -> Option<std::time::Instant> {
+        None
+    }
+
+    /// Whether recording yields fault events (the simulator's do; on a GPU faults come from
+    /// CUPTI, outside the backend). A policy learning from faults needs them.
+    fn records_faults(&self) -> bool {
+        false
+    }
+
     /// Turns per-event recording on or off (off by default: counters are always kept).
     fn record_events(&mut self, on: bool);
 

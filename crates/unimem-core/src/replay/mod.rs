@@ -41,8 +41,8 @@ pub fn make_policy(name: PolicyName, budget: u64, config: &Config, cost: &CostMo
 /// Where a replay's telemetry goes: the regions as they come and go (for attribution, also
 /// after a free) and the backend's events as they happen.
 pub trait EventSink {
-    /// A region was allocated.
-    fn region(&mut self, id: RegionId, bytes: u64, name: Option<&str>) -> Result<()>;
+    /// A region was allocated at `address` (the backend's address of its first byte).
+    fn region(&mut self, id: RegionId, bytes: u64, name: Option<&str>, address: u64) -> Result<()>;
     /// A region was freed.
     fn freed(&mut self, id: RegionId) -> Result<()>;
     /// Events the backend reported since the last call.
@@ -228,7 +228,7 @@ pub fn run_with(
     options: Options<'_>,
 ) -> Result<ReplayReport> {
     let file = reader.file().to_string();
-    if options.sink.is_some() || policy.wants_feedback() {
+    if options.sink.is_some() || (policy.wants_feedback() && backend.records_faults()) {
         backend.record_events(true);
     }
     if options.sink.is_some() {
@@ -250,7 +250,7 @@ fn replay_events(
 ) -> Result<ReplayReport> {
     let wall = Instant::now();
     let Options { mut sink, undeclared_every } = options;
-    let feedback = policy.wants_feedback();
+    let feedback = policy.wants_feedback() && backend.records_faults();
     let (mut drained, mut observed) = (Vec::new(), Vec::new());
     let lookahead = policy.lookahead();
     // (index, the event, the part of it the policy sees where that differs)
@@ -283,9 +283,9 @@ fn replay_events(
         policy.before(index, seen, backend)?;
         match &event {
             TraceEvent::Alloc { id, bytes, name } => {
-                backend.allocate(RegionId(*id), *bytes)?;
+                let address = backend.allocate(RegionId(*id), *bytes)?;
                 if let Some(sink) = sink.as_deref_mut() {
-                    sink.region(RegionId(*id), *bytes, name.as_deref())?;
+                    sink.region(RegionId(*id), *bytes, name.as_deref(), address)?;
                 }
                 pre.on_alloc(*id, backend)?;
             }

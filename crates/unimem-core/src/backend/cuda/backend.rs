@@ -19,7 +19,11 @@
 //!   preparing data that exists before the work (`preload_host`).
 //! - Fault and migration events need CUPTI (telemetry); the counters here come from the
 //!   backend's own account: bytes it prefetched, evicted and discarded, and the bytes kernels
-//!   found off the device (migrated by faults).
+//!   found off the device (migrated by faults). Recording events, the backend times each
+//!   kernel with CUDA events (its slice, and the time beyond its `dur_ns` as the stall) and
+//!   reports when the device finished the work issued before each free (`Released`), so that
+//!   CUPTI's records at a pooled address can be told apart by time. Event times are the host
+//!   clock since the backend opened ([`MemoryBackend::event_clock_origin`]), set-up included.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -100,6 +104,72 @@ pub struct CudaBackend {
     new_buffers: u64,
     /// Kernels that waited for a prefetch in flight.
     kernel_waits: u64,
+    /// Per-event recording (telemetry), when on.
+    recording: Option<Recording>,
+    events: Vec<MemEvent>,
+}
+
+/// GPU-timed events waiting for the device to reach them.
+struct Recording {
+    /// A completed event and its time on the event clock: other events are timed from it.
+    reference: CudaEvent,
+    reference_ns: u64,
+    pending: std::collections::VecDeque<Pending>,
+}
+
+enum Pending {
+    Kernel {
+        name: String,
+        dur_ns: u64,
+        start: CudaEvent,
+        end: CudaEvent,
+    },
+    /// One mark per stream, recorded at the free.
+    Released {
+        region: RegionId,
+        marks: [CudaEvent; 3],
+    },
+}
+
+impl Recording {
+    /// Time of a completed event on the event clock.
+    fn time_of(&self, ev: &CudaEvent) -> u64 {
+        // elapsed_ms is an f32 of milliseconds: about 1 us resolution over a 10 s replay.
+        let ms = self.reference.elapsed_ms(ev).unwrap_or(0.0) as f64;
+        self.reference_ns + (ms.max(0.0) * 1e6) as u64
+    }
+
+    /// Moves the pending events the device has reached, in order, into `out`.
+    fn resolve(&mut self, out: &mut Vec<MemEvent>) {
+        while let Some(front) = self.pending.front() {
+            let done = match front {
+                Pending::Kernel { end, .. } => end.is_complete(),
+                Pending::Released { marks, .. } => marks.iter().all(|m| m.is_complete()),
+            };
+            if !done {
+                return;
+            }
+            match self.pending.pop_front().expect("front exists") {
+                Pending::Kernel { name, dur_ns, start, end } => {
+                    let (start_ns, end_ns) = (self.time_of(&start), self.time_of(&end));
+                    let end_ns = end_ns.max(start_ns);
+                    let stall_ns = (end_ns - start_ns).saturating_sub(dur_ns);
+                    out.push(MemEvent::Kernel { name, start_ns, end_ns, stall_ns });
+                }
+                Pending::Released { region, marks } => {
+                    let at_ns = marks.iter().map(|m| self.time_of(m)).max().unwrap_or(0);
+                    out.push(MemEvent::Released { region, at_ns });
+                }
+            }
+        }
+    }
+}
+
+/// Records a timing event on `stream`.
+fn mark(stream: &CudaStream) -> Result<CudaEvent> {
+    stream
+        .record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+        .map_err(cuda_err("cuEventRecord", "telemetry mark"))
 }
 
 /// Kinds of backend call whose host time is accounted.
@@ -142,6 +212,8 @@ impl CudaBackend {
             pool_hits: 0,
             new_buffers: 0,
             kernel_waits: 0,
+            recording: None,
+            events: Vec::new(),
         })
     }
 
@@ -291,6 +363,8 @@ impl CudaBackend {
             for a in kernel.accesses {
                 this.checked(a.region, a.offset, a.len)?;
             }
+            // The kernel's slice starts before its waits: the wait for data is part of its stall.
+            let start = if this.recording.is_some() { Some(mark(&this.compute)?) } else { None };
             // Wait for data in flight to the device.
             let mut waited: FxHashSet<RegionId> = FxHashSet::default();
             for a in kernel.accesses {
@@ -309,6 +383,11 @@ impl CudaBackend {
                 this.compute.join(&this.d2h).map_err(cuda_err("cuStreamWaitEvent", "kernel after evict"))?;
             }
             exec(this)?;
+            if let (Some(start), Some(rec)) = (start, this.recording.as_mut()) {
+                let end = mark(&this.compute)?;
+                let (name, dur_ns) = (kernel.name.to_string(), kernel.dur_ns);
+                rec.pending.push_back(Pending::Kernel { name, dur_ns, start, end });
+            }
             // Account: what was off the device came in by faults, except remote data.
             let writes: FxHashSet<(RegionId, u32)> = {
                 let mut w = FxHashSet::default();
@@ -443,6 +522,12 @@ impl MemoryBackend for CudaBackend {
 
     fn free(&mut self, id: RegionId) -> Result<()> {
         let r = self.regions.remove(&id).ok_or(Error::UnknownRegion(id))?;
+        if self.recording.is_some() {
+            let marks = [mark(&self.compute)?, mark(&self.h2d)?, mark(&self.d2h)?];
+            if let Some(rec) = self.recording.as_mut() {
+                rec.pending.push_back(Pending::Released { region: id, marks });
+            }
+        }
         let mut blocks = r.blocks;
         for (b, blk) in blocks.iter_mut().enumerate() {
             if blk.on_device {
@@ -686,10 +771,39 @@ impl MemoryBackend for CudaBackend {
         self.stats
     }
 
-    /// Per-event recording needs CUPTI (the telemetry crate); the backend keeps counters only.
-    fn record_events(&mut self, _on: bool) {}
+    fn event_clock_origin(&self) -> Option<Instant> {
+        Some(self.start)
+    }
 
-    fn drain_events(&mut self, _out: &mut Vec<MemEvent>) {}
+    /// Faults and migrations need CUPTI (the telemetry crate); the backend records its kernels
+    /// and the releases of freed regions, timed on the device.
+    fn record_events(&mut self, on: bool) {
+        if !on {
+            self.recording = None;
+            return;
+        }
+        if self.recording.is_some() {
+            return;
+        }
+        let reference = mark(&self.compute).and_then(|ev| {
+            ev.synchronize().map_err(cuda_err("cuEventSynchronize", "telemetry reference"))?;
+            Ok(ev)
+        });
+        match reference {
+            Ok(reference) => {
+                let reference_ns = self.start.elapsed().as_nanos() as u64;
+                self.recording = Some(Recording { reference, reference_ns, pending: Default::default() });
+            }
+            Err(e) => tracing::warn!("cannot time events on the device, recording none: {e}"),
+        }
+    }
+
+    fn drain_events(&mut self, out: &mut Vec<MemEvent>) {
+        if let Some(rec) = self.recording.as_mut() {
+            rec.resolve(&mut self.events);
+        }
+        out.append(&mut self.events);
+    }
 
     fn preload_host(&mut self, range: ByteRange) -> Result<()> {
         let t0 = Instant::now();

@@ -990,6 +990,10 @@ impl MemoryBackend for SimBackend {
         self.stats
     }
 
+    fn records_faults(&self) -> bool {
+        true
+    }
+
     fn record_events(&mut self, on: bool) {
         self.recording = on;
     }

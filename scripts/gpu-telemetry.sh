@@ -1,0 +1,37 @@
+#!/bin/bash
+# On the GPU machine: CUDA replays of both sample traces at 50% budget with CUPTI telemetry
+# (none and advisor), each log summarized, exported to a Chrome trace and plotted; then the
+# cost of telemetry: the faulting replay (resnet50-train, 50%, none) with and without it,
+# alternating, RUNS times each. Everything goes under $1 (default $OUT or /tmp).
+# Usage: bash scripts/gpu-telemetry.sh [out-dir] [path/to/unimem] [runs]
+set -euo pipefail
+out=${1:-${OUT:-/tmp}}
+exe=${2:-.gpu/bin/unimem}
+runs=${3:-5}
+export LD_LIBRARY_PATH=/usr/local/cuda/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
+mkdir -p "$out"
+for t in resnet50-train transformer-decode; do
+  for p in none advisor; do
+    log="$out/$t.$p.telemetry.jsonl"
+    "$exe" replay "traces/$t.jsonl.gz" --backend cuda --budget 50% --policy "$p" --json \
+      --telemetry "$log" >> "$out/telemetry-replays.jsonl"
+    "$exe" telemetry summarize "$log" > "$out/$t.$p.summary.txt"
+    "$exe" telemetry summarize --json "$log" > "$out/$t.$p.summary.json"
+    "$exe" telemetry export --chrome "$log" "$out/$t.$p.trace.json"
+    "$exe" telemetry plot "$log" "$out/$t.$p.svg"
+    echo "$t $p: $(wc -l < "$log") records, $(stat -c %s "$log") bytes"
+    head -25 "$out/$t.$p.summary.txt"
+  done
+done
+# Telemetry on vs off on a faulting workload, alternating so that drift hits both alike.
+: > "$out/telemetry-cost.jsonl"
+for i in $(seq "$runs"); do
+  for mode in off on; do
+    args=()
+    [ "$mode" = on ] && args=(--telemetry "$out/cost.jsonl")
+    "$exe" replay traces/resnet50-train.jsonl.gz --backend cuda --budget 50% --policy none --json "${args[@]}" \
+      | python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); print(json.dumps({"mode": sys.argv[1], "time_ns": d["time_ns"], "wall_ns": d["wall_ns"]}))' "$mode" \
+      | tee -a "$out/telemetry-cost.jsonl"
+  done
+done
+rm -f "$out/cost.jsonl"
