@@ -1,6 +1,6 @@
 #!/bin/bash
-# On the GPU machine: CUDA replays of both sample traces at 50% budget with CUPTI telemetry
-# (none and advisor), each log summarized, exported to a Chrome trace and plotted; then the
+# On the GPU machine: CUDA replays of both sample traces with CUPTI telemetry (50% budget: none
+# and advisor; 100%: none), each log summarized, exported to a Chrome trace and plotted; then the
 # cost of telemetry: the faulting replay (resnet50-train, 50%, none) with and without it,
 # alternating, RUNS times each. Everything goes under $1 (default $OUT or /tmp).
 # Usage: bash scripts/gpu-telemetry.sh [out-dir] [path/to/unimem] [runs]
@@ -11,16 +11,17 @@ runs=${3:-5}
 export LD_LIBRARY_PATH=/usr/local/cuda/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
 mkdir -p "$out"
 for t in resnet50-train transformer-decode; do
-  for p in none advisor; do
-    log="$out/$t.$p.telemetry.jsonl"
-    "$exe" replay "traces/$t.jsonl.gz" --backend cuda --budget 50% --policy "$p" --json \
+  for run in 50%:none 50%:advisor 100%:none; do
+    b=${run%%:*}; p=${run#*:}; name="$t.${b%\%}.$p"
+    log="$out/$name.telemetry.jsonl"
+    "$exe" replay "traces/$t.jsonl.gz" --backend cuda --budget "$b" --policy "$p" --json \
       --telemetry "$log" >> "$out/telemetry-replays.jsonl"
-    "$exe" telemetry summarize "$log" > "$out/$t.$p.summary.txt"
-    "$exe" telemetry summarize --json "$log" > "$out/$t.$p.summary.json"
-    "$exe" telemetry export --chrome "$log" "$out/$t.$p.trace.json"
-    "$exe" telemetry plot "$log" "$out/$t.$p.svg"
-    echo "$t $p: $(wc -l < "$log") records, $(stat -c %s "$log") bytes"
-    head -25 "$out/$t.$p.summary.txt"
+    "$exe" telemetry summarize "$log" > "$out/$name.summary.txt"
+    "$exe" telemetry summarize --json "$log" > "$out/$name.summary.json"
+    "$exe" telemetry export --chrome "$log" "$out/$name.trace.json"
+    "$exe" telemetry plot "$log" "$out/$name.svg"
+    echo "$name: $(wc -l < "$log") records, $(stat -c %s "$log") bytes"
+    head -25 "$out/$name.summary.txt"
   done
 done
 # Telemetry on vs off on a faulting workload, alternating so that drift hits both alike.

@@ -806,6 +806,9 @@ impl MemoryBackend for CudaBackend {
     }
 
     fn preload_host(&mut self, range: ByteRange) -> Result<()> {
+        // Waiting for the device is not set-up: the kernels queued before still run on the
+        // clock. Only the host's own touching of the pages is left off it.
+        self.sync_all()?;
         let t0 = Instant::now();
         for page in self.host_range(range.region, range.offset, range.len)?.chunks_mut(PAGE_SIZE as usize) {
             // SAFETY: a valid reference; volatile so the page really gets populated.
