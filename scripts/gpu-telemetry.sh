@@ -1,8 +1,8 @@
 #!/bin/bash
 # On the GPU machine: CUDA replays of both sample traces with CUPTI telemetry (50% budget: none
 # and advisor; 100%: none), each log summarized, exported to a Chrome trace and plotted; then the
-# cost of telemetry: the faulting replay (resnet50-train, 50%, none) with and without it,
-# alternating, RUNS times each. Everything goes under $1 (default $OUT or /tmp).
+# cost of telemetry: the faulting replay (resnet50-train, 50%, none) without it, with it, and
+# with GPU fault records, alternating, RUNS times each. Everything goes under $1 (default $OUT or /tmp).
 # Usage: bash scripts/gpu-telemetry.sh [out-dir] [path/to/unimem] [runs]
 set -euo pipefail
 out=${1:-${OUT:-/tmp}}
@@ -24,15 +24,19 @@ for t in resnet50-train transformer-decode; do
     head -25 "$out/$name.summary.txt"
   done
 done
-# Telemetry on vs off on a faulting workload, alternating so that drift hits both alike.
+# Telemetry off, on (default counters) and on with GPU fault records, on a faulting workload,
+# alternating so that drift hits all alike.
 : > "$out/telemetry-cost.jsonl"
 for i in $(seq "$runs"); do
-  for mode in off on; do
+  for mode in off on faults; do
     args=()
-    [ "$mode" = on ] && args=(--telemetry "$out/cost.jsonl")
-    "$exe" replay traces/resnet50-train.jsonl.gz --backend cuda --budget 50% --policy none --json "${args[@]}" \
-      | python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); print(json.dumps({"mode": sys.argv[1], "time_ns": d["time_ns"], "wall_ns": d["wall_ns"]}))' "$mode" \
+    [ "$mode" != off ] && args=(--telemetry "$out/cost.jsonl")
+    faults=false; [ "$mode" = faults ] && faults=true
+    UNIMEM_TELEMETRY_GPU_FAULT_RECORDS=$faults "$exe" replay traces/resnet50-train.jsonl.gz --backend cuda \
+      --budget 50% --policy none --json "${args[@]}" \
+      | python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); print(json.dumps({"mode": sys.argv[1], "time_ns": d["time_ns"], "wall_ns": d["wall_ns"], "events": d["events"]}))' "$mode" \
       | tee -a "$out/telemetry-cost.jsonl"
+    [ "$mode" != off ] && echo "  log: $(wc -l < "$out/cost.jsonl") records, $(stat -c %s "$out/cost.jsonl") bytes"
   done
 done
 rm -f "$out/cost.jsonl"

@@ -41,11 +41,13 @@ pub struct Args {
 
 /// CUPTI collection, started once per process (a second start would collect nothing) and
 /// shared by every replay the process runs.
-fn cupti_source() -> Result<&'static unimem_telemetry::cupti::CuptiSource> {
+fn cupti_source(gpu_faults: bool) -> Result<&'static unimem_telemetry::cupti::CuptiSource> {
     static SOURCE: std::sync::OnceLock<std::result::Result<unimem_telemetry::cupti::CuptiSource, String>> =
         std::sync::OnceLock::new();
     SOURCE
-        .get_or_init(|| unimem_telemetry::cupti::CuptiSource::start(0).map_err(|e| e.to_string()))
+        .get_or_init(|| {
+            unimem_telemetry::cupti::CuptiSource::start_with(0, gpu_faults).map_err(|e| e.to_string())
+        })
         .as_ref()
         .map_err(|e| Error::InvalidArgument(format!("--telemetry on a GPU needs CUPTI: {e}")))
 }
@@ -75,7 +77,14 @@ pub fn replay_one(
     let log = match telemetry {
         Some(path) => {
             let file = std::fs::File::create(path).map_err(|e| Error::io(path.display(), e))?;
-            let source = format!("unimem replay {} ({policy}, {})", reader.file(), backend.describe());
+            let mut source = format!("unimem replay {} ({policy}, {})", reader.file(), backend.describe());
+            if backend.event_clock_origin().is_some() {
+                source += if config.telemetry.gpu_fault_records {
+                    "; CUPTI with GPU fault records"
+                } else {
+                    "; CUPTI without GPU fault records (telemetry.gpu_fault_records)"
+                };
+            }
             Some(
                 unimem_telemetry::EventLog::new(std::io::BufWriter::new(file), &source)
                     .map_err(|e| Error::io(path.display(), e))?,
@@ -87,16 +96,22 @@ pub fn replay_one(
     let (report, log) = match (log, backend.event_clock_origin()) {
         // On a GPU the faults and migrations come from CUPTI, attributed once the replay is over.
         (Some(log), Some(origin)) => {
-            let source = cupti_source()?;
+            let source = cupti_source(config.telemetry.gpu_fault_records)?;
             let mut sink = unimem_telemetry::cupti::CuptiSink::new(log, source, origin)?;
-            let report =
-                replay::run_with(reader, backend.as_mut(), policy_impl.as_mut(), &mut |_| {}, options(Some(&mut sink)));
+            let report = replay::run_with(
+                reader,
+                backend.as_mut(),
+                policy_impl.as_mut(),
+                &mut |_| {},
+                options(Some(&mut sink)),
+            );
             drop(progress);
             (report?, Some(sink.finish()?))
         }
         (mut log, _) => {
             let sink = log.as_mut().map(|l| l as &mut dyn replay::EventSink);
-            let report = replay::run_with(reader, backend.as_mut(), policy_impl.as_mut(), &mut |_| {}, options(sink));
+            let report =
+                replay::run_with(reader, backend.as_mut(), policy_impl.as_mut(), &mut |_| {}, options(sink));
             drop(progress);
             (report?, log)
         }

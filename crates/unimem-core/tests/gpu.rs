@@ -280,7 +280,10 @@ mod backend {
         });
         let released = released.expect("a release event");
         assert!(released + 1_000 >= resident.1, "released after its last kernel: {released} vs {resident:?}");
-        assert!(released <= host_at_free + 50_000_000, "and on the same clock as the host: {released} vs {host_at_free}");
+        assert!(
+            released <= host_at_free + 50_000_000,
+            "and on the same clock as the host: {released} vs {host_at_free}"
+        );
     }
 
     /// The backend's account of where data is agrees with the driver's range attributes.

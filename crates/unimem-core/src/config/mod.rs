@@ -220,8 +220,19 @@ pub struct Config {
     pub replay: ReplayConfig,
     /// Prefetch advisor settings.
     pub advisor: AdvisorConfig,
+    /// Telemetry settings.
+    pub telemetry: TelemetryConfig,
     /// Logging settings.
     pub log: LogConfig,
+}
+
+/// Telemetry settings.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// On a GPU, ask CUPTI for a record per GPU page fault group, besides the migrations (by
+    /// cause) and CPU faults: per-region fault counts, at a cost (see docs/telemetry.md).
+    pub gpu_fault_records: bool,
 }
 
 impl Default for Config {
@@ -233,6 +244,7 @@ impl Default for Config {
             sim: SimConfig { profile: String::new() },
             replay: ReplayConfig { policies: vec![PolicyName::Advisor], oracle_lookahead: 65_536 },
             advisor: AdvisorConfig::default(),
+            telemetry: TelemetryConfig::default(),
             log: LogConfig { level: "warn".into() },
         }
     }
