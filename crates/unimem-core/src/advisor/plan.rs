@@ -157,6 +157,9 @@ type Priority = (u8, u64, u64);
 
 /// Plans hints for the kernel about to run. See the module documentation.
 pub fn plan(input: &PlanInput<'_>) -> Plan {
+    if nothing_to_do(input) {
+        return Plan::default();
+    }
     let mut out = Plan::default();
     // Future uses per unit, soonest first.
     let mut future: FxHashMap<Unit, Vec<(u64, bool)>> = FxHashMap::default();
@@ -316,6 +319,19 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         i = end;
     }
     with_duplicates(out, input)
+}
+
+/// Whether the plan is empty without working it out: every unit the kernel about to run and
+/// the forecast use is resident already and none of the kernel's writes lands on a duplicate.
+/// Nothing then comes in, so nothing needs room, a placement or a collapse. This is the usual
+/// case once a working set fits, and it spares the per-kernel copy of the residency (the
+/// planner's host time delays kernel launches on a GPU).
+fn nothing_to_do(input: &PlanInput<'_>) -> bool {
+    input
+        .current
+        .iter()
+        .all(|u| input.resident.contains_key(&u.unit) && !(u.writes && input.read_mostly.contains(&u.unit)))
+        && input.predicted.iter().filter(|u| u.at >= input.now).all(|u| input.resident.contains_key(&u.unit))
 }
 
 /// Marks read-mostly what comes to the device with its host copy valid, that no declared or

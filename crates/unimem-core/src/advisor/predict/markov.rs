@@ -40,20 +40,21 @@ impl Markov {
 
     /// Expected successors of `from`, with confidence: count over occurrences, summed over the
     /// regions of `from` and capped at 1.
-    fn step(&self, from: &[RegionKey]) -> Vec<(RegionKey, f32, AccessMode, u64)> {
-        let mut acc: FxHashMap<RegionKey, (f32, AccessMode, u64)> = FxHashMap::default();
+    fn step(&self, from: &[RegionKey], v: &mut Vec<(RegionKey, f32, AccessMode, u64)>) {
+        // At most MAX_FRONTIER x MAX_SUCCESSORS candidates: a sorted vector merges them with
+        // no hashing (this runs for every forecast kernel of every kernel).
+        v.clear();
         for k in from {
             let Some(s) = self.table.get(k) else { continue };
             for &(n, c, m, l) in &s.next {
-                let p = c as f32 / s.total.max(1) as f32;
-                let e = acc.entry(n).or_insert((p, m, l));
-                e.0 = e.0.max(p);
+                v.push((n, c as f32 / s.total.max(1) as f32, m, l));
             }
         }
-        let mut v: Vec<_> = acc.into_iter().map(|(k, (p, m, l))| (k, p, m, l)).collect();
+        // The first of each key keeps the largest p (and its mode and length).
+        v.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.total_cmp(&a.1)));
+        v.dedup_by_key(|e| e.0);
         // Most likely first (ties by key, for determinism).
         v.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        v
     }
 }
 
@@ -90,9 +91,10 @@ impl Predictor for Markov {
 
     fn predict(&mut self, now: u64, horizon: u64, out: &mut Vec<Prediction>) {
         let mut from = self.last.clone();
+        let mut next = Vec::new();
         let mut carried = 1.0f32;
         for at in now + 1..=now + horizon {
-            let next = self.step(&from);
+            self.step(&from, &mut next);
             if next.is_empty() {
                 break;
             }
@@ -104,7 +106,8 @@ impl Predictor for Markov {
                 break;
             }
             // Follow the likely part of the chain only (bounded); confidence decays along it.
-            from = next.iter().filter(|e| e.1 >= 0.5).take(MAX_FRONTIER).map(|e| e.0).collect();
+            from.clear();
+            from.extend(next.iter().filter(|e| e.1 >= 0.5).take(MAX_FRONTIER).map(|e| e.0));
             carried *= 0.9;
             if from.is_empty() {
                 break;
