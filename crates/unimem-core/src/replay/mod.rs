@@ -259,7 +259,7 @@ fn replay_events(
     let mut exhausted = false;
     let mut ranges = Vec::new();
     let mut pre = PreExisting::default();
-    let (mut floor, mut kernels) = (0u64, 0u64);
+    let (mut floor, mut kernels, mut policy_ns) = (0u64, 0u64, 0u64);
     // (step index, completion time at its start, compute floor at its start)
     let mut marks: Vec<(u64, u64, u64)> = Vec::new();
 
@@ -280,7 +280,9 @@ fn replay_events(
             break;
         };
         let seen = seen.as_ref().unwrap_or(&event);
+        let t0 = Instant::now();
         policy.before(index, seen, backend)?;
+        policy_ns += t0.elapsed().as_nanos() as u64;
         match &event {
             TraceEvent::Alloc { id, bytes, name } => {
                 let address = backend.allocate(RegionId(*id), *bytes)?;
@@ -308,11 +310,13 @@ fn replay_events(
             }
             TraceEvent::Step { index } => marks.push((*index, backend.completion_ns(), floor)),
         }
+        let t0 = Instant::now();
         if feedback {
             backend.drain_events(&mut observed);
             policy.observe(&observed);
         }
         policy.after(index, seen, backend)?;
+        policy_ns += t0.elapsed().as_nanos() as u64;
         if let Some(sink) = sink.as_deref_mut() {
             policy.drain_events(&mut drained);
             drained.append(&mut observed);
@@ -372,6 +376,7 @@ fn replay_events(
         kernels,
         steps,
         wall_ns: wall.elapsed().as_nanos() as u64,
+        policy_ns,
     })
 }
 

@@ -124,6 +124,9 @@ pub struct ReplayReport {
     pub steps: Vec<StepReport>,
     /// Host wall-clock time the replay took (simulation cost, not simulated time).
     pub wall_ns: u64,
+    /// Host time the policy took (planning, learning, issuing hints): on a GPU it sits
+    /// between kernel launches, so it is on the critical path when the device waits.
+    pub policy_ns: u64,
 }
 
 impl ReplayReport {

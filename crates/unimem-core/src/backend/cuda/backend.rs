@@ -173,8 +173,16 @@ fn mark(stream: &CudaStream) -> Result<CudaEvent> {
 }
 
 /// Kinds of backend call whose host time is accounted.
-const HOST_OPS: [&str; 6] =
-    ["launch", "prefetch to device", "prefetch to host", "discard", "advise", "make room"];
+const HOST_OPS: [&str; 8] = [
+    "launch",
+    "prefetch to device",
+    "prefetch to host",
+    "discard",
+    "advise",
+    "make room",
+    "allocate",
+    "host access",
+];
 
 impl std::fmt::Debug for CudaBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -458,8 +466,9 @@ impl Drop for CudaBackend {
             .map(|(op, ns)| format!("{op} {:.1} ms", ns as f64 / 1e6))
             .collect();
         tracing::info!(
-            "cuda backend host time: {}; allocations: {} from the pool, {} new; {} kernel waits for prefetches; {} prefetch ranges",
+            "cuda backend host time: {}; set-up (off the clock) {:.1} ms; allocations: {} from the pool, {} new; {} kernel waits for prefetches; {} prefetch ranges",
             parts.join(", "),
+            self.excluded_ns as f64 / 1e6,
             self.pool_hits,
             self.new_buffers,
             self.kernel_waits,
@@ -507,7 +516,7 @@ impl MemoryBackend for CudaBackend {
         if self.regions.contains_key(&id) {
             return Err(Error::InvalidArgument(format!("region id {id} is already allocated")));
         }
-        let (buf, blocks) = self.take_buffer(bytes)?;
+        let (buf, blocks) = self.timed(6, |this| this.take_buffer(bytes))?;
         let addr = buf.ptr();
         // Recycled pages that are on the device count again (they need no faults): they enter
         // the account through touch_block, like any page arriving.
@@ -705,6 +714,7 @@ impl MemoryBackend for CudaBackend {
             self.checked(a.region, a.offset, a.len)?;
         }
         self.sync_all()?;
+        let t0 = Instant::now();
         for a in accesses {
             if a.len == 0 {
                 continue;
@@ -727,6 +737,7 @@ impl MemoryBackend for CudaBackend {
             std::hint::black_box(sum);
             self.after_host_touch(a.region, a.offset, a.len, a.mode.writes());
         }
+        self.host_ns[7] += t0.elapsed().as_nanos() as u64;
         Ok(())
     }
 
