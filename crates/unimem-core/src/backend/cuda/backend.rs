@@ -115,6 +115,9 @@ struct Recording {
     reference: CudaEvent,
     reference_ns: u64,
     pending: std::collections::VecDeque<Pending>,
+    /// Events whose times were read, recorded again rather than created anew (creating and
+    /// destroying two to three events per kernel was host time on the critical path).
+    spare: Vec<CudaEvent>,
 }
 
 enum Pending {
@@ -139,6 +142,17 @@ impl Recording {
         self.reference_ns + (ms.max(0.0) * 1e6) as u64
     }
 
+    /// Records a timing event on `stream`, reusing a spare one where there is one.
+    fn mark(&mut self, stream: &CudaStream) -> Result<CudaEvent> {
+        match self.spare.pop() {
+            Some(ev) => {
+                ev.record(stream).map_err(cuda_err("cuEventRecord", "telemetry mark"))?;
+                Ok(ev)
+            }
+            None => mark(stream),
+        }
+    }
+
     /// Moves the pending events the device has reached, in order, into `out`.
     fn resolve(&mut self, out: &mut Vec<MemEvent>) {
         while let Some(front) = self.pending.front() {
@@ -155,10 +169,12 @@ impl Recording {
                     let end_ns = end_ns.max(start_ns);
                     let stall_ns = (end_ns - start_ns).saturating_sub(dur_ns);
                     out.push(MemEvent::Kernel { name, start_ns, end_ns, stall_ns });
+                    self.spare.extend([start, end]);
                 }
                 Pending::Released { region, marks } => {
                     let at_ns = marks.iter().map(|m| self.time_of(m)).max().unwrap_or(0);
                     out.push(MemEvent::Released { region, at_ns });
+                    self.spare.extend(marks);
                 }
             }
         }
@@ -372,7 +388,11 @@ impl CudaBackend {
                 this.checked(a.region, a.offset, a.len)?;
             }
             // The kernel's slice starts before its waits: the wait for data is part of its stall.
-            let start = if this.recording.is_some() { Some(mark(&this.compute)?) } else { None };
+            let compute = this.compute.clone();
+            let start = match this.recording.as_mut() {
+                Some(rec) => Some(rec.mark(&compute)?),
+                None => None,
+            };
             // Wait for data in flight to the device.
             let mut waited: FxHashSet<RegionId> = FxHashSet::default();
             for a in kernel.accesses {
@@ -392,7 +412,7 @@ impl CudaBackend {
             }
             exec(this)?;
             if let (Some(start), Some(rec)) = (start, this.recording.as_mut()) {
-                let end = mark(&this.compute)?;
+                let end = rec.mark(&compute)?;
                 let (name, dur_ns) = (kernel.name.to_string(), kernel.dur_ns);
                 rec.pending.push_back(Pending::Kernel { name, dur_ns, start, end });
             }
@@ -531,11 +551,9 @@ impl MemoryBackend for CudaBackend {
 
     fn free(&mut self, id: RegionId) -> Result<()> {
         let r = self.regions.remove(&id).ok_or(Error::UnknownRegion(id))?;
-        if self.recording.is_some() {
-            let marks = [mark(&self.compute)?, mark(&self.h2d)?, mark(&self.d2h)?];
-            if let Some(rec) = self.recording.as_mut() {
-                rec.pending.push_back(Pending::Released { region: id, marks });
-            }
+        if let Some(rec) = self.recording.as_mut() {
+            let marks = [rec.mark(&self.compute)?, rec.mark(&self.h2d)?, rec.mark(&self.d2h)?];
+            rec.pending.push_back(Pending::Released { region: id, marks });
         }
         let mut blocks = r.blocks;
         for (b, blk) in blocks.iter_mut().enumerate() {
@@ -803,7 +821,12 @@ impl MemoryBackend for CudaBackend {
         match reference {
             Ok(reference) => {
                 let reference_ns = self.start.elapsed().as_nanos() as u64;
-                self.recording = Some(Recording { reference, reference_ns, pending: Default::default() });
+                self.recording = Some(Recording {
+                    reference,
+                    reference_ns,
+                    pending: Default::default(),
+                    spare: Vec::new(),
+                });
             }
             Err(e) => tracing::warn!("cannot time events on the device, recording none: {e}"),
         }
