@@ -118,7 +118,14 @@ struct Recording {
     /// Events whose times were read, recorded again rather than created anew (creating and
     /// destroying two to three events per kernel was host time on the critical path).
     spare: Vec<CudaEvent>,
+    /// Pending events are looked at again once there are this many (or at a synchronize):
+    /// querying events after every operation would be driver calls on the critical path,
+    /// contending with fault handling, for times nobody needs before the replay ends.
+    next_resolve_at: usize,
 }
+
+/// Pending timed events looked at in one go (see `Recording::next_resolve_at`).
+const RESOLVE_BATCH: usize = 512;
 
 enum Pending {
     Kernel {
@@ -761,6 +768,10 @@ impl MemoryBackend for CudaBackend {
 
     fn synchronize(&mut self) -> Result<u64> {
         self.sync_all()?;
+        if let Some(rec) = self.recording.as_mut() {
+            rec.resolve(&mut self.events); // all complete now
+            rec.next_resolve_at = RESOLVE_BATCH;
+        }
         Ok(self.now())
     }
 
@@ -826,6 +837,7 @@ impl MemoryBackend for CudaBackend {
                     reference_ns,
                     pending: Default::default(),
                     spare: Vec::new(),
+                    next_resolve_at: RESOLVE_BATCH,
                 });
             }
             Err(e) => tracing::warn!("cannot time events on the device, recording none: {e}"),
@@ -834,7 +846,10 @@ impl MemoryBackend for CudaBackend {
 
     fn drain_events(&mut self, out: &mut Vec<MemEvent>) {
         if let Some(rec) = self.recording.as_mut() {
-            rec.resolve(&mut self.events);
+            if rec.pending.len() >= rec.next_resolve_at {
+                rec.resolve(&mut self.events);
+                rec.next_resolve_at = rec.pending.len() + RESOLVE_BATCH;
+            }
         }
         out.append(&mut self.events);
     }
