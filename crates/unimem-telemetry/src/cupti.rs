@@ -108,8 +108,8 @@ pub struct CuptiSource {
 }
 
 impl CuptiSource {
-    /// Starts collecting every unified-memory counter `device` supports. Fails with a clear
-    /// error where CUPTI is missing or another source is active.
+    /// Starts collecting the unified-memory counters the log uses, GPU page faults included.
+    /// Fails with a clear error where CUPTI is missing or another source is active.
     pub fn start(device: u32) -> Result<Self> {
         Self::start_with(device, true)
     }

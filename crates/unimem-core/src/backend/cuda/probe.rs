@@ -334,6 +334,47 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
     drop(d);
     s.synchronize().map_err(cuda_err("cuStreamSynchronize", "probe"))?;
 
+    // Host time of a kernel launch (with the event wait and record a backend puts around it)
+    // and of a managed allocation: the simulator charges them to its host clock, since a
+    // kernel shorter than a launch leaves the device waiting for the host.
+    let tiny = ManagedBuffer::alloc(dev, 1 << 20)?;
+    let touch = [(tiny.ptr(), 4096u64, TouchMode::Read)];
+    kernels.touch(&s, &touch, 4096, 0)?; // its page is resident from here on
+    s.synchronize().map_err(cuda_err("cuStreamSynchronize", "probe"))?;
+    let launches = 500u64;
+    let t = host_timed(|| {
+        let mut done = s.record_event(None).map_err(cuda_err("cuEventRecord", "launch probe"))?;
+        for _ in 0..launches {
+            s.wait(&done).map_err(cuda_err("cuStreamWaitEvent", "launch probe"))?;
+            kernels.touch(&s, &touch, 4096, 0)?;
+            done = s.record_event(None).map_err(cuda_err("cuEventRecord", "launch probe"))?;
+        }
+        Ok(())
+    })?;
+    s.synchronize().map_err(cuda_err("cuStreamSynchronize", "probe"))?;
+    drop(tiny);
+    let launch_ns = note(
+        "kernel launch with an event wait and record (host time)",
+        t as f64 / launches as f64,
+        "ns",
+        Some(default.launch_host_ns as f64),
+    );
+    let mut fresh = Vec::new();
+    let allocations = 64u64;
+    let t = host_timed(|| {
+        for _ in 0..allocations {
+            fresh.push(ManagedBuffer::alloc(dev, 4 << 20)?);
+        }
+        Ok(())
+    })?;
+    drop(fresh);
+    let alloc_ns = note(
+        "cuMemAllocManaged of 4 MiB (host time)",
+        t as f64 / allocations as f64,
+        "ns",
+        Some(default.alloc_host_ns as f64),
+    );
+
     let (major, minor) = dev.capabilities().compute_capability;
     let unit_transfer = default.fault_unit_bytes as f64 / fault_rate;
     let profile = CostModel {
@@ -362,6 +403,8 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
         remote_rate_gbps: remote,
         discard_rate_gbps: discard_rate,
         discard_call_ns: default.discard_call_ns,
+        launch_host_ns: launch_ns.round() as u64,
+        alloc_host_ns: alloc_ns.round() as u64,
     };
     profile.validate("probe")?;
     Ok(ProbeReport {

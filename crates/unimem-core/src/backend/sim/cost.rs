@@ -66,6 +66,11 @@ pub struct CostModel {
     pub discard_rate_gbps: f64,
     /// Fixed cost of one discard call.
     pub discard_call_ns: u64,
+    /// Host time of launching one kernel (the call and its bookkeeping): the host cannot issue
+    /// the next one before, so kernels shorter than this leave the device waiting.
+    pub launch_host_ns: u64,
+    /// Host time of a managed allocation the memory pool cannot serve (`cuMemAllocManaged`).
+    pub alloc_host_ns: u64,
 }
 
 impl Default for CostModel {

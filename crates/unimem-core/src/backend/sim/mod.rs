@@ -144,6 +144,9 @@ pub struct SimBackend {
     device_bytes: u64,
     /// Device memory freed or discarded but still mapped, reusable without faults.
     pool_bytes: u64,
+    /// Freed allocations by size: a runtime pools managed buffers by size, and an allocation
+    /// no pooled buffer serves costs the host a `cuMemAllocManaged`.
+    pooled_buffers: HashMap<u64, u32>,
     /// (stamp, region, block) of every block with device pages, oldest migration first.
     lrm: BTreeSet<(u64, RegionId, u32)>,
     next_stamp: u64,
@@ -170,6 +173,7 @@ impl SimBackend {
             link_d2h: 0,
             device_bytes: 0,
             pool_bytes: 0,
+            pooled_buffers: HashMap::default(),
             lrm: BTreeSet::new(),
             next_stamp: 1,
             stats: BackendStats::default(),
@@ -514,6 +518,10 @@ impl MemoryBackend for SimBackend {
             host_data: PageStore::default(),
             dev_data: PageStore::default(),
         };
+        match self.pooled_buffers.get_mut(&bytes) {
+            Some(n) if *n > 0 => *n -= 1,
+            _ => self.host_now += self.cost.alloc_host_ns,
+        }
         // Pages recycled from the pool are already mapped on the device (zeroed for the user).
         let pooled = ((self.pool_bytes / PAGE_SIZE) as usize).min(pages);
         region.on_device.insert(0, pooled);
@@ -529,6 +537,7 @@ impl MemoryBackend for SimBackend {
 
     fn free(&mut self, id: RegionId) -> Result<()> {
         let r = self.regions.remove(&id).ok_or(Error::UnknownRegion(id))?;
+        *self.pooled_buffers.entry(r.bytes).or_insert(0) += 1;
         // The runtime pools managed memory: a free does not synchronise the device, and the
         // region's device pages go back to the pool.
         self.note_device_released(r.on_device.count(0, r.pages));
@@ -726,6 +735,8 @@ impl MemoryBackend for SimBackend {
         for a in kernel.accesses {
             self.checked(a.region, a.offset, a.len)?;
         }
+        // The host issues the kernel at the end of its launch call; the device runs it when free.
+        self.host_now += self.cost.launch_host_ns;
         let issued = self.compute_free.max(self.host_now);
         // Wait for data already in flight to the device rather than faulting on it.
         let mut start = issued;

@@ -5,8 +5,40 @@ use crate::AccessMode;
 
 const MIB: u64 = 1 << 20;
 
+/// A simulator whose host costs of launches and allocations are zero: the tests of the
+/// transfer model check exact times without them (they are tested on their own).
 fn sim(capacity: u64) -> SimBackend {
-    SimBackend::new(CostModel::h200(), capacity)
+    SimBackend::new(CostModel { launch_host_ns: 0, alloc_host_ns: 0, ..CostModel::h200() }, capacity)
+}
+
+#[test]
+fn launches_and_unpooled_allocations_cost_host_time() {
+    let cost = CostModel::h200();
+    let mut s = SimBackend::new(cost.clone(), 1 << 30);
+    let id = RegionId(1);
+    s.allocate(id, 4 * MIB).unwrap();
+    let acc = [RangeAccess { region: id, offset: 0, len: 4 * MIB, mode: AccessMode::Write }];
+    s.launch(&KernelLaunch { name: "first", dur_ns: 0, accesses: &acc }).unwrap();
+    let after_first = s.synchronize().unwrap();
+    // Kernels far shorter than a launch: the device waits for the host, one launch each.
+    for _ in 0..100 {
+        s.launch(&KernelLaunch { name: "short", dur_ns: 1_000, accesses: &acc }).unwrap();
+    }
+    let t = s.synchronize().unwrap();
+    assert_eq!(t - after_first, 100 * cost.launch_host_ns + 1_000, "host-bound: one launch per kernel");
+    // Long kernels hide their launches.
+    for _ in 0..10 {
+        s.launch(&KernelLaunch { name: "long", dur_ns: 1_000_000, accesses: &acc }).unwrap();
+    }
+    let t2 = s.synchronize().unwrap();
+    assert_eq!(t2 - t, cost.launch_host_ns + 10 * 1_000_000, "device-bound after the first launch");
+    // A freed buffer serves the next allocation of its size without cuMemAllocManaged.
+    s.free(id).unwrap();
+    let before = s.synchronize().unwrap();
+    s.allocate(RegionId(2), 4 * MIB).unwrap();
+    assert_eq!(s.synchronize().unwrap(), before, "pooled: no host time");
+    s.allocate(RegionId(3), 4 * MIB).unwrap();
+    assert_eq!(s.synchronize().unwrap(), before + cost.alloc_host_ns, "new: one allocation");
 }
 
 fn pattern(seed: u8, len: usize) -> Vec<u8> {
@@ -148,6 +180,7 @@ fn remote_traffic_queues_behind_transfers_on_the_link() {
     let mut cost = CostModel::h200();
     cost.advise_remote_ns_per_gib = 0;
     cost.prefetch_h2d_host_fraction = 0.0;
+    (cost.launch_host_ns, cost.alloc_host_ns) = (0, 0);
     let mut s = SimBackend::new(cost, 1 << 30);
     let (a, b) = (RegionId(1), RegionId(2));
     for id in [a, b] {
