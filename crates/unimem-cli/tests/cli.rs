@@ -94,6 +94,7 @@ fn replay_json_has_the_documented_keys() {
             "peak_resident_bytes",
             "steps",
             "over_floor",
+            "policy_ns",
         ] {
             assert!(run.get(key).is_some(), "missing {key} in {run}");
         }
@@ -182,6 +183,35 @@ fn probe_without_a_gpu_is_a_clear_error() {
         return; // a GPU machine: the probe would run (crates/unimem-core/tests/gpu.rs covers it)
     }
     assert_clear_error(&unimem(&["probe"]), &["cuda", "no CUDA device"]);
+}
+
+#[test]
+fn undeclared_accesses_are_learned_from_faults() {
+    let run = |learn: &str| -> u64 {
+        let o = unimem_env(
+            &[
+                "replay",
+                &sample("resnet50-train.jsonl.gz"),
+                "--budget",
+                "50%",
+                "--policy",
+                "advisor",
+                "--undeclared",
+                "2",
+                "--json",
+            ],
+            &[("UNIMEM_ADVISOR_LEARN_FROM_FAULTS", learn)],
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+        let run: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+        run["time_ns"].as_u64().unwrap()
+    };
+    let (blind, learning) = (run("false"), run("true"));
+    assert!(learning < blind, "learning {learning} ns against blind {blind} ns");
+    // A usage error from the argument parser (exit code 2), naming the flag and the value.
+    let o = unimem(&["replay", &sample("resnet50-train.jsonl.gz"), "--undeclared", "two"]);
+    assert!(!o.status.success() && !stderr(&o).contains("panicked"));
+    assert!(stderr(&o).contains("'two'") && stderr(&o).contains("--undeclared"), "{}", stderr(&o));
 }
 
 #[test]
