@@ -339,13 +339,20 @@ mod backend {
             )
             .unwrap();
             eprintln!(
-                "{policy}: {:.1} ms, {:.2}x floor, H2D {} D2H {} faults {}",
+                "{policy}: {:.1} ms, {:.2}x floor, H2D {} D2H {} faults {}, prefetch {:?}",
                 r.time_ns as f64 / 1e6,
                 r.over_floor(),
                 r.h2d_bytes,
                 r.d2h_bytes,
-                r.gpu_faults
+                r.gpu_faults,
+                r.prefetch
             );
+            if policy != PolicyName::None {
+                // The stream is read in order: what is prefetched is used, most of it on time.
+                let m = r.prefetch;
+                assert!(m.used_bytes > 0 && m.accuracy > 0.9 && m.coverage > 0.5, "{policy}: {m:?}");
+                assert!(m.timeliness > 0.0 && m.timeliness <= 1.0, "{policy}: {m:?}");
+            }
             assert_eq!(r.backend, unimem_core::BackendKind::Cuda);
             assert!(r.time_ns >= r.compute_floor_ns, "{policy}: faster than the floor?");
             assert!(r.peak_resident_bytes <= budget + 64 * MIB, "{policy}: {}", r.peak_resident_bytes);

@@ -54,6 +54,9 @@ struct Block {
     remote: bool,
     /// Order of last use (0: not on the device).
     stamp: u64,
+    /// Brought to the device by a prefetch and not used by a kernel since (for the report's
+    /// prefetch accuracy and timeliness).
+    prefetched: bool,
 }
 
 struct CudaRegion {
@@ -315,6 +318,7 @@ impl CudaBackend {
             blk.on_device = false;
             blk.stamp = 0;
         }
+        blk.prefetched = false; // left before any kernel used it
     }
 
     /// Moves least recently used blocks outside `protect` back to the host until `need` more
@@ -400,11 +404,16 @@ impl CudaBackend {
                 Some(rec) => Some(rec.mark(&compute)?),
                 None => None,
             };
-            // Wait for data in flight to the device.
+            // Wait for data in flight to the device. A region whose prefetch had already landed
+            // when the kernel was issued counts as on time.
             let mut waited: FxHashSet<RegionId> = FxHashSet::default();
+            let mut late: FxHashSet<RegionId> = FxHashSet::default();
             for a in kernel.accesses {
                 if waited.insert(a.region) {
                     if let Some(ev) = this.regions.get_mut(&a.region).expect("checked").ready.take() {
+                        if !ev.is_complete() {
+                            late.insert(a.region);
+                        }
                         this.compute
                             .wait(&ev)
                             .map_err(cuda_err("cuStreamWaitEvent", "kernel after prefetch"))?;
@@ -455,6 +464,19 @@ impl CudaBackend {
                 let keep_host = blk.on_host && blk.read_mostly && !written;
                 this.regions.get_mut(&id).expect("checked").blocks[b as usize].on_host = keep_host;
                 this.touch_block(id, b as usize);
+            }
+            // Prefetched blocks used now for the first time.
+            for a in kernel.accesses {
+                let r = this.regions.get_mut(&a.region).expect("checked");
+                for b in r.blocks_of(a.offset, a.len) {
+                    if std::mem::take(&mut r.blocks[b].prefetched) {
+                        let bytes = r.block_bytes(b);
+                        this.stats.prefetch_used_bytes += bytes;
+                        if !late.contains(&a.region) {
+                            this.stats.prefetch_timely_bytes += bytes;
+                        }
+                    }
+                }
             }
             this.stats.kernels += 1;
             Ok(())
@@ -548,7 +570,7 @@ impl MemoryBackend for CudaBackend {
         // Recycled pages that are on the device count again (they need no faults): they enter
         // the account through touch_block, like any page arriving.
         let pooled: Vec<usize> = (0..blocks.len()).filter(|&b| blocks[b].on_device).collect();
-        let blocks = blocks.into_iter().map(|b| Block { on_device: false, ..b }).collect();
+        let blocks = blocks.into_iter().map(|b| Block { on_device: false, prefetched: false, ..b }).collect();
         self.regions.insert(id, CudaRegion { buf, bytes, blocks, ready: None });
         for b in pooled {
             self.touch_block(id, b);
@@ -647,6 +669,7 @@ impl MemoryBackend for CudaBackend {
                         r.ready = Some(event.clone());
                         if !blk.on_device {
                             this.stats.prefetch_arrived_bytes += bytes;
+                            this.regions.get_mut(&id).expect("checked").blocks[b as usize].prefetched = true;
                             if blk.on_host {
                                 this.stats.h2d_bytes += bytes;
                                 this.stats.prefetch_h2d_bytes += bytes;
