@@ -19,6 +19,18 @@ fn replay(events: Vec<TraceEvent>, policy: PolicyName, budget: u64) -> ReplayRep
     run(reader_of(events), &mut backend, policy.as_mut(), &mut |_| {}).unwrap()
 }
 
+/// 32 regions of 8 MiB read in order, over and over, on a device that holds half of them.
+fn cyclic_stream() -> (SynthSpec, u64) {
+    let spec = SynthSpec {
+        pattern: Pattern::Streaming,
+        events: 3000,
+        regions: 32,
+        region_bytes: 8 << 20,
+        ..Default::default()
+    };
+    (spec, 128 << 20)
+}
+
 fn read(id: u64, len: u64) -> TraceAccess {
     TraceAccess { id, offset: 0, len, mode: crate::AccessMode::Read }
 }
@@ -90,14 +102,7 @@ fn oracle_keeps_part_of_a_cyclic_stream_resident() {
     // 32 regions swept in order on a device that holds 16: LRM evicts exactly what comes next
     // and moves every region on every sweep; Belady keeps about half of them resident. (An
     // early-prefetch rule that evicts each region right after its use moves as much as LRM.)
-    let spec = SynthSpec {
-        pattern: Pattern::Streaming,
-        events: 3000,
-        regions: 32,
-        region_bytes: 8 << 20,
-        ..Default::default()
-    };
-    let budget = 128 << 20;
+    let (spec, budget) = cyclic_stream();
     let none = replay(Synth::new(spec).collect(), PolicyName::None, budget);
     let oracle = replay(Synth::new(spec).collect(), PolicyName::Oracle, budget);
     assert!(
@@ -401,14 +406,7 @@ fn replay_undeclared(events: Vec<TraceEvent>, every: u64, learn: bool, budget: u
 /// learning on, their faults enter the history and the next step prefetches them.
 #[test]
 fn advisor_learns_undeclared_accesses_from_faults() {
-    let spec = SynthSpec {
-        pattern: Pattern::Streaming,
-        events: 3000,
-        regions: 32,
-        region_bytes: 8 << 20,
-        ..Default::default()
-    };
-    let budget = 128 << 20;
+    let (spec, budget) = cyclic_stream();
     let none = replay(Synth::new(spec).collect(), PolicyName::None, budget);
     for every in [1, 2] {
         let (blind, learned_off) = replay_undeclared(Synth::new(spec).collect(), every, false, budget);
