@@ -348,9 +348,9 @@ impl<'a, S: EventSink> CuptiSink<'a, S> {
         })
     }
 
-    /// Attributes CUPTI's records (after the backend synchronised), writes them to the inner
-    /// sink in time order, and returns it.
-    pub fn finish(mut self) -> Result<S> {
+    /// Attributes CUPTI's records collected since the last call and writes them to the inner
+    /// sink in time order (the backend must have synchronised).
+    fn write_records(&mut self) -> Result<()> {
         let records = self.source.drain()?;
         let origin = self.cupti_at_origin;
         let clock = move |ts: u64| ts.saturating_sub(origin);
@@ -364,7 +364,13 @@ impl<'a, S: EventSink> CuptiSink<'a, S> {
             MemEvent::Fault { at_ns, .. } => *at_ns,
             _ => 0,
         });
-        self.inner.events(&events)?;
+        self.inner.events(&events)
+    }
+
+    /// Attributes CUPTI's records (after the backend synchronised), writes them to the inner
+    /// sink in time order, and returns it.
+    pub fn finish(mut self) -> Result<S> {
+        self.write_records()?;
         Ok(self.inner)
     }
 }
@@ -386,6 +392,13 @@ impl<S: EventSink> EventSink for CuptiSink<'_, S> {
             }
         }
         self.inner.events(events)
+    }
+
+    /// Writes CUPTI's records, then closes the inner sink: for a [`unimem_core::Runtime`],
+    /// which closes its sink when the last handle is dropped.
+    fn close(&mut self) -> Result<()> {
+        self.write_records()?;
+        self.inner.close()
     }
 }
 

@@ -92,4 +92,8 @@ impl<W: Write> EventSink for EventLog<W> {
     fn events(&mut self, events: &[MemEvent]) -> unimem_core::Result<()> {
         events.iter().try_for_each(|e| self.write(e)).map_err(io)
     }
+
+    fn close(&mut self) -> unimem_core::Result<()> {
+        self.out.flush().map_err(io)
+    }
 }

@@ -172,3 +172,60 @@ fn bad_logs_are_clear_errors() {
     assert!(e.contains("sideways"), "{e}");
     assert!(err("").contains("empty file"));
 }
+
+/// A `Write` the test keeps a handle on while the runtime's engine owns the log.
+#[derive(Clone, Default)]
+struct SharedBuf(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for SharedBuf {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_running_program_writes_its_telemetry_too() {
+    use unimem_core::{RangeAccess, Runtime};
+    let buf = SharedBuf::default();
+    let log = EventLog::new(buf.clone(), "test program").unwrap();
+    let budget = 8 << 20;
+    let rt = Runtime::with_telemetry(
+        Box::new(SimBackend::new(CostModel::h200(), budget)),
+        PolicyName::Advisor,
+        &Config::default(),
+        Some(Box::new(log)),
+    )
+    .unwrap();
+    let names = ["weights", "activations", "gradients"];
+    let regions: Vec<_> = names.iter().map(|n| rt.alloc(n, 4 << 20).unwrap()).collect();
+    for r in &regions {
+        rt.write(r.id, 0, &vec![1u8; 4 << 20]).unwrap();
+    }
+    for _ in 0..4 {
+        rt.step().unwrap();
+        for r in &regions {
+            let acc = [RangeAccess { region: r.id, offset: 0, len: 4 << 20, mode: AccessMode::Read }];
+            rt.launch("read", 50_000, &acc).unwrap();
+        }
+    }
+    rt.free(regions[1].id).unwrap();
+    rt.synchronize().unwrap();
+    drop(rt); // the engine closes the log
+    let bytes = buf.0.lock().unwrap().clone();
+    let log = Log::parse(&bytes[..], "program").unwrap();
+    assert_eq!(log.source, "test program");
+    for (r, name) in regions.iter().zip(names) {
+        assert_eq!(log.name_of(r.id), name);
+    }
+    assert!(log.regions[&regions[1].id].freed);
+    let s = Summary::of(&log.events);
+    assert_eq!(s.totals.kernels, 12);
+    // 12 MiB cycling through 8 MiB: everything moves, each region by name.
+    assert!(s.regions.len() == 3 && s.regions.values().all(|r| r.h2d_bytes > 0), "{:?}", s.regions);
+    let hints = s.totals.hints.values().map(|h| h.0).sum::<u64>();
+    assert!(hints > 0, "the advisor's hints, with their reasons, are in the log");
+}

@@ -2,21 +2,13 @@
 //! chunk (a view, no copy) into an output element. Run (on the simulator, or the GPU) with no hints and with
 //! the advisor; each run prints its own report, and both must compute the same sums.
 //!
-//! `cargo run --release -p unimem-tensor --example streaming` (add `-- cuda` on a GPU)
+//! `cargo run --release -p unimem-tensor --example streaming` (add `-- cuda` on a GPU; `-- --telemetry PREFIX` writes
+//! each run's telemetry log to PREFIX.POLICY.jsonl)
 
-use unimem_core::backend::cuda::CudaBackend;
-use unimem_core::config::Oversubscribe;
-use unimem_core::config::{Config, PolicyName};
+mod common;
+
+use unimem_core::config::PolicyName;
 use unimem_core::units::{Bytes, Nanos};
-use unimem_core::{CostModel, MemoryBackend, Runtime, SimBackend};
-
-/// The simulator, or the GPU with `cuda` as the first argument (the budget emulated there).
-fn backend() -> Result<Box<dyn MemoryBackend>> {
-    Ok(match std::env::args().nth(1).as_deref() {
-        Some("cuda") => Box::new(CudaBackend::open(0, BUDGET, Oversubscribe::Deny)?),
-        _ => Box::new(SimBackend::new(CostModel::h200(), BUDGET)),
-    })
-}
 use unimem_tensor::cuda::{load_kernels, CudaFunction, LaunchConfig};
 use unimem_tensor::{launch_cpu, launch_cuda, Result, Tensor};
 
@@ -38,7 +30,7 @@ extern "C" __global__ void sum_chunk(const float* x, double* out, unsigned long 
 "#;
 
 fn gpu_kernel() -> Result<Option<CudaFunction>> {
-    if std::env::args().nth(1).as_deref() != Some("cuda") {
+    if !common::on_gpu() {
         return Ok(None);
     }
     Ok(load_kernels(0, KERNELS, &["sum_chunk"])?.pop())
@@ -50,7 +42,7 @@ const BUDGET: u64 = 32 << 20;
 const PASSES: u64 = 2;
 
 fn stream(policy: PolicyName, gpu: Option<&CudaFunction>) -> Result<Vec<f64>> {
-    let rt = Runtime::with_backend(backend()?, policy, &Config::default())?;
+    let rt = common::runtime(BUDGET, policy)?;
     let data = Tensor::<f32>::from_fn(&rt, "data", &[ELEMS], |i| (i[0] % 1000) as f32)?;
     let chunks = ELEMS / CHUNK;
     let sums = Tensor::<f64>::zeros(&rt, "sums", &[chunks])?;

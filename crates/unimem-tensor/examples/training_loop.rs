@@ -3,21 +3,13 @@
 //! (backward), weights updated in place. Run (on the simulator, or the GPU) with no hints and with the
 //! advisor; each run prints its own report, and both must compute the same weights.
 //!
-//! `cargo run --release -p unimem-tensor --example training_loop` (add `-- cuda` on a GPU)
+//! `cargo run --release -p unimem-tensor --example training_loop` (add `-- cuda` on a GPU; `-- --telemetry PREFIX` writes
+//! each run's telemetry log to PREFIX.POLICY.jsonl)
 
-use unimem_core::backend::cuda::CudaBackend;
-use unimem_core::config::Oversubscribe;
-use unimem_core::config::{Config, PolicyName};
+mod common;
+
+use unimem_core::config::PolicyName;
 use unimem_core::units::{Bytes, Nanos};
-use unimem_core::{CostModel, MemoryBackend, Runtime, SimBackend};
-
-/// The simulator, or the GPU with `cuda` as the first argument (the budget emulated there).
-fn backend() -> Result<Box<dyn MemoryBackend>> {
-    Ok(match std::env::args().nth(1).as_deref() {
-        Some("cuda") => Box::new(CudaBackend::open(0, BUDGET, Oversubscribe::Deny)?),
-        _ => Box::new(SimBackend::new(CostModel::h200(), BUDGET)),
-    })
-}
 use unimem_tensor::cuda::{load_kernels, CudaFunction, LaunchConfig};
 use unimem_tensor::{launch_cpu, launch_cuda, Result, Tensor};
 
@@ -46,7 +38,7 @@ struct Gpu {
 }
 
 fn gpu_kernels() -> Result<Option<Gpu>> {
-    if std::env::args().nth(1).as_deref() != Some("cuda") {
+    if !common::on_gpu() {
         return Ok(None);
     }
     let mut f = load_kernels(0, KERNELS, &["forward", "backward"])?.into_iter();
@@ -73,7 +65,7 @@ fn dur(bytes: u64) -> u64 {
 }
 
 fn train(policy: PolicyName, gpu: Option<&Gpu>) -> Result<Vec<f32>> {
-    let rt = Runtime::with_backend(backend()?, policy, &Config::default())?;
+    let rt = common::runtime(BUDGET, policy)?;
     let weights: Vec<Tensor<f32>> = (0..LAYERS)
         .map(|l| Tensor::from_fn(&rt, &format!("w{l}"), &[WEIGHT], |i| ((i[0] % 7) as f32 + l as f32) * 0.01))
         .collect::<Result<_>>()?;

@@ -38,8 +38,8 @@ pub fn make_policy(name: PolicyName, budget: u64, config: &Config, cost: &CostMo
     }
 }
 
-/// Where a replay's telemetry goes: the regions as they come and go (for attribution, also
-/// after a free) and the backend's events as they happen.
+/// Where a replay's (or a running program's) telemetry goes: the regions as they come and go
+/// (for attribution, also after a free) and the backend's events as they happen.
 pub trait EventSink {
     /// A region was allocated at `address` (the backend's address of its first byte).
     fn region(&mut self, id: RegionId, bytes: u64, name: Option<&str>, address: u64) -> Result<()>;
@@ -47,6 +47,10 @@ pub trait EventSink {
     fn freed(&mut self, id: RegionId) -> Result<()>;
     /// Events the backend reported since the last call.
     fn events(&mut self, events: &[crate::backend::MemEvent]) -> Result<()>;
+    /// The work is over and the backend synchronised: write what is still held, flush.
+    fn close(&mut self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// How often (in events) the progress callback is called.

@@ -13,7 +13,7 @@ use crate::access::RangeAccess;
 use crate::backend::{BackendStats, KernelLaunch, MemoryBackend, NativeLaunch};
 use crate::error::{Error, Result};
 use crate::region::RegionId;
-use crate::replay::Policy;
+use crate::replay::{EventSink, Policy};
 use crate::trace::{TraceAccess, TraceEvent};
 
 /// What the backend looked like at a synchronize.
@@ -85,11 +85,20 @@ pub(super) struct Engine {
 
 impl Engine {
     pub(super) fn spawn(
-        backend: Box<dyn MemoryBackend>,
-        policy: Box<dyn Policy>,
+        mut backend: Box<dyn MemoryBackend>,
+        mut policy: Box<dyn Policy>,
+        sink: Option<Box<dyn EventSink + Send>>,
         rx: Receiver<Command>,
     ) -> Self {
-        let mut worker = Worker { backend, policy, index: 0, step: 0, failure: None };
+        let feedback = policy.wants_feedback() && backend.records_faults();
+        if sink.is_some() || feedback {
+            backend.record_events(true);
+        }
+        if sink.is_some() {
+            policy.record_events(true);
+        }
+        let mut worker =
+            Worker { backend, policy, sink, feedback, events: Vec::new(), index: 0, step: 0, failure: None };
         let handle = std::thread::Builder::new()
             .name("unimem-engine".into())
             .spawn(move || worker.run(rx))
@@ -105,6 +114,11 @@ impl Engine {
 struct Worker {
     backend: Box<dyn MemoryBackend>,
     policy: Box<dyn Policy>,
+    /// Where the telemetry goes, if anywhere.
+    sink: Option<Box<dyn EventSink + Send>>,
+    /// The policy learns from the backend's events.
+    feedback: bool,
+    events: Vec<crate::backend::MemEvent>,
     /// Event index, as in a trace.
     index: u64,
     step: u64,
@@ -122,10 +136,18 @@ impl Worker {
             match command {
                 Command::Alloc { id, bytes, name, reply } => {
                     let event = TraceEvent::Alloc { id: id.0, bytes, name: Some(name.to_string()) };
-                    let _ = reply.send(self.around(&event, |b| b.allocate(id, bytes)));
+                    let r = self.around(&event, |b| b.allocate(id, bytes)).and_then(|address| {
+                        match self.sink.as_mut() {
+                            Some(sink) => sink.region(id, bytes, Some(&name), address).map(|()| address),
+                            None => Ok(address),
+                        }
+                    });
+                    let _ = reply.send(r);
                 }
                 Command::Free { id } => {
-                    let r = self.around(&TraceEvent::Free { id: id.0 }, |b| b.free(id));
+                    let r = self
+                        .around(&TraceEvent::Free { id: id.0 }, |b| b.free(id))
+                        .and_then(|()| self.sink.as_mut().map_or(Ok(()), |sink| sink.freed(id)));
                     self.keep(r);
                 }
                 Command::Launch { name, dur_ns, acc } => {
@@ -193,8 +215,26 @@ impl Worker {
                 }
                 Command::Shutdown => break,
             }
+            // After the command (and, for an allocation, its region record): its events.
+            if self.sink.is_some() {
+                let r = self.drain();
+                self.keep(r);
+            }
         }
         let _ = self.backend.synchronize();
+        if let Err(e) = self.drain().and_then(|()| self.sink.as_mut().map_or(Ok(()), |sink| sink.close())) {
+            tracing::warn!(error = %e, "writing the runtime's telemetry failed");
+        }
+    }
+
+    /// Hands the policy's and the backend's recorded events to the sink.
+    fn drain(&mut self) -> Result<()> {
+        let Some(sink) = self.sink.as_mut() else { return Ok(()) };
+        self.policy.drain_events(&mut self.events);
+        self.backend.drain_events(&mut self.events);
+        let r = sink.events(&self.events);
+        self.events.clear();
+        r
     }
 
     /// Runs one operation between the policy's `before` and `after`, as a replay does.
@@ -207,6 +247,17 @@ impl Worker {
         self.index += 1;
         self.policy.before(index, event, self.backend.as_mut())?;
         let out = op(self.backend.as_mut())?;
+        if self.feedback {
+            // The backend's events of this operation, for the policy to learn from; they go
+            // on to the sink after the policy's own.
+            let mut observed = Vec::new();
+            self.backend.drain_events(&mut observed);
+            self.policy.observe(&observed);
+            if self.sink.is_some() {
+                self.policy.drain_events(&mut self.events);
+                self.events.append(&mut observed);
+            }
+        }
         self.policy.after(index, event, self.backend.as_mut())?;
         Ok(out)
     }

@@ -139,13 +139,26 @@ impl Runtime {
         policy: PolicyName,
         config: &Config,
     ) -> Result<Self> {
+        Self::with_telemetry(backend, policy, config, None)
+    }
+
+    /// [`Runtime::with_backend`], sending the program's telemetry to `sink` (the regions by
+    /// name, the backend's events, the policy's hints with their reasons), as a replay does
+    /// with `--telemetry`; the sink is closed when the last handle is dropped. The
+    /// `unimem-telemetry` crate has the log (`EventLog`) and, on a GPU, `cupti::CuptiSink`.
+    pub fn with_telemetry(
+        backend: Box<dyn MemoryBackend>,
+        policy: PolicyName,
+        config: &Config,
+        sink: Option<Box<dyn crate::replay::EventSink + Send>>,
+    ) -> Result<Self> {
         let budget = backend.device_capacity();
         let kind = backend.kind();
         // The cost model sets the advisor's smallest worthwhile prefetch.
         let cost = crate::backend::cost_model(config)?;
         let policy = crate::replay::make_policy(policy, budget, config, &cost);
         let (tx, rx) = bounded(1024);
-        let engine = Engine::spawn(backend, policy, rx);
+        let engine = Engine::spawn(backend, policy, sink, rx);
         Ok(Self {
             shared: Arc::new(Shared {
                 registry: Registry::new(),
