@@ -287,6 +287,15 @@ fn replay_events(
         let t0 = Instant::now();
         policy.before(index, seen, backend)?;
         policy_ns += t0.elapsed().as_nanos() as u64;
+        if feedback || sink.is_some() {
+            // What the policy's own hints (and data prepared ahead) did, kept apart from the
+            // operation's events, which the policy learns from: a prefetch populating a region
+            // the kernel does not use is not the kernel touching it.
+            if sink.is_some() {
+                policy.drain_events(&mut drained);
+            }
+            backend.drain_events(&mut drained);
+        }
         match &event {
             TraceEvent::Alloc { id, bytes, name } => {
                 let address = backend.allocate(RegionId(*id), *bytes)?;
@@ -326,8 +335,8 @@ fn replay_events(
             drained.append(&mut observed);
             backend.drain_events(&mut drained);
             sink.events(&drained)?;
-            drained.clear();
         }
+        drained.clear();
         observed.clear();
         if (index + 1) % PROGRESS_EVERY == 0 {
             progress(index + 1);

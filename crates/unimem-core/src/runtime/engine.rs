@@ -246,6 +246,16 @@ impl Worker {
         let index = self.index;
         self.index += 1;
         self.policy.before(index, event, self.backend.as_mut())?;
+        if self.feedback {
+            // The policy's own hints' events stay apart from the operation's, which it learns
+            // from (a prefetch populating a region is not the kernel touching it).
+            if self.sink.is_some() {
+                self.policy.drain_events(&mut self.events);
+                self.backend.drain_events(&mut self.events);
+            } else {
+                self.backend.drain_events(&mut Vec::new());
+            }
+        }
         let out = op(self.backend.as_mut())?;
         if self.feedback {
             // The backend's events of this operation, for the policy to learn from; they go
