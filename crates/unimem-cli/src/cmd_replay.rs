@@ -39,19 +39,6 @@ pub struct Args {
     pub undeclared: u64,
 }
 
-/// CUPTI collection, started once per process (a second start would collect nothing) and
-/// shared by every replay the process runs.
-fn cupti_source(gpu_faults: bool) -> Result<&'static unimem_telemetry::cupti::CuptiSource> {
-    static SOURCE: std::sync::OnceLock<std::result::Result<unimem_telemetry::cupti::CuptiSource, String>> =
-        std::sync::OnceLock::new();
-    SOURCE
-        .get_or_init(|| {
-            unimem_telemetry::cupti::CuptiSource::start_with(0, gpu_faults).map_err(|e| e.to_string())
-        })
-        .as_ref()
-        .map_err(|e| Error::InvalidArgument(format!("--telemetry on a GPU needs CUPTI: {e}")))
-}
-
 /// Resolves a budget against a trace: a percent refers to its peak live (page-rounded) bytes.
 pub fn resolve_budget(budget: Budget, stats: &TraceStats) -> u64 {
     budget.resolve(stats.peak_live_page_bytes)
@@ -92,32 +79,24 @@ pub fn replay_one(
         }
         None => None,
     };
-    let options = |sink| replay::Options { sink, undeclared_every };
-    let (report, log) = match (log, backend.event_clock_origin()) {
-        // On a GPU the faults and migrations come from CUPTI, attributed once the replay is over.
-        (Some(log), Some(origin)) => {
-            let source = cupti_source(config.telemetry.gpu_fault_records)?;
-            let mut sink = unimem_telemetry::cupti::CuptiSink::new(log, source, origin)?;
-            let report = replay::run_with(
-                reader,
-                backend.as_mut(),
-                policy_impl.as_mut(),
-                &mut |_| {},
-                options(Some(&mut sink)),
-            );
-            drop(progress);
-            (report?, Some(sink.finish()?))
-        }
-        (mut log, _) => {
-            let sink = log.as_mut().map(|l| l as &mut dyn replay::EventSink);
-            let report =
-                replay::run_with(reader, backend.as_mut(), policy_impl.as_mut(), &mut |_| {}, options(sink));
-            drop(progress);
-            (report?, log)
-        }
+    // On a GPU the faults and migrations come from CUPTI, attributed when the replay is over.
+    let mut sink = match log {
+        Some(log) => Some(unimem_telemetry::cupti::sink_for(
+            log,
+            backend.as_ref(),
+            config.telemetry.gpu_fault_records,
+        )?),
+        None => None,
     };
-    if let (Some(log), Some(path)) = (log, telemetry) {
-        log.finish().map_err(|e| Error::io(path.display(), e))?;
+    let options = replay::Options {
+        sink: sink.as_deref_mut().map(|s| s as &mut dyn replay::EventSink),
+        undeclared_every,
+    };
+    let report = replay::run_with(reader, backend.as_mut(), policy_impl.as_mut(), &mut |_| {}, options);
+    drop(progress);
+    let report = report?;
+    if let (Some(mut sink), Some(path)) = (sink, telemetry) {
+        sink.close().map_err(|e| Error::io(path.display(), std::io::Error::other(e.to_string())))?;
     }
     tracing::info!(time_ns = report.time_ns, events = report.events, wall_ns = report.wall_ns, "replay done");
     Ok(report)

@@ -191,6 +191,30 @@ impl Drop for CuptiSource {
     }
 }
 
+/// The process's CUPTI collection, started by the first call (with GPU page-fault records if
+/// that call asks for them) and shared by every later one: CUPTI starts once per process.
+pub fn shared(gpu_faults: bool) -> Result<&'static CuptiSource> {
+    static SOURCE: std::sync::OnceLock<std::result::Result<CuptiSource, String>> = std::sync::OnceLock::new();
+    SOURCE
+        .get_or_init(|| CuptiSource::start_with(0, gpu_faults).map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(|e| Error::InvalidArgument(format!("telemetry on a GPU needs CUPTI: {e}")))
+}
+
+/// The sink for telemetry written to `inner` from `backend`: `inner` itself on the simulator
+/// (its events are complete); on a GPU a [`CuptiSink`] around it, fed by the shared CUPTI
+/// collection ([`shared`]), which must start before the memory it observes is allocated.
+pub fn sink_for<S: EventSink + Send + 'static>(
+    inner: S,
+    backend: &dyn unimem_core::MemoryBackend,
+    gpu_faults: bool,
+) -> Result<Box<dyn EventSink + Send>> {
+    Ok(match backend.event_clock_origin() {
+        Some(origin) => Box::new(CuptiSink::new(inner, shared(gpu_faults)?, origin)?),
+        None => Box::new(inner),
+    })
+}
+
 /// The records as events: times through `clock` (CUPTI's clock to the events' clock), regions
 /// by `find` (address and time -> region and offset); records whose address belongs to no
 /// region are skipped. Migration flags carry the cause; a CPU fault's `value` is the faulting

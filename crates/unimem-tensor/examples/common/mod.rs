@@ -4,13 +4,10 @@
 //! `--telemetry PREFIX` writes each run's log to `PREFIX.POLICY.jsonl` (read it with
 //! `unimem telemetry summarize`), from CUPTI on the GPU.
 
-use std::sync::OnceLock;
-
 use unimem_core::backend::cuda::CudaBackend;
 use unimem_core::config::{Config, Oversubscribe, PolicyName};
 use unimem_core::replay::EventSink;
 use unimem_core::{CostModel, Error, MemoryBackend, Runtime, SimBackend};
-use unimem_telemetry::cupti::{CuptiSink, CuptiSource};
 use unimem_telemetry::EventLog;
 
 /// Whether `cuda` is among the arguments.
@@ -22,15 +19,6 @@ pub fn on_gpu() -> bool {
 fn telemetry_prefix() -> Option<String> {
     let args: Vec<String> = std::env::args().collect();
     args.iter().position(|a| a == "--telemetry").and_then(|i| args.get(i + 1).cloned())
-}
-
-/// CUPTI starts once per process, before the memory it observes is allocated.
-fn cupti() -> unimem_core::Result<&'static CuptiSource> {
-    static SOURCE: OnceLock<Result<CuptiSource, String>> = OnceLock::new();
-    SOURCE
-        .get_or_init(|| CuptiSource::start_with(0, false).map_err(|e| e.to_string()))
-        .as_ref()
-        .map_err(|e| Error::InvalidArgument(format!("--telemetry on a GPU needs CUPTI: {e}")))
 }
 
 /// A runtime planning with `policy` on a GPU of `budget` bytes, writing its telemetry where
@@ -50,10 +38,7 @@ pub fn runtime(budget: u64, policy: PolicyName) -> unimem_core::Result<Runtime> 
                 format!("{} ({policy}, {})", std::env::args().next().unwrap_or_default(), backend.describe());
             let log =
                 EventLog::new(std::io::BufWriter::new(file), &source).map_err(|e| Error::io(&path, e))?;
-            match backend.event_clock_origin() {
-                Some(origin) => Some(Box::new(CuptiSink::new(log, cupti()?, origin)?)),
-                None => Some(Box::new(log)),
-            }
+            Some(unimem_telemetry::cupti::sink_for(log, backend.as_ref(), false)?)
         }
     };
     Runtime::with_telemetry(backend, policy, &Config::default(), sink)
