@@ -207,6 +207,9 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
                 None => break None,
                 Some(v) if !resident.contains_key(&v.1) => continue, // evicted already
                 Some(v) if guard.contains(&v.1) => skipped.push(v),
+                // A unit too small to prefetch back is not worth a migration call out either
+                // (dropping dead data is): the driver evicts it if it ever must.
+                Some(v) if v.0 .0 != 2 && (input.unit_bytes)(v.1) < input.min_prefetch_bytes => continue,
                 Some(v) => break Some(v),
             }
         };
@@ -399,6 +402,31 @@ mod tests {
             evicted_before_reuse: &FxHashSet::default(),
             placements: Placements { duplicate: false, ..Placements::default() },
         })
+    }
+
+    /// Small units (below the prefetch break-even) are left where they are: migrating one out
+    /// costs a call and bringing it back a fault. Only large units make room.
+    #[test]
+    fn small_units_are_not_evicted() {
+        let small = |u: Unit| if u.0 .0 >= 10 { 4096 } else { MB2 };
+        let resident: FxHashMap<Unit, (u64, u64)> =
+            [(unit(10), (4096, 0)), (unit(11), (4096, 0)), (unit(1), (MB2, 0))].into_iter().collect();
+        let p = plan(&PlanInput {
+            now: 5,
+            current: &[use_(2, 5)],
+            predicted: &[use_(1, 9), use_(10, 20), use_(11, 30)],
+            resident: &resident,
+            reserve: &[],
+            unit_bytes: &small,
+            budget: MB2 + 8192,
+            min_prefetch_bytes: 256 << 10,
+            read_mostly: &FxHashSet::default(),
+            remote: &FxHashSet::default(),
+            evicted_before_reuse: &FxHashSet::default(),
+            placements: Placements::default(),
+        });
+        let evicted: Vec<Unit> = p.evict.iter().map(|e| e.0).collect();
+        assert_eq!(evicted, vec![unit(1)], "the big unit goes though its next use is sooner: {p:?}");
     }
 
     #[test]
