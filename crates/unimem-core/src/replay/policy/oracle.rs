@@ -177,7 +177,13 @@ impl Oracle {
         to_host: &mut Vec<Unit>,
     ) -> bool {
         while self.used + need > self.budget {
-            let Some(&(key, unit)) = self.order.iter().rev().find(|(_, u)| !protect.contains(u)) else {
+            // A live unit too small to prefetch back is not worth a migration out either: the
+            // driver evicts it if it ever must (dead ones are dropped for free).
+            let worth = |(key, u): &&(Key, Unit)| {
+                !protect.contains(u)
+                    && (key.0 == CLASS_DEAD || self.unit_bytes(*u) >= self.min_prefetch_bytes)
+            };
+            let Some(&(key, unit)) = self.order.iter().rev().find(worth) else {
                 return false;
             };
             // Early, even dead data that is rewritten before j keeps its place: it would need
