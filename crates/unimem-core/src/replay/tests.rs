@@ -79,14 +79,7 @@ fn written_then_evicted_data_costs_both_ways() {
 
 #[test]
 fn oracle_beats_none_streaming_over_budget_and_holds_the_budget() {
-    let spec = SynthSpec {
-        pattern: Pattern::Streaming,
-        events: 3000,
-        regions: 32,
-        region_bytes: 8 << 20,
-        ..Default::default()
-    };
-    let budget = 128 << 20; // half the 256 MiB dataset
+    let (spec, budget) = cyclic_stream(); // half the 256 MiB dataset fits
     let none = replay(Synth::new(spec).collect(), PolicyName::None, budget);
     let oracle = replay(Synth::new(spec).collect(), PolicyName::Oracle, budget);
     assert_eq!(none.compute_floor_ns, oracle.compute_floor_ns);
