@@ -421,3 +421,35 @@ fn advisor_learns_undeclared_accesses_from_faults() {
         assert!(taught.gpu_faults * 3 < blind.gpu_faults);
     }
 }
+
+/// With every access declared there is nothing to learn from faults: what the advisor's own
+/// prefetches populate (a region allocated early and first written by a later kernel) must
+/// not be taken for the running kernel touching it.
+#[test]
+fn declared_programs_teach_nothing_from_faults() {
+    let mib8 = 8 << 20;
+    let access = |id, mode| TraceAccess { id, offset: 0, len: mib8, mode };
+    let mut events = Vec::new();
+    for step in 0..6u64 {
+        let (a, b) = (10 * step + 1, 10 * step + 2);
+        events.push(TraceEvent::Step { index: step });
+        events.push(TraceEvent::Alloc { id: a, bytes: mib8, name: None });
+        events.push(TraceEvent::Alloc { id: b, bytes: mib8, name: None });
+        for (acc, name) in [
+            (access(a, crate::AccessMode::Write), "a = f()"),
+            (access(a, crate::AccessMode::Read), "g(a)"),
+            (access(b, crate::AccessMode::Write), "b = h()"),
+            (access(b, crate::AccessMode::Read), "k(b)"),
+        ] {
+            events.push(TraceEvent::Kernel {
+                name: std::sync::Arc::from(name),
+                dur_ns: 2_000_000,
+                acc: vec![acc],
+            });
+        }
+        // Not freed: fresh memory every step (the pool would hand back populated pages).
+    }
+    let (r, learned) = replay_undeclared(events, 0, true, 1 << 30);
+    assert!(r.prefetch.arrived_bytes > 0, "the advisor prefetched (populated) ahead: {:?}", r.prefetch);
+    assert_eq!(learned, 0, "learned {learned} bytes from its own prefetches");
+}
