@@ -126,5 +126,33 @@ fn advisor_observe(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, replay_none, replay_oracle, sim_launch, advisor_observe);
+/// The planners' host time on a real trace: resnet50-train replayed on the simulator with each
+/// policy at 100% and 50%. On a GPU this time sits between kernel launches; the difference to
+/// `none` is the policy's (its planning, learning and hint bookkeeping).
+fn replay_resnet(c: &mut Criterion) {
+    let path =
+        std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../traces/resnet50-train.jsonl.gz"));
+    let open = || TraceReader::open(path).unwrap();
+    let stats = TraceStats::compute(open()).unwrap();
+    let mut g = c.benchmark_group("resnet50-train");
+    g.sample_size(10).throughput(Throughput::Elements(stats.kernels));
+    for (pct, budget) in [(100, stats.peak_live_page_bytes), (50, stats.peak_live_page_bytes / 2)] {
+        for policy in [PolicyName::None, PolicyName::Oracle, PolicyName::Advisor] {
+            g.bench_function(format!("{policy}_{pct}pct"), |b| {
+                b.iter_batched(
+                    || (open(), SimBackend::new(CostModel::h200(), budget)),
+                    |(reader, mut sim)| {
+                        let cost = CostModel::h200();
+                        let mut p = replay::make_policy(policy, budget, &Config::default(), &cost);
+                        replay::run(reader, &mut sim, p.as_mut(), &mut |_| {}).unwrap()
+                    },
+                    BatchSize::PerIteration,
+                )
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, replay_none, replay_oracle, sim_launch, advisor_observe, replay_resnet);
 criterion_main!(benches);
