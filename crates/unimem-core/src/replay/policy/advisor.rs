@@ -8,7 +8,7 @@
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::units::{add_units, coalesce, fetch_needed, pooled_blocks, unit_bytes, Sizes};
+use super::units::{add_units, coalesce, fetch_needed, merge_units, pooled_blocks, unit_bytes, Sizes};
 use super::Policy;
 use crate::advisor::{
     plan, Identity, Observation, Placements, Plan, PlanInput, Prediction, Predictor, Reason, RegionKey,
@@ -134,6 +134,7 @@ fn kernel_units(sizes: &Sizes, acc: &[TraceAccess]) -> Vec<(Unit, bool, bool)> {
             written.extend(scratch.iter().map(|u| u.0));
         }
     }
+    merge_units(&mut units);
     units.into_iter().map(|(u, ow)| (u, ow, written.contains(&u))).collect()
 }
 

@@ -17,7 +17,7 @@ use std::collections::{BTreeSet, VecDeque};
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
-use super::units::{add_units, coalesce, fetch_needed, pooled_blocks, unit_bytes, Sizes};
+use super::units::{add_units, coalesce, fetch_needed, merge_units, pooled_blocks, unit_bytes, Sizes};
 use super::Policy;
 use crate::advisor::Unit;
 use crate::backend::{Location, MemoryBackend, BLOCK_SIZE};
@@ -68,6 +68,7 @@ fn units_of(acc: &[TraceAccess], sizes: &Sizes) -> Vec<(Unit, bool)> {
     for a in acc {
         add_units(sizes, RegionId(a.id), a.offset, a.len, !a.mode.reads(), &mut out);
     }
+    merge_units(&mut out);
     out
 }
 

@@ -24,10 +24,9 @@ pub(super) fn unit_range(sizes: &Sizes, (id, b): Unit) -> ByteRange {
     ByteRange { region: id, offset: lo, len: size.min(lo + BLOCK_SIZE).saturating_sub(lo) }
 }
 
-/// Adds the units `offset..offset+len` of region `id` touches to `out`, each with whether this
-/// access overwrites it whole (`writes_only`: the access does not read). A unit already in
-/// `out` stays an overwrite only if every access to it overwrites it: data another access of
-/// the same kernel reads is not dead.
+/// Appends the units `offset..offset+len` of region `id` touches to `out`, each with whether
+/// this access overwrites it whole (`writes_only`: the access does not read). One call adds
+/// each unit once; callers that add several accesses merge them with [`merge_units`].
 pub(super) fn add_units(
     sizes: &Sizes,
     id: RegionId,
@@ -43,13 +42,26 @@ pub(super) fn add_units(
     }
     for b in offset / BLOCK_SIZE..end.div_ceil(BLOCK_SIZE) {
         let (lo, hi) = (b * BLOCK_SIZE, ((b + 1) * BLOCK_SIZE).min(size));
-        let overwrite = writes_only && offset <= lo && end >= hi;
-        let unit = (id, b as u32);
-        match out.iter_mut().find(|(u, _)| *u == unit) {
-            Some((_, ow)) => *ow &= overwrite,
-            None => out.push((unit, overwrite)),
+        out.push(((id, b as u32), writes_only && offset <= lo && end >= hi));
+    }
+}
+
+/// Merges the units several accesses added, in order of first appearance: a unit stays an
+/// overwrite only if every access to it overwrites it (data another access of the same kernel
+/// reads is not dead). Linear in the units (a kernel's accesses can add hundreds).
+pub(super) fn merge_units(units: &mut Vec<(Unit, bool)>) {
+    let mut at: rustc_hash::FxHashMap<Unit, usize> = rustc_hash::FxHashMap::default();
+    let mut out: Vec<(Unit, bool)> = Vec::with_capacity(units.len());
+    for &(unit, overwrite) in units.iter() {
+        match at.get(&unit) {
+            Some(&i) => out[i].1 &= overwrite,
+            None => {
+                at.insert(unit, out.len());
+                out.push((unit, overwrite));
+            }
         }
     }
+    *units = out;
 }
 
 /// Coalesces units into byte ranges: contiguous blocks of a region become one range, so a
@@ -117,6 +129,7 @@ mod tests {
         // A full write of blocks 0-1 and a read of block 1: block 1 is not dead.
         add_units(&sizes, RegionId(1), 0, 4 * MIB, true, &mut out);
         add_units(&sizes, RegionId(1), 3 * MIB, 10, false, &mut out);
+        merge_units(&mut out);
         assert_eq!(out, vec![((RegionId(1), 0), true), ((RegionId(1), 1), false)]);
         // The last block is partial: 1 MiB.
         assert_eq!(unit_bytes(&sizes, (RegionId(1), 2)), MIB);
