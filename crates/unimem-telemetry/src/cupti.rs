@@ -339,7 +339,7 @@ impl Tenancy {
 
 /// A replay's telemetry on a GPU. The regions and the backend's own events (kernels timed on
 /// the device, releases of freed regions) pass to `inner` as they come; CUPTI's records are
-/// attributed when the replay is over ([`CuptiSink::finish`]): by address, and where a pool
+/// attributed when the sink is closed (`EventSink::close`): by address, and where a pool
 /// gave the same addresses to several regions in turn, by time (a record belongs to the
 /// first of them not yet released when it happened).
 pub struct CuptiSink<'a, S: EventSink> {
@@ -389,13 +389,6 @@ impl<'a, S: EventSink> CuptiSink<'a, S> {
             _ => 0,
         });
         self.inner.events(&events)
-    }
-
-    /// Attributes CUPTI's records (after the backend synchronised), writes them to the inner
-    /// sink in time order, and returns it.
-    pub fn finish(mut self) -> Result<S> {
-        self.write_records()?;
-        Ok(self.inner)
     }
 }
 
