@@ -328,9 +328,10 @@ impl Tenancy {
         // Live buffers do not overlap, so the nearest base at or below the address that holds
         // it is the one; a few more are looked at for ranges an older, larger buffer held.
         for (&base, list) in self.tenants.range(..=address).rev().take(8) {
-            let holding: Vec<&Tenant> = list.iter().filter(|t| address < base + t.bytes).collect();
-            let Some(last) = holding.last() else { continue };
-            let tenant = holding.iter().find(|t| t.released_ns.is_none_or(|r| t_ns < r)).unwrap_or(last);
+            // Called once per CUPTI record: no collecting, two passes over a short list.
+            let mut holding = list.iter().filter(|t| address < base + t.bytes);
+            let Some(last) = holding.clone().next_back() else { continue };
+            let tenant = holding.find(|t| t.released_ns.is_none_or(|r| t_ns < r)).unwrap_or(last);
             return Some((tenant.region, address - base));
         }
         None
