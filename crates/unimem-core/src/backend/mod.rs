@@ -25,6 +25,18 @@ pub fn page_round(len: u64) -> u64 {
     len.div_ceil(PAGE_SIZE) * PAGE_SIZE
 }
 
+/// What every backend checks of a region it is asked to allocate: at least one byte, and an id
+/// not in use (`in_use`).
+pub(crate) fn check_new_region(id: RegionId, bytes: u64, in_use: bool) -> Result<()> {
+    if bytes == 0 {
+        return Err(crate::Error::Allocation { bytes, reason: "regions must be at least 1 byte".into() });
+    }
+    if in_use {
+        return Err(crate::Error::InvalidArgument(format!("region {id} is already allocated")));
+    }
+    Ok(())
+}
+
 /// Where data can live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -559,12 +559,7 @@ impl MemoryBackend for CudaBackend {
     }
 
     fn allocate(&mut self, id: RegionId, bytes: u64) -> Result<u64> {
-        if bytes == 0 {
-            return Err(Error::Allocation { bytes, reason: "regions must be at least 1 byte".into() });
-        }
-        if self.regions.contains_key(&id) {
-            return Err(Error::InvalidArgument(format!("region id {id} is already allocated")));
-        }
+        crate::backend::check_new_region(id, bytes, self.regions.contains_key(&id))?;
         let (buf, blocks) = self.timed(6, |this| this.take_buffer(bytes))?;
         let addr = buf.ptr();
         // Recycled pages that are on the device count again (they need no faults): they enter

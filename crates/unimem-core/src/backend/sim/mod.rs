@@ -499,12 +499,7 @@ impl MemoryBackend for SimBackend {
     }
 
     fn allocate(&mut self, id: RegionId, bytes: u64) -> Result<u64> {
-        if bytes == 0 {
-            return Err(Error::Allocation { bytes, reason: "size must be at least 1 byte".into() });
-        }
-        if self.regions.contains_key(&id) {
-            return Err(Error::InvalidArgument(format!("region {id} is already allocated")));
-        }
+        crate::backend::check_new_region(id, bytes, self.regions.contains_key(&id))?;
         let pages = bytes.div_ceil(PAGE_SIZE) as usize;
         let addr = self.next_addr;
         self.next_addr += bytes.div_ceil(BLOCK_SIZE) * BLOCK_SIZE;
