@@ -181,6 +181,19 @@ mod backend {
             .collect()
     }
 
+    /// Replays an encoded trace with `policy` on a fresh CUDA backend emulating `budget` bytes.
+    fn replay_on_gpu(
+        bytes: &'static [u8],
+        budget: u64,
+        policy: PolicyName,
+        config: &Config,
+    ) -> replay::ReplayReport {
+        let mut gpu = CudaBackend::open(0, budget, Oversubscribe::Deny).unwrap();
+        let mut p = replay::make_policy(policy, budget, config, &CostModel::h200());
+        replay::run(TraceReader::from_bytes("gpu", bytes).unwrap(), &mut gpu, p.as_mut(), &mut |_| {})
+            .unwrap()
+    }
+
     fn read_kernel(b: &mut CudaBackend, id: RegionId, bytes: u64) {
         let acc = [RangeAccess { region: id, offset: 0, len: bytes, mode: AccessMode::Read }];
         b.launch(&KernelLaunch { name: "read", dur_ns: 1000, accesses: &acc }).unwrap();
@@ -329,15 +342,7 @@ mod backend {
         let budget = 512 * MIB;
         let mut times = Vec::new();
         for policy in [PolicyName::None, PolicyName::Oracle, PolicyName::Advisor] {
-            let mut gpu = CudaBackend::open(0, budget, Oversubscribe::Deny).unwrap();
-            let mut p = replay::make_policy(policy, budget, &Config::default(), &CostModel::h200());
-            let r = replay::run(
-                TraceReader::from_bytes("gpu", bytes).unwrap(),
-                &mut gpu,
-                p.as_mut(),
-                &mut |_| {},
-            )
-            .unwrap();
+            let r = replay_on_gpu(bytes, budget, policy, &Config::default());
             eprintln!(
                 "{policy}: {:.1} ms, {:.2}x floor, H2D {} D2H {} faults {}, prefetch {:?}",
                 r.time_ns as f64 / 1e6,
@@ -395,15 +400,7 @@ mod backend {
             (PolicyName::Advisor, migrate_only, "advisor (migration only)"),
         ];
         for (policy, config, label) in runs {
-            let mut gpu = CudaBackend::open(0, total + (1 << 30), Oversubscribe::Deny).unwrap();
-            let mut p = replay::make_policy(policy, total + (1 << 30), &config, &CostModel::h200());
-            let r = replay::run(
-                TraceReader::from_bytes("gpu", bytes).unwrap(),
-                &mut gpu,
-                p.as_mut(),
-                &mut |_| {},
-            )
-            .unwrap();
+            let r = replay_on_gpu(bytes, total + (1 << 30), policy, &config);
             // Per pass: the kernels' time (the host update between passes is not streaming).
             let passes: Vec<_> = r.steps.iter().filter(|s| s.compute_floor_ns > 0).collect();
             for s in &passes {
