@@ -97,8 +97,17 @@ impl Engine {
         if sink.is_some() {
             policy.record_events(true);
         }
-        let mut worker =
-            Worker { backend, policy, sink, feedback, events: Vec::new(), index: 0, step: 0, failure: None };
+        let mut worker = Worker {
+            backend,
+            policy,
+            sink,
+            feedback,
+            events: Vec::new(),
+            observed: Vec::new(),
+            index: 0,
+            step: 0,
+            failure: None,
+        };
         let handle = std::thread::Builder::new()
             .name("unimem-engine".into())
             .spawn(move || worker.run(rx))
@@ -118,7 +127,10 @@ struct Worker {
     sink: Option<Box<dyn EventSink + Send>>,
     /// The policy learns from the backend's events.
     feedback: bool,
+    /// Events on their way to the sink.
     events: Vec<crate::backend::MemEvent>,
+    /// The current operation's events, for the policy to learn from.
+    observed: Vec<crate::backend::MemEvent>,
     /// Event index, as in a trace.
     index: u64,
     step: u64,
@@ -251,22 +263,23 @@ impl Worker {
             // from (a prefetch populating a region is not the kernel touching it).
             if self.sink.is_some() {
                 self.policy.drain_events(&mut self.events);
-                self.backend.drain_events(&mut self.events);
-            } else {
-                self.backend.drain_events(&mut Vec::new());
+            }
+            self.backend.drain_events(&mut self.events);
+            if self.sink.is_none() {
+                self.events.clear();
             }
         }
         let out = op(self.backend.as_mut())?;
         if self.feedback {
             // The backend's events of this operation, for the policy to learn from; they go
             // on to the sink after the policy's own.
-            let mut observed = Vec::new();
-            self.backend.drain_events(&mut observed);
-            self.policy.observe(&observed);
+            self.backend.drain_events(&mut self.observed);
+            self.policy.observe(&self.observed);
             if self.sink.is_some() {
                 self.policy.drain_events(&mut self.events);
-                self.events.append(&mut observed);
+                self.events.append(&mut self.observed);
             }
+            self.observed.clear();
         }
         self.policy.after(index, event, self.backend.as_mut())?;
         Ok(out)
