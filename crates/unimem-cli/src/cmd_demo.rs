@@ -7,7 +7,7 @@ use unimem_core::units::Nanos;
 use unimem_core::{Budget, Result};
 
 use crate::bundled::TRACES;
-use crate::cmd_replay::{replay_one, resolve_budget};
+use crate::cmd_replay::{replay_one, Sizes};
 use crate::output;
 
 pub fn run(config_file: Option<&std::path::Path>) -> Result<()> {
@@ -37,9 +37,9 @@ pub fn run(config_file: Option<&std::path::Path>) -> Result<()> {
             Nanos(stats.compute_floor_ns)
         );
         for budget in [Budget::Percent(100.0), Budget::Percent(50.0)] {
-            let bytes = resolve_budget(budget, &stats);
+            let sizes = Sizes::of(budget, &stats);
             for policy in PolicyName::ALL {
-                let report = replay_one(&|| trace.reader(), bytes, policy, &config, false, None, 0)?;
+                let report = replay_one(&|| trace.reader(), sizes, policy, &config, false, None, 0)?;
                 table.row(output::report_row(trace.name, &budget.to_string(), &report));
             }
         }

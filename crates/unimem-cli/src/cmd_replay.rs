@@ -44,10 +44,26 @@ pub fn resolve_budget(budget: Budget, stats: &TraceStats) -> u64 {
     budget.resolve(stats.peak_live_page_bytes)
 }
 
+/// The memory a replay runs in: the budget, and the trace's peak live (page-rounded) bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct Sizes {
+    /// Device bytes the working set may use.
+    pub budget: u64,
+    /// The trace's peak live bytes: past the budget, what staging may have to hold at once.
+    pub peak: u64,
+}
+
+impl Sizes {
+    /// A budget against a trace's statistics.
+    pub fn of(budget: Budget, stats: &TraceStats) -> Self {
+        Self { budget: resolve_budget(budget, stats), peak: stats.peak_live_page_bytes }
+    }
+}
+
 /// Replays one trace (opened fresh by `open`) with one policy.
 pub fn replay_one(
     open: &dyn Fn() -> Result<TraceReader>,
-    budget_bytes: u64,
+    sizes: Sizes,
     policy: PolicyName,
     config: &Config,
     show_progress: bool,
@@ -55,7 +71,17 @@ pub fn replay_one(
     undeclared_every: u64,
 ) -> Result<ReplayReport> {
     let cost = backend::cost_model(config)?;
-    let mut backend = backend::open(config.backend, cost.clone(), budget_bytes, config.oversubscribe)?;
+    let budget_bytes = sizes.budget;
+    // Staging memory is pinned before the timed work, as much as can be off the device at once.
+    let staging = config.staging.resolve(budget_bytes);
+    let mut backend = backend::open(
+        config.backend,
+        cost.clone(),
+        budget_bytes,
+        config.oversubscribe,
+        staging,
+        staging.min(sizes.peak.saturating_sub(budget_bytes)),
+    )?;
     let mut policy_impl = replay::make_policy(policy, backend.device_capacity(), config, &cost);
     let reader = open()?;
     let (consumed, total) = reader.progress();
@@ -136,7 +162,7 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
         let _progress = output::Progress::start(consumed, total, args.json, "checking");
         TraceStats::compute(reader)?
     };
-    let budget_bytes = resolve_budget(budget, &stats);
+    let sizes = Sizes::of(budget, &stats);
     let name = args.trace.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let mut table = output::report_table();
     let several = policies.len() > 1;
@@ -149,8 +175,7 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
                 p.clone()
             }
         });
-        let report =
-            replay_one(&open, budget_bytes, policy, &config, !args.json, log.as_deref(), args.undeclared)?;
+        let report = replay_one(&open, sizes, policy, &config, !args.json, log.as_deref(), args.undeclared)?;
         backend_ran = format!("{} ({})", report.backend, report.backend_detail);
         if args.json {
             output::print_report_json(&report, &budget.to_string()).map_err(|e| Error::io("stdout", e))?;

@@ -103,6 +103,7 @@ pub fn report_table() -> Table {
         "GPU faults",
         "peak resident",
         "prefetch acc/cov/on-time",
+        "staged",
         "dup",
         "remote",
     ])
@@ -125,6 +126,7 @@ pub fn report_row(trace: &str, budget_spec: &str, r: &ReplayReport) -> Vec<Strin
         } else {
             format!("{:.2}/{:.2}/{:.2}", r.prefetch.accuracy, r.prefetch.coverage, r.prefetch.timeliness)
         },
+        Bytes(r.placement.staged).to_string(),
         Bytes(r.placement.duplicated).to_string(),
         Bytes(r.placement.remote).to_string(),
     ]

@@ -115,6 +115,7 @@ impl Summary {
                     MigrationCause::Prefetch => "prefetch",
                     MigrationCause::Eviction => "eviction",
                     MigrationCause::Coherence => "coherence",
+                    MigrationCause::Staging => "staging",
                 };
                 *self.causes.entry(name).or_default() += bytes;
             }

@@ -25,6 +25,9 @@ pub enum MigrationCause {
     Eviction,
     /// A write collapsed read-mostly duplicates.
     Coherence,
+    /// A copy through the runtime's pinned staging buffers (a staged eviction, or its
+    /// restore), not a unified-memory migration.
+    Staging,
 }
 
 /// One thing that happened in the memory system, with its time on the backend clock.
@@ -169,6 +172,11 @@ pub struct BackendStats {
     pub prefetch_d2h_bytes: u64,
     /// Bytes the driver evicted device -> host on its own to make room.
     pub evicted_bytes: u64,
+    /// Bytes copied device -> pinned staging buffers (staged evictions).
+    pub staged_out_bytes: u64,
+    /// Bytes copied back from the staging buffers (to the device, or to the host on a host
+    /// access).
+    pub staged_in_bytes: u64,
     /// Bytes dropped by discard.
     pub discarded_bytes: u64,
     /// Bytes a prefetch to the device brought (moved or populated there).

@@ -8,6 +8,7 @@
 
 mod budget;
 mod layers;
+mod staging;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -16,6 +17,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 pub use budget::Budget;
+pub use staging::Staging;
 
 use crate::error::{Error, Result};
 
@@ -214,6 +216,9 @@ pub struct Config {
     pub budget: Budget,
     /// `deny` or `allow` managed allocations beyond the device's free memory.
     pub oversubscribe: Oversubscribe,
+    /// Pinned host memory that evictions are staged in (bytes, or a percent of the budget);
+    /// `0`: evictions migrate.
+    pub staging: Staging,
     /// Simulator settings.
     pub sim: SimConfig,
     /// Replay settings.
@@ -241,6 +246,7 @@ impl Default for Config {
             backend: BackendChoice::Auto,
             budget: Budget::Percent(100.0),
             oversubscribe: Oversubscribe::Deny,
+            staging: Staging::Percent(100.0),
             sim: SimConfig { profile: String::new() },
             replay: ReplayConfig { policies: vec![PolicyName::Advisor], oracle_lookahead: 65_536 },
             advisor: AdvisorConfig::default(),

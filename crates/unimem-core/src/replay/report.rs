@@ -61,16 +61,19 @@ pub struct PlacementBytes {
     pub remote: u64,
     /// Dropped without a copy (dead data).
     pub discarded: u64,
+    /// Evicted by a copy into the pinned staging buffers instead of a migration.
+    pub staged: u64,
 }
 
 impl PlacementBytes {
     /// Placement bytes from backend counters.
     pub fn from_stats(s: &crate::backend::BackendStats) -> Self {
         Self {
-            migrated: s.h2d_bytes.saturating_sub(s.duplicated_bytes),
+            migrated: s.h2d_bytes.saturating_sub(s.duplicated_bytes + s.staged_in_bytes),
             duplicated: s.duplicated_bytes,
             remote: s.remote_bytes,
             discarded: s.discarded_bytes,
+            staged: s.staged_out_bytes,
         }
     }
 }

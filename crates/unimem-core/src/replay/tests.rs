@@ -255,22 +255,25 @@ mod advisor_integrity {
             body in prop::collection::vec(op(), 4..24),
             steps in 2u64..5,
             hide in prop_oneof![Just(0u64), Just(2), Just(3)],
+            staging in prop_oneof![Just(0u64), Just(4 * MIB), Just(64 * MIB)],
         ) {
-            run_program(&persistent, &body, steps, hide)?;
+            run_program(&persistent, &body, steps, hide, staging)?;
         }
     }
 
     /// Runs the program with the advisor; it does not see the accesses to regions whose id is a
-    /// multiple of `hide` (0: it sees all) and learns them from faults.
+    /// multiple of `hide` (0: it sees all) and learns them from faults. Its evictions are
+    /// staged in `staging` bytes of pinned memory (0: none; 4 MiB: the pool fills up).
     pub(super) fn run_program(
         persistent: &[u64],
         body: &[Op],
         steps: u64,
         hide: u64,
+        staging: u64,
     ) -> Result<(), TestCaseError> {
         let budget = 8 * MIB;
         let cost = CostModel::h200();
-        let mut sim = SimBackend::new(cost.clone(), budget);
+        let mut sim = SimBackend::new(cost.clone(), budget).with_staging(staging);
         sim.record_events(true);
         let mut w = World {
             sim,
@@ -379,7 +382,7 @@ fn advisor_regression_predicted_overwrite_must_not_drop_data() {
         Op::Temp(951042),
         Op::HostWrite { r: 3274716269735771086, off: 10882871596733054714, v: 107 },
     ];
-    advisor_integrity::run_program(&[MIB, 2388238], &body, 4, 0).unwrap();
+    advisor_integrity::run_program(&[MIB, 2388238], &body, 4, 0, 0).unwrap();
 }
 
 /// Replays with `undeclared_every`, the advisor learning from faults or not.

@@ -177,7 +177,8 @@ impl Runtime {
     pub fn from_config(config: &Config) -> Result<Self> {
         let cost = crate::backend::cost_model(config)?;
         let capacity = config.budget.resolve(cost.device_memory_bytes);
-        let backend = crate::backend::open(config.backend, cost, capacity, config.oversubscribe)?;
+        let staging = config.staging.resolve(capacity);
+        let backend = crate::backend::open(config.backend, cost, capacity, config.oversubscribe, staging, 0)?;
         Self::with_backend(backend, PolicyName::Advisor, config)
     }
 

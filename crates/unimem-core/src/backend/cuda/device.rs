@@ -35,7 +35,7 @@ pub struct Capabilities {
 }
 
 /// An opened CUDA device: its primary context, a compute stream, and its capabilities.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct CudaDevice {
     ctx: Arc<CudaContext>,
     caps: Capabilities,

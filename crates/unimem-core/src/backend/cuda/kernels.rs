@@ -65,6 +65,16 @@ extern "C" __global__ void add_u32(unsigned long long p, unsigned long long n, u
         w[k] += delta;
 }
 
+// Copies `n` 16-byte words from `src` to `dst` (either side may be pinned host memory mapped
+// into the device's address space, or managed memory).
+extern "C" __global__ void copy_16(unsigned long long dst, unsigned long long src, unsigned long long n) {
+    uint4* d = (uint4*)dst;
+    const uint4* s = (const uint4*)src;
+    for (unsigned long long k = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; k < n;
+         k += (unsigned long long)gridDim.x * blockDim.x)
+        d[k] = s[k];
+}
+
 extern "C" __global__ void sum_u32(unsigned long long p, unsigned long long n, unsigned long long out) {
     const unsigned int* w = (const unsigned int*)p;
     unsigned long long s = 0;
@@ -117,6 +127,7 @@ pub struct Kernels {
     touch: CudaFunction,
     add_u32: CudaFunction,
     sum_u32: CudaFunction,
+    copy_16: CudaFunction,
     scratch: u64,
     grid: u32,
     ctx: Arc<cudarc::driver::CudaContext>,
@@ -152,6 +163,7 @@ impl Kernels {
             touch: load("touch")?,
             add_u32: load("add_u32")?,
             sum_u32: load("sum_u32")?,
+            copy_16: load("copy_16")?,
             scratch,
             grid: (sms.max(1) as u32) * 8,
             ctx,
@@ -218,6 +230,18 @@ impl Kernels {
         b.arg(&ptr).arg(&words).arg(&delta);
         // SAFETY: the caller owns `words` words of managed memory at `ptr`.
         unsafe { b.launch(self.cfg()) }.map_err(cuda_err("cuLaunchKernel", "add_u32")).map(|_| ())
+    }
+
+    /// Copies `bytes` (a multiple of 16) from `src` to `dst` with a kernel of `blocks` thread
+    /// blocks: either side may be mapped pinned host memory, read or written over the link.
+    pub fn copy(&self, stream: &CudaStream, dst: u64, src: u64, bytes: u64, blocks: u32) -> Result<()> {
+        let n = bytes / 16;
+        let mut b = stream.launch_builder(&self.copy_16);
+        b.arg(&dst).arg(&src).arg(&n);
+        // SAFETY: the caller owns `bytes` bytes at both addresses, live until the stream ran it.
+        unsafe { b.launch(self.cfg_blocks(blocks)) }
+            .map_err(cuda_err("cuLaunchKernel", "copy_16"))
+            .map(|_| ())
     }
 
     /// Sums the `words` 32-bit words at `ptr` on the device (waits for `stream`).

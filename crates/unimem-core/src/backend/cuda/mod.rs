@@ -12,6 +12,7 @@ mod device;
 mod kernels;
 mod managed;
 pub mod probe;
+mod staging;
 
 pub use backend::CudaBackend;
 pub use device::{Capabilities, CudaDevice};
@@ -19,6 +20,7 @@ pub use kernels::{Kernels, TouchMode, MAX_TOUCH_RANGES};
 pub use managed::{
     discard_and_prefetch_batch, discard_batch, prefetch_batch, ManagedBuffer, RangeAttributes, RESERVE_BYTES,
 };
+pub use staging::{Run, Slot, StagingPool, SLOT_BYTES};
 
 use crate::error::Error;
 

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use cudarc::driver::{sys, CudaStream};
 
+use super::staging::{Run, Slot, StagingPool, SLOT_BYTES};
 use super::{cuda_err, discard_batch, prefetch_batch, CudaDevice, Kernels, ManagedBuffer, TouchMode};
 use crate::backend::sim::CostModel;
 use crate::backend::{Advice, Location};
@@ -66,6 +67,277 @@ fn gbps(bytes: u64, ns: u64) -> f64 {
 fn place(buf: &ManagedBuffer, to: Location, stream: &CudaStream) -> Result<()> {
     buf.prefetch(0, buf.len(), to, stream)?;
     stream.synchronize().map_err(cuda_err("cuStreamSynchronize", "probe"))
+}
+
+/// Staged evictions, as the CUDA backend makes them: device-resident data copied into pinned
+/// slots and its pages discarded; back to the device by repopulating the pages (prefetch) and
+/// copying in; back to the host by a CPU copy into the discarded pages; and a staged eviction
+/// beside a prefetch the other way. Checks the data survives each round trip. Returns the rates
+/// (to pinned, back to the device, back to the host).
+fn stage_rates(
+    dev: &CudaDevice,
+    a: &mut ManagedBuffer,
+    kernels: &Kernels,
+    (s, s2): (&CudaStream, &CudaStream),
+    note: &mut dyn FnMut(&'static str, f64, &'static str, Option<f64>) -> f64,
+) -> Result<(f64, f64, f64)> {
+    let default = CostModel::h200();
+    let bytes = a.len();
+    let mut pool = StagingPool::new(dev, bytes);
+    pool.reserve(bytes)?;
+    let mut slots: Vec<Slot> = Vec::new();
+    for _ in 0..bytes / SLOT_BYTES {
+        slots.push(pool.take(s)?.ok_or_else(|| Error::Allocation {
+            bytes,
+            reason: "cannot pin staging memory for the probe".into(),
+        })?);
+    }
+    let runs_of = |buf: &ManagedBuffer| -> Vec<Run> {
+        slots
+            .iter()
+            .enumerate()
+            .map(|(i, &slot)| (buf.ptr(), buf.ptr() + i as u64 * SLOT_BYTES, slot, SLOT_BYTES))
+            .collect()
+    };
+    let sync = |st: &CudaStream| st.synchronize().map_err(cuda_err("cuStreamSynchronize", "probe"));
+    let stage_out = |buf: &ManagedBuffer, pool: &StagingPool, st: &CudaStream| -> Result<()> {
+        pool.copy(runs_of(buf), true, st)?;
+        discard_batch(dev, &[(buf.ptr(), buf.len())], st).map(|_| ())
+    };
+    // A pattern to check: one byte per page.
+    sync(s)?;
+    let pattern = |i: usize| (i as u8).wrapping_mul(31).wrapping_add(7);
+    // SAFETY: the streams are idle.
+    unsafe { a.host_bytes() }.iter_mut().step_by(4096).enumerate().for_each(|(i, b)| *b = pattern(i));
+    let check = |a: &mut ManagedBuffer, what: &str| -> Result<()> {
+        // SAFETY: callers synchronise first.
+        let bad = unsafe { a.host_bytes() }
+            .iter()
+            .step_by(4096)
+            .enumerate()
+            .filter(|(i, &b)| b != pattern(*i))
+            .count();
+        if bad > 0 {
+            return Err(Error::Cuda {
+                call: "staging".into(),
+                detail: format!("{bad} pages wrong after {what}"),
+            });
+        }
+        Ok(())
+    };
+
+    place(a, Location::Device, s)?;
+    let t = timed(s, || stage_out(a, &pool, s))?;
+    let d2h = note(
+        "staged eviction: copy to pinned + discard",
+        gbps(bytes, t),
+        "GB/s",
+        Some(default.stage_d2h_rate_gbps),
+    );
+    sync(s)?;
+    // Back to the device, several ways; after each, whether the pages are device-resident (a
+    // kernel reading them runs at HBM speed if so) and whether the data is intact.
+    let resident = |a: &ManagedBuffer| -> Result<f64> {
+        let t_after = timed(s, || kernels.touch(s, &[(a.ptr(), a.len(), TouchMode::Read)], 4096, 0))?;
+        let t_again = timed(s, || kernels.touch(s, &[(a.ptr(), a.len(), TouchMode::Read)], 4096, 0))?;
+        Ok(t_after as f64 / t_again as f64)
+    };
+    let sms = 132u32;
+    let mut best = 0.0f64;
+    for (k, name) in [
+        "  back: prefetch (populate), then copy engine",
+        "  back: discard-and-prefetch, then copy engine",
+        "  back: copy kernel from mapped pinned memory",
+        "  back: prefetch (populate), then copy kernel",
+        "  back: copy engine into discarded pages, then prefetch",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        if k > 0 {
+            place(a, Location::Device, s)?;
+            stage_out(a, &pool, s)?;
+            sync(s)?;
+        }
+        let whole = [(a.ptr(), bytes)];
+        let copy_kernel = || -> Result<()> {
+            for (_, dptr, slot, len) in runs_of(a) {
+                kernels.copy(s, dptr, pool.ptr(slot) as u64, len, sms * 2)?;
+            }
+            Ok(())
+        };
+        let t = timed(s, || match k {
+            0 => {
+                a.prefetch(0, bytes, Location::Device, s)?;
+                pool.copy(runs_of(a), false, s)
+            }
+            1 => {
+                super::discard_and_prefetch_batch(dev, &whole, Location::Device, s)?;
+                pool.copy(runs_of(a), false, s)
+            }
+            2 => copy_kernel(),
+            3 => {
+                a.prefetch(0, bytes, Location::Device, s)?;
+                copy_kernel()
+            }
+            _ => {
+                pool.copy(runs_of(a), false, s)?;
+                a.prefetch(0, bytes, Location::Device, s)
+            }
+        })?;
+        let rate = note(name, gbps(bytes, t), "GB/s", None);
+        let ratio = note("    a kernel's first read after it / its second", resident(a)?, "x", None);
+        sync(s)?;
+        check(a, name)?;
+        if ratio < 3.0 {
+            best = best.max(rate);
+        }
+    }
+    let h2d = note(
+        "staged data back to the device, best resident way",
+        best,
+        "GB/s",
+        Some(default.stage_h2d_rate_gbps),
+    );
+
+    // The same in 2 MiB pieces, one copy and one discard range per block, as a planner's
+    // evictions of scattered blocks come: the fixed cost per piece.
+    place(a, Location::Device, s)?;
+    let t = timed(s, || {
+        for run in runs_of(a) {
+            pool.copy(vec![run], true, s)?;
+        }
+        let pieces: Vec<(u64, u64)> = runs_of(a).iter().map(|r| (r.1, r.3)).collect();
+        discard_batch(dev, &pieces, s).map(|_| ())
+    })?;
+    note("staged eviction in 2 MiB pieces", gbps(bytes, t), "GB/s", None);
+    let t = timed(s, || {
+        for run in runs_of(a) {
+            pool.copy(vec![run], false, s)?;
+        }
+        let pieces: Vec<(u64, u64)> = runs_of(a).iter().map(|r| (r.1, r.3)).collect();
+        prefetch_batch(dev, &pieces, Location::Device, s)
+    })?;
+    note("back to the device in 2 MiB pieces (copies, one batch prefetch)", gbps(bytes, t), "GB/s", None);
+    sync(s)?;
+    check(a, "2 MiB pieces")?;
+
+    // Back to the host, two ways: a CPU copy into the discarded pages, and populating them on
+    // the host first (discard and prefetch to the host) then the CPU copy.
+    let cpu_copy = |a: &mut ManagedBuffer, pool: &StagingPool| {
+        for (_, dptr, slot, len) in runs_of(a) {
+            let (at, hptr) = ((dptr - a.ptr()) as usize, pool.ptr(slot));
+            // SAFETY: the streams are idle; each slot holds `len` bytes of the buffer.
+            unsafe {
+                let host = a.host_bytes();
+                std::ptr::copy_nonoverlapping(hptr, host[at..at + len as usize].as_mut_ptr(), len as usize);
+            }
+        }
+    };
+    place(a, Location::Device, s)?;
+    stage_out(a, &pool, s)?;
+    sync(s)?;
+    let t0 = Instant::now();
+    cpu_copy(a, &pool);
+    note(
+        "staged data back to the host: CPU copy into discarded pages",
+        gbps(bytes, t0.elapsed().as_nanos() as u64),
+        "GB/s",
+        None,
+    );
+    check(a, "a return to the host")?;
+    place(a, Location::Device, s)?;
+    stage_out(a, &pool, s)?;
+    sync(s)?;
+    let t0 = Instant::now();
+    super::discard_and_prefetch_batch(dev, &[(a.ptr(), bytes)], Location::Host, s)?;
+    sync(s)?;
+    cpu_copy(a, &pool);
+    note(
+        "staged data back to the host: populate on the host, CPU copy",
+        gbps(bytes, t0.elapsed().as_nanos() as u64),
+        "GB/s",
+        None,
+    );
+    check(a, "a return to the host through populated pages")?;
+    place(a, Location::Device, s)?;
+    stage_out(a, &pool, s)?;
+    sync(s)?;
+    let t0 = Instant::now();
+    pool.copy(runs_of(a), false, s)?;
+    sync(s)?;
+    let host = note(
+        "staged data back to the host: copy engine into discarded pages",
+        gbps(bytes, t0.elapsed().as_nanos() as u64),
+        "GB/s",
+        Some(default.stage_host_rate_gbps),
+    );
+    let t0 = Instant::now();
+    // SAFETY: the streams are idle.
+    let sum: u64 = unsafe { a.host_bytes() }.iter().step_by(4096).map(|&b| b as u64).sum();
+    std::hint::black_box(sum);
+    note("    a CPU read of every page after it", gbps(bytes, t0.elapsed().as_nanos() as u64), "GB/s", None);
+    check(a, "a return to the host by the copy engine")?;
+
+    // Beside transfers the other way: `e` is staged out (issued first, as the planner issues
+    // evictions before prefetches) while `a` comes to the device by a prefetch, or by a copy
+    // back from staging.
+    let e = ManagedBuffer::alloc(dev, bytes)?;
+    kernels.touch(s, &[(e.ptr(), bytes, TouchMode::Write)], 4096, 0)?;
+    place(a, Location::Host, s)?;
+    let t_one = timed(s, || a.prefetch(0, bytes, Location::Device, s))?;
+    place(a, Location::Host, s)?;
+    let mut pool_e = StagingPool::new(dev, bytes);
+    pool_e.reserve(bytes)?;
+    let mut slots_e = Vec::new();
+    for _ in 0..bytes / SLOT_BYTES {
+        slots_e.push(pool_e.take(s2)?.ok_or_else(|| Error::Allocation { bytes, reason: "staging".into() })?);
+    }
+    let runs_e: Vec<Run> = slots_e
+        .iter()
+        .enumerate()
+        .map(|(i, &slot)| (e.ptr(), e.ptr() + i as u64 * SLOT_BYTES, slot, SLOT_BYTES))
+        .collect();
+    let beside = |incoming: &dyn Fn() -> Result<()>| {
+        timed(s, || {
+            let fork = s.record_event(None).map_err(cuda_err("cuEventRecord", "duplex"))?;
+            s2.wait(&fork).map_err(cuda_err("cuStreamWaitEvent", "duplex"))?;
+            pool_e.copy(runs_e.clone(), true, s2)?;
+            discard_batch(dev, &[(e.ptr(), bytes)], s2)?;
+            incoming()?;
+            let join = s2.record_event(None).map_err(cuda_err("cuEventRecord", "duplex"))?;
+            s.wait(&join).map_err(cuda_err("cuStreamWaitEvent", "duplex"))
+        })
+    };
+    let t_both = beside(&|| a.prefetch(0, bytes, Location::Device, s))?;
+    note("staged eviction beside a prefetch H2D, aggregate", gbps(2 * bytes, t_both), "GB/s", None);
+    note("  time of both / time of the prefetch alone", t_both as f64 / t_one as f64, "x", None);
+    kernels.touch(s, &[(e.ptr(), bytes, TouchMode::Write)], 4096, 0)?;
+    place(a, Location::Device, s)?;
+    stage_out(a, &pool, s)?;
+    let t_both = beside(&|| {
+        for (_, dptr, slot, len) in runs_of(a) {
+            kernels.copy(s, dptr, pool.ptr(slot) as u64, len, sms * 2)?;
+        }
+        Ok(())
+    })?;
+    note(
+        "staged eviction beside a copy kernel back from staging, aggregate",
+        gbps(2 * bytes, t_both),
+        "GB/s",
+        None,
+    );
+    sync(s)?;
+    check(a, "a copy back beside a staged eviction")?;
+    for slot in slots_e {
+        pool_e.release(slot, None);
+    }
+    sync(s)?;
+    drop(e);
+    for slot in slots {
+        pool.release(slot, None);
+    }
+    Ok((d2h, h2d, host))
 }
 
 /// Runs every measurement on `dev` with buffers of `bytes` (rounded down to 2 MiB, at most
@@ -309,7 +581,23 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
         discard_batch(dev, &whole, &s)?;
         let t = timed(&s, || a.prefetch(0, bytes, Location::Device, &s))?;
         note("prefetch of discarded device pages (still mapped)", gbps(bytes, t), "GB/s", None);
+        // Dead data on the host (the facts' case): discarded, then prefetched to the device.
+        place(&a, Location::Host, &s)?;
+        discard_batch(dev, &whole, &s)?;
+        let t = timed(&s, || a.prefetch(0, bytes, Location::Device, &s))?;
+        note(
+            "prefetch of discarded host pages (population)",
+            gbps(bytes, t),
+            "GB/s",
+            Some(default.prefetch_populate_rate_gbps),
+        );
     }
+
+    let (stage_d2h, stage_h2d, stage_host) = if dev.capabilities().discard_batch {
+        stage_rates(dev, &mut a, &kernels, (&s, &s2), &mut note)?
+    } else {
+        (default.stage_d2h_rate_gbps, default.stage_h2d_rate_gbps, default.stage_host_rate_gbps)
+    };
 
     // GPU first touch of fresh memory: population by faults (not measured in h200-facts.md).
     let c = ManagedBuffer::alloc(dev, bytes)?;
@@ -405,6 +693,9 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
         discard_call_ns: default.discard_call_ns,
         launch_host_ns: launch_ns.round() as u64,
         alloc_host_ns: alloc_ns.round() as u64,
+        stage_d2h_rate_gbps: stage_d2h,
+        stage_h2d_rate_gbps: stage_h2d,
+        stage_host_rate_gbps: stage_host,
     };
     profile.validate("probe")?;
     Ok(ProbeReport {

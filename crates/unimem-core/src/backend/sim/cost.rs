@@ -71,6 +71,30 @@ pub struct CostModel {
     pub launch_host_ns: u64,
     /// Host time of a managed allocation the memory pool cannot serve (`cuMemAllocManaged`).
     pub alloc_host_ns: u64,
+    /// Copy rate of device-resident managed data into pinned staging buffers and discard of
+    /// its pages (a staged eviction). Profiles written before staging take the H200 figures.
+    #[serde(default = "h200_stage_d2h")]
+    pub stage_d2h_rate_gbps: f64,
+    /// Rate of bringing staged data back to the device, end to end: copied into the host's
+    /// managed pages, then migrated.
+    #[serde(default = "h200_stage_h2d")]
+    pub stage_h2d_rate_gbps: f64,
+    /// Rate of bringing staged data back to the host (the copy engine's copy into the managed
+    /// pages).
+    #[serde(default = "h200_stage_host")]
+    pub stage_host_rate_gbps: f64,
+}
+
+fn h200_stage_d2h() -> f64 {
+    CostModel::h200().stage_d2h_rate_gbps
+}
+
+fn h200_stage_h2d() -> f64 {
+    CostModel::h200().stage_h2d_rate_gbps
+}
+
+fn h200_stage_host() -> f64 {
+    CostModel::h200().stage_host_rate_gbps
 }
 
 impl Default for CostModel {
@@ -113,6 +137,9 @@ impl CostModel {
             ("duplicate_prefetch_rate_gbps", self.duplicate_prefetch_rate_gbps),
             ("remote_rate_gbps", self.remote_rate_gbps),
             ("discard_rate_gbps", self.discard_rate_gbps),
+            ("stage_d2h_rate_gbps", self.stage_d2h_rate_gbps),
+            ("stage_h2d_rate_gbps", self.stage_h2d_rate_gbps),
+            ("stage_host_rate_gbps", self.stage_host_rate_gbps),
         ];
         for (key, v) in rates {
             if !(v.is_finite() && v > 0.0) {

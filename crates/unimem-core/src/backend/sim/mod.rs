@@ -13,6 +13,11 @@
 //! - Eviction under capacity pressure takes the least-recently-migrated 2 MiB block that the
 //!   running kernel does not touch, as the driver does.
 //! - Device capacity is the configured budget: the simulator emulates a GPU of that size.
+//! - Staged evictions ([`MemoryBackend::stage_out`]) copy device-only data into pinned staging
+//!   buffers at the copy engine's rate instead of migrating it; the copies share the link with
+//!   migrations (on the H200 a staged eviction beside a prefetch took as long as both in turn).
+//!   Staged data comes back before a prefetch or kernel uses it (copied into the host's pages
+//!   and migrated, end to end at the profile's rate), and to the host before a host access.
 //! - Managed memory is pooled, as the runtime does (cudaFree synchronises the device): device
 //!   pages of freed or discarded regions stay mapped in a pool, and new allocations take
 //!   device-resident pages from it without first-touch faults. The pool only holds memory the
@@ -67,6 +72,8 @@ struct SimRegion {
     on_host: PageSet,
     /// Device pages a prefetch brought that no kernel has touched yet (for the metrics).
     prefetched: PageSet,
+    /// Pages whose only copy is in a staging buffer (their bytes are kept in `host_data`).
+    staged: PageSet,
     blocks: Vec<Block>,
     host_data: PageStore,
     dev_data: PageStore,
@@ -141,6 +148,9 @@ pub struct SimBackend {
     compute_free: u64,
     link_h2d: u64,
     link_d2h: u64,
+    /// Pinned staging memory: capacity and bytes in use.
+    staging_capacity: u64,
+    staged_bytes: u64,
     device_bytes: u64,
     /// Device memory freed or discarded but still mapped, reusable without faults.
     pool_bytes: u64,
@@ -171,6 +181,8 @@ impl SimBackend {
             compute_free: 0,
             link_h2d: 0,
             link_d2h: 0,
+            staging_capacity: 0,
+            staged_bytes: 0,
             device_bytes: 0,
             pool_bytes: 0,
             pooled_buffers: HashMap::default(),
@@ -180,6 +192,13 @@ impl SimBackend {
             recording: false,
             events: Vec::new(),
         }
+    }
+
+    /// The same simulator with `bytes` of pinned staging memory for staged evictions (none by
+    /// default: [`MemoryBackend::stage_out`] then migrates).
+    pub fn with_staging(mut self, bytes: u64) -> Self {
+        self.staging_capacity = bytes;
+        self
     }
 
     /// A simulator of the whole default H200.
@@ -399,6 +418,94 @@ impl SimBackend {
         done
     }
 
+    /// Brings the staged pages of `s..e` back to the device, after making room (outside
+    /// `protect`) from `earliest` on: the pages are repopulated and copied from the staging
+    /// buffers over the link's H2D side. `prefetch`: a prefetch asked for them (they count in
+    /// its metrics). Returns (pages, when they are there).
+    fn restore_to_device(
+        &mut self,
+        id: RegionId,
+        s: usize,
+        e: usize,
+        protect: &HashSet<(RegionId, u32)>,
+        earliest: u64,
+        prefetch: bool,
+    ) -> (usize, u64) {
+        let runs = self.regions[&id].staged.runs(s, e);
+        let mut pages = 0;
+        let mut done = earliest;
+        for (rs, re) in runs {
+            let n = re - rs;
+            let room_at = self.make_room(n as u64 * PAGE_SIZE, protect, earliest);
+            let r = self.regions.get_mut(&id).expect("checked by caller");
+            if !r.host_data.is_empty() {
+                let (host_data, dev_data) = (&mut r.host_data, &mut r.dev_data);
+                r.staged.for_each(rs, re, |p| dev_data.put(p, host_data.take(p)));
+            }
+            r.staged.remove(rs, re);
+            r.on_device.insert(rs, re);
+            if prefetch {
+                // A prefetch's restore counts as prefetched (accuracy and timeliness).
+                r.prefetched.insert(rs, re);
+                self.stats.prefetch_arrived_bytes += (re - rs) as u64 * PAGE_SIZE;
+            }
+            let blocks = r.block_range(rs, re);
+            self.staged_bytes -= n as u64 * PAGE_SIZE;
+            self.note_device_added(n);
+            let bytes = n as u64 * PAGE_SIZE;
+            let dur = CostModel::transfer_ns(bytes, self.cost.stage_h2d_rate_gbps);
+            let (start, end) = self.occupy_link(Direction::H2D, room_at, dur);
+            let r = self.regions.get_mut(&id).expect("checked by caller");
+            for b in blocks.clone() {
+                r.blocks[b].ready_ns = r.blocks[b].ready_ns.max(end);
+            }
+            self.restamp(id, blocks);
+            self.stats.h2d_bytes += bytes;
+            self.stats.staged_in_bytes += bytes;
+            self.emit(|| MemEvent::Migration {
+                region: id,
+                offset: rs as u64 * PAGE_SIZE,
+                bytes,
+                dir: Direction::H2D,
+                cause: MigrationCause::Staging,
+                start_ns: start,
+                end_ns: end,
+            });
+            pages += n;
+            done = done.max(end);
+        }
+        (pages, done)
+    }
+
+    /// Brings the staged pages of `s..e` back to the host (the copy engine copies them into
+    /// the host's pages, over the link) from `at`; returns when the copy is done.
+    fn restore_to_host(&mut self, id: RegionId, s: usize, e: usize, at: u64) -> u64 {
+        let r = self.regions.get_mut(&id).expect("checked by caller");
+        let (staged, on_host) = (&mut r.staged, &mut r.on_host);
+        on_host.union_from(staged, s, e);
+        let n = staged.remove(s, e);
+        if n == 0 {
+            return at;
+        }
+        let bytes = n as u64 * PAGE_SIZE;
+        self.staged_bytes -= bytes;
+        self.stats.staged_in_bytes += bytes;
+        let dur = CostModel::transfer_ns(bytes, self.cost.stage_host_rate_gbps);
+        self.occupy_link(Direction::H2D, at, dur).1
+    }
+
+    /// Drops the staged copies of `s..e` (dead data); returns how many pages had one.
+    fn drop_staged(&mut self, id: RegionId, s: usize, e: usize) -> usize {
+        let r = self.regions.get_mut(&id).expect("checked by caller");
+        if !r.host_data.is_empty() {
+            let host_data = &mut r.host_data;
+            r.staged.for_each(s, e, |p| host_data.drop_page(p));
+        }
+        let n = r.staged.remove(s, e);
+        self.staged_bytes -= n as u64 * PAGE_SIZE;
+        n
+    }
+
     fn blocks_of(&self, ranges: impl Iterator<Item = (RegionId, u64, u64)>) -> HashSet<(RegionId, u32)> {
         let mut set = HashSet::default();
         for (id, offset, len) in ranges {
@@ -509,6 +616,7 @@ impl MemoryBackend for SimBackend {
             on_device: PageSet::new(pages),
             on_host: PageSet::new(pages),
             prefetched: PageSet::new(pages),
+            staged: PageSet::new(pages),
             blocks: vec![Block::default(); pages.div_ceil(PAGES_PER_BLOCK)],
             host_data: PageStore::default(),
             dev_data: PageStore::default(),
@@ -533,6 +641,7 @@ impl MemoryBackend for SimBackend {
     fn free(&mut self, id: RegionId) -> Result<()> {
         let r = self.regions.remove(&id).ok_or(Error::UnknownRegion(id))?;
         *self.pooled_buffers.entry(r.bytes).or_insert(0) += 1;
+        self.staged_bytes -= r.staged.count(0, r.pages) as u64 * PAGE_SIZE;
         // The runtime pools managed memory: a free does not synchronise the device, and the
         // region's device pages go back to the pool.
         self.note_device_released(r.on_device.count(0, r.pages));
@@ -600,6 +709,7 @@ impl MemoryBackend for SimBackend {
             let id = range.region;
             match to {
                 Location::Device => {
+                    self.restore_to_device(id, s, e, &protect, self.host_now, true);
                     let r = &self.regions[&id];
                     let missing = (e - s) - r.on_device.count(s, e);
                     let blocks = r.block_range(s, e);
@@ -707,6 +817,8 @@ impl MemoryBackend for SimBackend {
             }
             let had_copy = (e - s) - r.on_device.count_neither(&r.on_host, s, e);
             let dev = r.on_device.remove(s, e);
+            let had_copy = had_copy + self.drop_staged(id, s, e);
+            let r = self.regions.get_mut(&id).expect("checked");
             r.on_host.remove(s, e);
             r.prefetched.remove(s, e);
             // Discard does not return memory (h200-facts.md): the pages stay mapped, pooled.
@@ -726,12 +838,98 @@ impl MemoryBackend for SimBackend {
         Ok(())
     }
 
+    fn stage_out(&mut self, ranges: &[ByteRange]) -> Result<()> {
+        for r in ranges {
+            self.checked(r.region, r.offset, r.len)?;
+        }
+        // Blocks that do not fit in the staging buffers, or hold no device-only data, migrate.
+        let mut migrate: Vec<ByteRange> = Vec::new();
+        let mut copies = 0u64;
+        for range in ranges {
+            let id = range.region;
+            let (s, e) = self.regions[&id].page_range(range.offset, range.len);
+            for b in self.regions[&id].block_range(s, e) {
+                let r = &self.regions[&id];
+                let (bs, be) = r.block_pages(b);
+                let (bs, be) = (bs.max(s), be.min(e));
+                let dev_only = r.on_device.count(bs, be) - r.on_device.count_and(&r.on_host, bs, be);
+                let bytes = dev_only as u64 * PAGE_SIZE;
+                if dev_only == 0 || self.staged_bytes + bytes > self.staging_capacity {
+                    let (offset, len) = (bs as u64 * PAGE_SIZE, (be - bs) as u64 * PAGE_SIZE);
+                    let len = len.min(r.bytes - offset);
+                    migrate.push(ByteRange { region: id, offset, len });
+                    continue;
+                }
+                // The copy waits for the kernels using the block, on the copy engine's lane.
+                let last_use = r.blocks[b].last_use_ns;
+                let r = self.regions.get_mut(&id).expect("checked");
+                let (staged, on_device, on_host) = (&mut r.staged, &r.on_device, &r.on_host);
+                staged.insert_only_in(on_device, on_host, bs, be);
+                if !r.dev_data.is_empty() {
+                    let (on_host, dev_data, host_data) = (&r.on_host, &mut r.dev_data, &mut r.host_data);
+                    r.on_device.for_each(bs, be, |p| {
+                        let page = dev_data.take(p);
+                        if !on_host.contains(p) {
+                            host_data.put(p, page);
+                        }
+                    });
+                }
+                // Duplicates keep their host copy; every device page of the block is dropped.
+                let dropped = r.on_device.remove(bs, be);
+                r.prefetched.remove(bs, be);
+                self.note_device_released(dropped);
+                self.unstamp_empty(id, b..b + 1);
+                self.staged_bytes += bytes;
+                let start_at = self.host_now.max(last_use);
+                let dur = CostModel::transfer_ns(bytes, self.cost.stage_d2h_rate_gbps);
+                let (start, _) = self.occupy_link(Direction::D2H, start_at, dur);
+                copies += 1;
+                self.stats.d2h_bytes += bytes;
+                self.stats.staged_out_bytes += bytes;
+                let (offset, end) = (bs as u64 * PAGE_SIZE, start + dur);
+                self.emit(|| MemEvent::Migration {
+                    region: id,
+                    offset,
+                    bytes,
+                    dir: Direction::D2H,
+                    cause: MigrationCause::Staging,
+                    start_ns: start,
+                    end_ns: end,
+                });
+            }
+        }
+        if copies > 0 {
+            // The copies' calls and the discard of their device pages hold the host.
+            let bytes = copies * BLOCK_SIZE;
+            self.host_now +=
+                (bytes as f64 / (1u64 << 30) as f64 * self.cost.discard_host_ns_per_gib as f64) as u64;
+        }
+        if migrate.is_empty() {
+            return Ok(());
+        }
+        self.prefetch(&migrate, Location::Host)
+    }
+
+    fn staging_capacity(&self) -> u64 {
+        self.staging_capacity
+    }
+
     fn launch(&mut self, kernel: &KernelLaunch<'_>) -> Result<()> {
         for a in kernel.accesses {
             self.checked(a.region, a.offset, a.len)?;
         }
         // The host issues the kernel at the end of its launch call; the device runs it when free.
         self.host_now += self.cost.launch_host_ns;
+        // Staged data it uses comes back first (the kernel waits for it as for a prefetch).
+        if self.staged_bytes > 0 {
+            let protect = self.blocks_of(kernel.accesses.iter().map(|a| (a.region, a.offset, a.len)));
+            for a in kernel.accesses {
+                let (s, e) = self.regions[&a.region].page_range(a.offset, a.len);
+                if self.regions[&a.region].staged.count(s, e) > 0 {
+                    self.restore_to_device(a.region, s, e, &protect, self.host_now, false);
+                }
+            }
+        }
         let issued = self.compute_free.max(self.host_now);
         // Wait for data already in flight to the device rather than faulting on it.
         let mut start = issued;
@@ -928,6 +1126,7 @@ impl MemoryBackend for SimBackend {
             let id = a.region;
             let r = &self.regions[&id];
             let (s, e) = r.page_range(a.offset, a.len);
+            cost = self.restore_to_host(id, s, e, t + cost) - t;
             if a.mode.writes() {
                 // Writing invalidates device duplicates: drop them, no transfer.
                 let r = self.regions.get_mut(&id).expect("checked");
@@ -979,12 +1178,14 @@ impl MemoryBackend for SimBackend {
         let dup = r.on_device.count_and(&r.on_host, s, e) as u64;
         let dev = r.on_device.count(s, e) as u64 - dup;
         let host = r.on_host.count(s, e) as u64 - dup;
-        let none = r.on_device.count_neither(&r.on_host, s, e) as u64;
+        let staged = r.staged.count(s, e) as u64;
+        let none = r.on_device.count_neither(&r.on_host, s, e) as u64 - staged;
         Ok(Residency {
             device: dev * PAGE_SIZE,
             host: host * PAGE_SIZE,
             duplicated: dup * PAGE_SIZE,
             unpopulated: none * PAGE_SIZE,
+            staged: staged * PAGE_SIZE,
         })
     }
 
@@ -1010,6 +1211,7 @@ impl MemoryBackend for SimBackend {
 
     fn preload_host(&mut self, range: ByteRange) -> Result<()> {
         let (s, e) = self.checked(range.region, range.offset, range.len)?;
+        self.drop_staged(range.region, s, e);
         let r = self.region_mut(range.region)?;
         let mut dev_pages = Vec::new();
         r.on_device.for_each(s, e, |p| dev_pages.push(p));

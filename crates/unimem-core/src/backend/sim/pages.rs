@@ -93,6 +93,28 @@ impl PageSet {
         }
     }
 
+    /// Adds the pages of `start..end` that are in `a` but not in `b` (self |= a & !b over the
+    /// range); returns how many were newly added.
+    pub fn insert_only_in(&mut self, a: &PageSet, b: &PageSet, start: usize, end: usize) -> usize {
+        masks(start, end)
+            .map(|(w, m)| {
+                let add = a.words[w] & !b.words[w] & m & !self.words[w];
+                self.words[w] |= add;
+                add.count_ones() as usize
+            })
+            .sum()
+    }
+
+    /// The runs of consecutive pages of `start..end` in the set, as `(first, end)` pairs.
+    pub fn runs(&self, start: usize, end: usize) -> Vec<(usize, usize)> {
+        let mut out: Vec<(usize, usize)> = Vec::new();
+        self.for_each(start, end, |p| match out.last_mut() {
+            Some(run) if run.1 == p => run.1 = p + 1,
+            _ => out.push((p, p + 1)),
+        });
+        out
+    }
+
     /// Calls `f(p)` for each page of `start..end` that is in `self` but not in `other`.
     pub fn for_each_not_in(&self, other: &PageSet, start: usize, end: usize, mut f: impl FnMut(usize)) {
         for (w, m) in masks(start, end) {
@@ -134,6 +156,14 @@ mod tests {
         s.for_each(0, 200, |p| seen.push(p));
         assert_eq!(seen, (60..64).chain(128..140).collect::<Vec<_>>());
         assert_eq!(s.count(5, 5), 0, "empty range");
+        assert_eq!(s.runs(0, 200), vec![(60, 64), (128, 140)]);
+        assert_eq!(s.runs(62, 130), vec![(62, 64), (128, 130)]);
+        let (mut a, mut b, mut t) = (PageSet::new(200), PageSet::new(200), PageSet::new(200));
+        a.insert(0, 100);
+        b.insert(50, 150);
+        t.insert(0, 10);
+        assert_eq!(t.insert_only_in(&a, &b, 0, 200), 40, "0..50 less the 10 already in");
+        assert_eq!(t.count(0, 200), 50);
     }
 
     proptest! {

@@ -380,3 +380,78 @@ proptest! {
         }
     }
 }
+
+/// Staged evictions: device-written data goes to the staging buffers (not the host's managed
+/// pages), comes back intact by a prefetch, a kernel or a host read, and what the buffers
+/// cannot hold migrates as before.
+#[test]
+fn staged_evictions_keep_data_and_fall_back_to_migration_when_full() {
+    let mut s = sim(64 * MIB).with_staging(8 * MIB);
+    assert_eq!(s.staging_capacity(), 8 * MIB);
+    let data: Vec<Vec<u8>> = (0..3).map(|i| pattern(i as u8 + 1, (4 * MIB) as usize)).collect();
+    for (i, d) in data.iter().enumerate() {
+        s.allocate(RegionId(i as u64), 4 * MIB).unwrap();
+        s.kernel_write(RegionId(i as u64), 0, d).unwrap();
+    }
+    let all: Vec<ByteRange> = (0..3).map(|i| whole(i, 4 * MIB)).collect();
+    s.stage_out(&all).unwrap();
+    let st = s.stats();
+    assert_eq!(st.staged_out_bytes, 8 * MIB, "two regions fit: {st:?}");
+    assert_eq!(st.prefetch_d2h_bytes, 4 * MIB, "the third migrated: {st:?}");
+    assert_eq!(s.residency(whole(0, 4 * MIB)).unwrap().staged, 4 * MIB);
+    assert_eq!(s.residency(whole(2, 4 * MIB)).unwrap().host, 4 * MIB);
+    assert_eq!(s.device_resident_bytes(), 0);
+    // Back by a prefetch and by a kernel; the third by a host read.
+    s.prefetch(&[whole(0, 4 * MIB)], Location::Device).unwrap();
+    assert_eq!(s.residency(whole(0, 4 * MIB)).unwrap().device, 4 * MIB);
+    let mut seen = vec![0; (4 * MIB) as usize];
+    s.kernel_read(RegionId(1), 0, &mut seen).unwrap();
+    assert!(seen == data[1], "a kernel sees the staged bytes");
+    assert_eq!(s.stats().gpu_faults, 3, "no faults beyond the first writes: restored, not faulted");
+    for (i, d) in data.iter().enumerate() {
+        assert!(read_back(&mut s, i as u64, d.len()) == *d, "region {i}");
+    }
+    assert_eq!(s.stats().staged_in_bytes, 8 * MIB);
+    // Staged data read by the host first comes back to the host.
+    s.kernel_write(RegionId(0), 0, &data[2]).unwrap();
+    s.stage_out(&[whole(0, 4 * MIB)]).unwrap();
+    assert!(read_back(&mut s, 0, data[2].len()) == data[2]);
+    assert_eq!(s.residency(whole(0, 4 * MIB)).unwrap().host, 4 * MIB);
+    // Freeing or discarding staged data gives its room back.
+    s.kernel_write(RegionId(1), 0, &data[0]).unwrap();
+    s.kernel_write(RegionId(2), 0, &data[0]).unwrap();
+    s.stage_out(&all[1..]).unwrap();
+    s.free(RegionId(1)).unwrap();
+    s.discard(&[whole(2, 4 * MIB)]).unwrap();
+    assert_eq!(s.residency(whole(2, 4 * MIB)).unwrap().staged, 0);
+    s.kernel_write(RegionId(0), 0, &data[1]).unwrap();
+    let before = s.stats().staged_out_bytes;
+    s.stage_out(&[whole(0, 4 * MIB)]).unwrap();
+    assert_eq!(s.stats().staged_out_bytes - before, 4 * MIB, "room again");
+}
+
+/// A staged eviction costs the copy rate (52.3 GB/s) instead of the migration rate (16.8 GB/s),
+/// and shares the link with a prefetch coming in: on the H200 the two ran one after the other.
+#[test]
+fn staged_evictions_copy_at_the_copy_rate_on_the_shared_link() {
+    let cost = CostModel::h200();
+    let time = |staging: u64| {
+        let mut s = sim(1 << 30).with_staging(staging);
+        s.allocate(RegionId(1), 256 * MIB).unwrap();
+        s.allocate(RegionId(2), 256 * MIB).unwrap();
+        s.preload_host(whole(2, 256 * MIB)).unwrap();
+        let acc = [RangeAccess { region: RegionId(1), offset: 0, len: 256 * MIB, mode: AccessMode::Write }];
+        s.prefetch(&[whole(1, 256 * MIB)], Location::Device).unwrap();
+        s.launch(&KernelLaunch { name: "w", dur_ns: 0, accesses: &acc }).unwrap();
+        let t0 = s.synchronize().unwrap();
+        s.stage_out(&[whole(1, 256 * MIB)]).unwrap();
+        s.prefetch(&[whole(2, 256 * MIB)], Location::Device).unwrap();
+        s.synchronize().unwrap() - t0
+    };
+    let (migrated, staged) = (time(0), time(1 << 30));
+    let copy = CostModel::transfer_ns(256 * MIB, cost.stage_d2h_rate_gbps);
+    let fetch = CostModel::transfer_ns(256 * MIB, cost.prefetch_h2d_rate_gbps);
+    assert!(staged >= fetch + copy, "one after the other: {staged} ns");
+    assert!(staged < fetch + copy + 2 * cost.prefetch_call_ns, "{staged} ns");
+    assert!(migrated * 10 > 18 * staged, "migration {migrated} ns vs staged {staged} ns");
+}

@@ -351,7 +351,8 @@ impl Policy for Oracle {
             backend.discard(&coalesce(&self.sizes, discard))?;
         }
         if !to_host.is_empty() {
-            backend.prefetch(&coalesce(&self.sizes, to_host), Location::Host)?;
+            // Staged where the backend can: the same moves the advisor has.
+            backend.stage_out(&coalesce(&self.sizes, to_host))?;
         }
         if !overwrite.is_empty() {
             // Whatever the host holds of a unit about to be overwritten is dead: drop it so
