@@ -10,6 +10,7 @@
 //! until the pool is dropped (pinning memory is slow: it is paid once). A slot read by a copy
 //! back to the device is reused only after that copy: the pool keeps the event that ends it.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use cudarc::driver::{result, sys, CudaEvent, CudaStream};
@@ -37,7 +38,9 @@ pub struct StagingPool {
     capacity: u64,
     chunks: Vec<Chunk>,
     /// Free slots, each with the event after which it may be overwritten (a copy reading it).
-    free: Vec<(Slot, Option<Arc<CudaEvent>>)>,
+    /// Taken lowest first, so that blocks staged together get neighbouring slots and their
+    /// copies merge into fewer calls.
+    free: BTreeMap<Slot, Option<Arc<CudaEvent>>>,
     in_use: u64,
     /// Pinning failed once (host memory is short): use what there is.
     exhausted: bool,
@@ -54,7 +57,7 @@ impl StagingPool {
             dev: dev.clone(),
             capacity: capacity / SLOT_BYTES * SLOT_BYTES,
             chunks: Vec::new(),
-            free: Vec::new(),
+            free: BTreeMap::new(),
             in_use: 0,
             exhausted: false,
         }
@@ -96,8 +99,7 @@ impl StagingPool {
             Ok(ptr) => {
                 let c = self.chunks.len() as u32;
                 self.chunks.push(Chunk { ptr: ptr as *mut u8 });
-                // Pushed in reverse so that slots are taken in address order (copies coalesce).
-                self.free.extend((0..(bytes / SLOT_BYTES) as u32).rev().map(|i| ((c, i), None)));
+                self.free.extend((0..(bytes / SLOT_BYTES) as u32).map(|i| ((c, i), None)));
                 Ok(true)
             }
             Err(e) => {
@@ -117,7 +119,7 @@ impl StagingPool {
         if self.free.is_empty() && !self.grow()? {
             return Ok(None);
         }
-        let Some((slot, after)) = self.free.pop() else { return Ok(None) };
+        let Some((slot, after)) = self.free.pop_first() else { return Ok(None) };
         if let Some(ev) = after {
             if !ev.is_complete() {
                 stream.wait(&ev).map_err(cuda_err("cuStreamWaitEvent", "staging slot reuse"))?;
@@ -130,7 +132,7 @@ impl StagingPool {
     /// Returns a slot; `after`: the event of the last copy reading it, if one may be in flight.
     pub fn release(&mut self, slot: Slot, after: Option<Arc<CudaEvent>>) {
         self.in_use -= SLOT_BYTES;
-        self.free.push((slot, after));
+        self.free.insert(slot, after);
     }
 
     /// The host address of a slot.
