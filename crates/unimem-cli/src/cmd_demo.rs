@@ -48,8 +48,10 @@ pub fn run(config_file: Option<&std::path::Path>) -> Result<()> {
     println!("\nnone: the driver alone (fault on access, evict least recently migrated).");
     println!("oracle: clairvoyant reference (just-in-time prefetch, farthest-next-use eviction).");
     println!("advisor: unimem's prefetch advisor (learns the access history as the trace runs;");
-    println!("         migrates, and duplicates or writes remotely long-lived data it keeps evicting).");
+    println!("         migrates, stages evictions in pinned host memory, and duplicates or writes");
+    println!("         remotely long-lived data it keeps evicting).");
     println!("prefetch acc/cov/on-time: prefetched bytes used / needed bytes that came by prefetch /");
-    println!("         used prefetched bytes that were there in time. dup, remote: bytes so placed.");
+    println!("         used prefetched bytes that were there in time. staged: bytes evicted through");
+    println!("         pinned staging buffers (`staging` in the config); dup, remote: bytes so placed.");
     Ok(())
 }
