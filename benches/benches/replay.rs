@@ -140,7 +140,8 @@ fn replay_resnet(c: &mut Criterion) {
         for policy in [PolicyName::None, PolicyName::Oracle, PolicyName::Advisor] {
             g.bench_function(format!("{policy}_{pct}pct"), |b| {
                 b.iter_batched(
-                    || (open(), SimBackend::new(CostModel::h200(), budget)),
+                    // With staging memory as large as the budget, as `unimem replay` opens it.
+                    || (open(), SimBackend::new(CostModel::h200(), budget).with_staging(budget)),
                     |(reader, mut sim)| {
                         let cost = CostModel::h200();
                         let mut p = replay::make_policy(policy, budget, &Config::default(), &cost);
