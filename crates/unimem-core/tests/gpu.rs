@@ -266,6 +266,7 @@ mod backend {
             .with_staging(1024 * MIB, 512 * MIB)
             .unwrap();
         assert_eq!(b.staging_capacity(), 1024 * MIB);
+        b.record_events(true); // staging copies are reported as events (CUPTI does not see them)
         let data: Vec<Vec<u8>> = (0..n).map(|i| pattern(100 + i as u32, size)).collect();
         for i in 0..n {
             b.allocate(RegionId(i), size).unwrap();
@@ -299,6 +300,32 @@ mod backend {
             assert!(seen == data[i as usize], "region {i} lost its bytes");
         }
         assert_eq!(b.stats().staged_in_bytes, 4 * size);
+        b.synchronize().unwrap();
+        let mut events = Vec::new();
+        b.drain_events(&mut events);
+        let staged = |want: unimem_core::backend::Direction| -> u64 {
+            events
+                .iter()
+                .filter_map(|e| match *e {
+                    unimem_core::backend::MemEvent::Migration {
+                        bytes,
+                        dir,
+                        cause: unimem_core::backend::MigrationCause::Staging,
+                        start_ns,
+                        end_ns,
+                        ..
+                    } if dir == want => {
+                        assert!(end_ns >= start_ns);
+                        Some(bytes)
+                    }
+                    _ => None,
+                })
+                .sum()
+        };
+        use unimem_core::backend::Direction;
+        assert_eq!(staged(Direction::D2H), 4 * size, "staged out, as events");
+        // Two of the four came back through the device (a prefetch, a kernel); two by host reads.
+        assert_eq!(staged(Direction::H2D), 2 * size, "restored to the device, as events");
         // Stage again, free while the copies may be in flight, reuse the buffer.
         read_kernel(&mut b, RegionId(2), size);
         b.stage_out(&[ByteRange::whole(RegionId(2), size)]).unwrap();

@@ -172,6 +172,10 @@ pub struct BackendStats {
     pub prefetch_d2h_bytes: u64,
     /// Bytes the driver evicted device -> host on its own to make room.
     pub evicted_bytes: u64,
+    /// Bytes the driver took off the device on its own to make room, copied back or not
+    /// (read-mostly duplicates are dropped): a policy's residency account is stale when this
+    /// moves.
+    pub driver_dropped_bytes: u64,
     /// Bytes copied device -> pinned staging buffers (staged evictions).
     pub staged_out_bytes: u64,
     /// Bytes copied back from the staging buffers (to the device, or to the host on a host

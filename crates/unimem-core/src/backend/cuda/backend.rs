@@ -160,6 +160,14 @@ enum Pending {
         region: RegionId,
         marks: [CudaEvent; 3],
     },
+    /// Copies through the staging buffers (CUPTI's unified-memory counters do not see them):
+    /// (region, offset, bytes) of each block, timed together; they share the interval.
+    Staging {
+        dir: crate::backend::Direction,
+        blocks: Vec<(RegionId, u64, u64)>,
+        start: CudaEvent,
+        end: CudaEvent,
+    },
 }
 
 impl Recording {
@@ -185,7 +193,7 @@ impl Recording {
     fn resolve(&mut self, out: &mut Vec<MemEvent>) {
         while let Some(front) = self.pending.front() {
             let done = match front {
-                Pending::Kernel { end, .. } => end.is_complete(),
+                Pending::Kernel { end, .. } | Pending::Staging { end, .. } => end.is_complete(),
                 Pending::Released { marks, .. } => marks.iter().all(|m| m.is_complete()),
             };
             if !done {
@@ -197,6 +205,26 @@ impl Recording {
                     let end_ns = end_ns.max(start_ns);
                     let stall_ns = (end_ns - start_ns).saturating_sub(dur_ns);
                     out.push(MemEvent::Kernel { name, start_ns, end_ns, stall_ns });
+                    self.spare.extend([start, end]);
+                }
+                Pending::Staging { dir, blocks, start, end } => {
+                    let (start_ns, end_ns) = (self.time_of(&start), self.time_of(&end));
+                    let end_ns = end_ns.max(start_ns);
+                    let total: u64 = blocks.iter().map(|b| b.2).sum::<u64>().max(1);
+                    let mut at = start_ns;
+                    for (region, offset, bytes) in blocks {
+                        let until = (at + (end_ns - start_ns) * bytes / total).min(end_ns);
+                        out.push(MemEvent::Migration {
+                            region,
+                            offset,
+                            bytes,
+                            dir,
+                            cause: crate::backend::MigrationCause::Staging,
+                            start_ns: at,
+                            end_ns: until,
+                        });
+                        at = until;
+                    }
                     self.spare.extend([start, end]);
                 }
                 Pending::Released { region, marks } => {
@@ -393,6 +421,7 @@ impl CudaBackend {
                 return Ok(false);
             }
             this.room_evicted[site as usize] += freed;
+            this.stats.driver_dropped_bytes += freed;
             let mut ranges = Vec::with_capacity(victims.len());
             for &(id, b) in &victims {
                 let r = &this.regions[&id];
@@ -476,14 +505,17 @@ impl CudaBackend {
         }
         prefetch_batch(&self.dev, list, Location::Device, &self.h2d)?;
         if !staged.is_empty() {
-            let runs = staged
+            let runs: Vec<Run> = staged
                 .iter()
                 .map(|&(id, b, slot)| {
                     let r = &self.regions[&id];
                     (id.0, r.buf.ptr() + b as u64 * BLOCK_SIZE, slot, r.block_bytes(b as usize))
                 })
                 .collect();
-            self.staging.copy(runs, false, &self.h2d)?;
+            let h2d = self.h2d.clone();
+            self.timed_copies(&h2d, crate::backend::Direction::H2D, &staged, |this| {
+                this.staging.copy(runs, false, &h2d)
+            })?;
         }
         let event =
             Arc::new(self.h2d.record_event(None).map_err(cuda_err("cuEventRecord", "prefetch done"))?);
@@ -515,6 +547,34 @@ impl CudaBackend {
             let r = self.regions.get_mut(&id).expect("checked");
             r.blocks[b as usize].on_host = blk.on_host && blk.read_mostly;
             self.touch_block(id, b as usize);
+        }
+        Ok(())
+    }
+
+    /// Runs `copy` (staging copies of `blocks` enqueued on `stream`), and when recording times
+    /// it with a pair of events: the copies become `Migration` events with cause `Staging`.
+    fn timed_copies(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        dir: crate::backend::Direction,
+        blocks: &[(RegionId, u32, Slot)],
+        copy: impl FnOnce(&mut Self) -> Result<()>,
+    ) -> Result<()> {
+        let start = match self.recording.as_mut() {
+            Some(rec) => Some(rec.mark(stream)?),
+            None => None,
+        };
+        copy(self)?;
+        if let (Some(start), Some(rec)) = (start, self.recording.as_mut()) {
+            let end = rec.mark(stream)?;
+            let blocks = blocks
+                .iter()
+                .map(|&(id, b, _)| {
+                    let r = &self.regions[&id];
+                    (id, b as u64 * BLOCK_SIZE, r.block_bytes(b as usize))
+                })
+                .collect();
+            rec.pending.push_back(Pending::Staging { dir, blocks, start, end });
         }
         Ok(())
     }
@@ -965,7 +1025,20 @@ impl MemoryBackend for CudaBackend {
                 this.stats.staged_out_bytes += len;
             }
             if !runs.is_empty() {
-                this.staging.copy(runs, true, &this.stage)?;
+                let stage = this.stage.clone();
+                let blocks: Vec<(RegionId, u32, Slot)> = runs
+                    .iter()
+                    .map(|r| {
+                        (
+                            RegionId(r.0),
+                            ((r.1 - this.regions[&RegionId(r.0)].buf.ptr()) / BLOCK_SIZE) as u32,
+                            r.2,
+                        )
+                    })
+                    .collect();
+                this.timed_copies(&stage, crate::backend::Direction::D2H, &blocks, |this| {
+                    this.staging.copy(runs, true, &stage)
+                })?;
                 let list = coalesce(discards.clone());
                 discard_batch(&this.dev, &list, &this.stage)?;
                 let done = Arc::new(

@@ -404,6 +404,7 @@ impl SimBackend {
             let (start, end) = self.occupy_link(Direction::D2H, earliest.max(last_use), dur);
             done = done.max(end);
             self.stats.evicted_bytes += bytes;
+            self.stats.driver_dropped_bytes += (moved.transferred + moved.dropped) as u64 * PAGE_SIZE;
             self.stats.d2h_bytes += bytes;
             self.emit(|| MemEvent::Migration {
                 region: id,

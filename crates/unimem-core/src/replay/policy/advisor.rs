@@ -94,8 +94,8 @@ pub struct Advisor {
     step: u64,
     /// Units (by step-stable key and block) evicted before their reuse.
     evicted_before_reuse: FxHashSet<(RegionKey, u32)>,
-    /// Scratch for `reconcile`: units checked against the backend this kernel.
-    checked: FxHashSet<Unit>,
+    /// The backend's `driver_dropped_bytes` when the account was last checked against it.
+    driver_dropped_seen: u64,
     kernel: u64,
     predictions: Vec<Prediction>,
     hints: HintBytes,
@@ -157,7 +157,7 @@ impl Advisor {
             born: FxHashMap::default(),
             step: 0,
             evicted_before_reuse: FxHashSet::default(),
-            checked: FxHashSet::default(),
+            driver_dropped_seen: 0,
             kernel: 0,
             predictions: Vec::new(),
             hints: HintBytes::default(),
@@ -397,7 +397,7 @@ impl Advisor {
             .filter(|u| long_lived(u.0))
             .filter(|u| self.identity.key(u.0).is_some_and(|k| self.evicted_before_reuse.contains(&(k, u.1))))
             .collect();
-        self.reconcile(units.iter().map(|u| u.0).chain(predicted.iter().map(|u| u.unit)), backend)?;
+        self.reconcile(backend)?;
         let remote_now: FxHashSet<Unit> = self.remote.keys().copied().collect();
         let sizes = &self.sizes;
         let plan = plan(&PlanInput {
@@ -427,22 +427,28 @@ impl Advisor {
         self.execute(plan, backend)
     }
 
-    /// Drops from the residency account the `units` it holds that the backend no longer has on
-    /// the device. A backend may move data on its own: the CUDA backend's emulated driver
-    /// evicts under pressure without reporting it (the simulator reports its evictions as
-    /// events, which [`Policy::observe`] follows), and a unit the advisor wrongly believes
+    /// Drops from the residency account the units the backend no longer has on the device,
+    /// whenever the backend's driver has taken data off on its own since the last look. The
+    /// CUDA backend's emulated driver evicts without reporting it as events (the simulator
+    /// reports them, and [`Policy::observe`] follows those), and a unit wrongly believed
     /// resident is never prefetched: the kernel faults it in, the driver evicts more to make
     /// room, and the error spreads (on the H200, 5.9 GB of driver evictions in a ResNet replay
-    /// at 50%). Only units of the kernel about to run and the forecast are checked, each once.
-    fn reconcile(&mut self, units: impl Iterator<Item = Unit>, backend: &dyn MemoryBackend) -> Result<()> {
-        self.checked.clear();
-        for u in units {
-            if self.resident.contains_key(&u) && self.checked.insert(u) {
-                let range = unit_range(&self.sizes, u);
-                if backend.residency(range)?.on_device() == 0 {
-                    self.resident.remove(&u);
-                }
+    /// at 50%). The check is skipped while the driver has not moved anything: it walks the
+    /// whole account.
+    fn reconcile(&mut self, backend: &dyn MemoryBackend) -> Result<()> {
+        let dropped = backend.stats().driver_dropped_bytes;
+        if dropped == self.driver_dropped_seen {
+            return Ok(());
+        }
+        self.driver_dropped_seen = dropped;
+        let mut stale = Vec::new();
+        for &u in self.resident.keys() {
+            if backend.residency(unit_range(&self.sizes, u))?.on_device() == 0 {
+                stale.push(u);
             }
+        }
+        for u in stale {
+            self.resident.remove(&u);
         }
         Ok(())
     }
