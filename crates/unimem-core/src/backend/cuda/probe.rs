@@ -150,10 +150,21 @@ fn stage_rates(
         "  back: copy kernel from mapped pinned memory",
         "  back: prefetch (populate), then copy kernel",
         "  back: copy engine into discarded pages, then prefetch",
+        "  back: preferred location device, copy engine into discarded pages",
+        "  back: prefetch (populate), then copy engine, again",
     ]
     .into_iter()
     .enumerate()
     {
+        if k == 5 {
+            let t = host_timed(|| a.advise(0, bytes, Advice::SetPreferredLocation(Location::Device)))?;
+            note(
+                "    set preferred location device (host time)",
+                t as f64 * (1u64 << 30) as f64 / bytes as f64,
+                "ns per GiB",
+                None,
+            );
+        }
         if k > 0 {
             place(a, Location::Device, s)?;
             stage_out(a, &pool, s)?;
@@ -180,6 +191,11 @@ fn stage_rates(
                 a.prefetch(0, bytes, Location::Device, s)?;
                 copy_kernel()
             }
+            5 => pool.copy(runs_of(a), false, s),
+            6 => {
+                a.prefetch(0, bytes, Location::Device, s)?;
+                pool.copy(runs_of(a), false, s)
+            }
             _ => {
                 pool.copy(runs_of(a), false, s)?;
                 a.prefetch(0, bytes, Location::Device, s)
@@ -189,6 +205,9 @@ fn stage_rates(
         let ratio = note("    a kernel's first read after it / its second", resident(a)?, "x", None);
         sync(s)?;
         check(a, name)?;
+        if k == 5 {
+            a.advise(0, bytes, Advice::UnsetPreferredLocation)?;
+        }
         if ratio < 3.0 {
             best = best.max(rate);
         }
