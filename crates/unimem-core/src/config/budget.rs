@@ -88,17 +88,26 @@ fn exact_units(b: u64) -> String {
     b.to_string()
 }
 
+/// A size as a config value gives it: an integer of bytes, or text (`"8GiB"`, `"50%"`).
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub(super) enum Raw {
+    /// Bytes.
+    Int(i64),
+    /// Bytes with a unit, or a percent.
+    Text(String),
+}
+
+impl Raw {
+    /// Reads either form; `expected` says what is allowed when it is neither.
+    pub(super) fn read<'de, D: Deserializer<'de>>(d: D, expected: &str) -> Result<Self, D::Error> {
+        Raw::deserialize(d).map_err(|_| serde::de::Error::custom(expected))
+    }
+}
+
 impl<'de> Deserialize<'de> for Budget {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Int(i64),
-            Text(String),
-        }
-        let raw = Raw::deserialize(d).map_err(|_| {
-            serde::de::Error::custom("expected bytes (e.g. \"8GiB\" or 4096) or a percent (e.g. \"50%\")")
-        })?;
+        let raw = Raw::read(d, "expected bytes (e.g. \"8GiB\" or 4096) or a percent (e.g. \"50%\")")?;
         match raw {
             Raw::Int(n) if n < 0 => {
                 Err(serde::de::Error::custom(format!("{n} is negative; a budget must be > 0")))

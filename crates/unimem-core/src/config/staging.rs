@@ -4,6 +4,7 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use super::budget::Raw;
 use crate::units::parse_bytes;
 
 /// How much pinned host memory evictions may be staged in (`0`: none, evictions migrate).
@@ -61,17 +62,10 @@ impl Serialize for Staging {
 
 impl<'de> Deserialize<'de> for Staging {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Int(i64),
-            Text(String),
-        }
-        let raw = Raw::deserialize(d).map_err(|_| {
-            serde::de::Error::custom(
-                "expected bytes (e.g. \"8GiB\", or 0 for none) or a percent of the budget (e.g. \"100%\")",
-            )
-        })?;
+        let raw = Raw::read(
+            d,
+            "expected bytes (e.g. \"8GiB\", or 0 for none) or a percent of the budget (e.g. \"100%\")",
+        )?;
         match raw {
             Raw::Int(n) if n < 0 => {
                 Err(serde::de::Error::custom(format!("{n} is negative; use 0 for no staging")))
