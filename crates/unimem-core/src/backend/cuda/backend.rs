@@ -17,7 +17,8 @@
 //!   program needs.
 //! - **Staged evictions** (`stage_out`, when the backend has staging memory): a fourth stream,
 //!   `stage`, copies device-only blocks into pinned 2 MiB slots ([`StagingPool`]) after the
-//!   kernels issued before, then discards their managed pages. Whatever needs a staged block
+//!   last kernel that touched them (an event after each kernel), then discards their managed
+//!   pages. Whatever needs a staged block
 //!   next brings it back first: a prefetch or kernel repopulates the pages on `h2d` (after the
 //!   stage stream's discard) and copies the slot in; a host access copies it on the CPU.
 //! - Its clock is the host's monotonic clock since the backend opened, minus the time spent
@@ -65,6 +66,8 @@ struct Block {
     prefetched: bool,
     /// The staging slot holding its only copy (its managed pages are discarded).
     staged: Option<Slot>,
+    /// The last kernel (the backend's count, from 1) that touched it; 0: none.
+    last_kernel: u64,
 }
 
 struct CudaRegion {
@@ -73,9 +76,6 @@ struct CudaRegion {
     blocks: Vec<Block>,
     /// The last prefetch to the device that moved some of it; the next kernel using it waits.
     ready: Option<Arc<CudaEvent>>,
-    /// The end of the last staged eviction of some of it (copies and discard): bringing a
-    /// staged block back waits for it.
-    staged_done: Option<Arc<CudaEvent>>,
 }
 
 impl CudaRegion {
@@ -101,6 +101,12 @@ pub struct CudaBackend {
     /// Staged evictions: copies into pinned memory and the discards after them.
     stage: Arc<CudaStream>,
     staging: StagingPool,
+    /// The end of each staged block's stage-out (its copy and the discard of its pages):
+    /// anything that writes the block's pages again waits for it.
+    staged_done: FxHashMap<(RegionId, u32), Arc<CudaEvent>>,
+    /// An event after each recent kernel, by the backend's kernel count: a stage-out waits for
+    /// the last kernel that touched its blocks, not for every kernel issued.
+    kernel_marks: std::collections::VecDeque<(u64, Arc<CudaEvent>)>,
     capacity: u64,
     oversubscribe: Oversubscribe,
     regions: FxHashMap<RegionId, CudaRegion>,
@@ -144,6 +150,9 @@ struct Recording {
     /// contending with fault handling, for times nobody needs before the replay ends.
     next_resolve_at: usize,
 }
+
+/// Kernel marks kept for stage-outs to wait on (`CudaBackend::kernel_marks`).
+const KERNEL_MARKS: usize = 4096;
 
 /// Pending timed events looked at in one go (see `Recording::next_resolve_at`).
 const RESOLVE_BATCH: usize = 512;
@@ -294,6 +303,8 @@ impl CudaBackend {
             d2h,
             stage,
             staging,
+            staged_done: FxHashMap::default(),
+            kernel_marks: Default::default(),
             capacity,
             oversubscribe,
             regions: FxHashMap::default(),
@@ -491,14 +502,13 @@ impl CudaBackend {
             self.h2d.join(&self.d2h).map_err(cuda_err("cuStreamWaitEvent", "prefetch after evict"))?;
         }
         let mut staged: Vec<(RegionId, u32, Slot)> = Vec::new();
-        let mut waited: FxHashSet<RegionId> = FxHashSet::default();
+        let mut waited: FxHashSet<*const CudaEvent> = FxHashSet::default();
         for &(id, b) in &blocks {
-            let r = &self.regions[&id];
-            if let Some(slot) = r.blocks[b as usize].staged {
+            if let Some(slot) = self.regions[&id].blocks[b as usize].staged {
                 staged.push((id, b, slot));
-                if let Some(ev) = r.staged_done.as_ref().filter(|_| waited.insert(id)) {
-                    if !ev.is_complete() {
-                        self.h2d.wait(ev).map_err(cuda_err("cuStreamWaitEvent", "restore after staging"))?;
+                if let Some(ev) = self.staged_done.remove(&(id, b)) {
+                    if waited.insert(Arc::as_ptr(&ev)) && !ev.is_complete() {
+                        self.h2d.wait(&ev).map_err(cuda_err("cuStreamWaitEvent", "restore after staging"))?;
                     }
                 }
             }
@@ -547,6 +557,31 @@ impl CudaBackend {
             let r = self.regions.get_mut(&id).expect("checked");
             r.blocks[b as usize].on_host = blk.on_host && blk.read_mostly;
             self.touch_block(id, b as usize);
+        }
+        Ok(())
+    }
+
+    /// Makes the stage stream wait for kernel `seq` (the backend's count, from 1; 0: none) to
+    /// finish: by its mark where one is kept, else for every kernel issued (the mark is gone
+    /// when the kernel is older than the marks kept, which are then done unless the device
+    /// lags far behind).
+    fn stage_after_kernel(&mut self, seq: u64) -> Result<()> {
+        if seq == 0 {
+            return Ok(());
+        }
+        let at = self.kernel_marks.partition_point(|m| m.0 < seq);
+        let wait = match self.kernel_marks.get(at) {
+            Some((s, ev)) if *s == seq => Some(ev.clone()),
+            _ if at == 0 && self.kernel_marks.front().is_some_and(|m| m.1.is_complete()) => None,
+            _ => {
+                self.stage
+                    .join(&self.compute)
+                    .map_err(cuda_err("cuStreamWaitEvent", "stage after kernels"))?;
+                None
+            }
+        };
+        if let Some(ev) = wait.filter(|ev| !ev.is_complete()) {
+            self.stage.wait(&ev).map_err(cuda_err("cuStreamWaitEvent", "stage after its kernel"))?;
         }
         Ok(())
     }
@@ -613,14 +648,25 @@ impl CudaBackend {
     }
 
     /// Drops the staged copies of a range's blocks (dead data, or data about to be replaced).
-    fn drop_staged(&mut self, id: RegionId, offset: u64, len: u64) {
+    /// Whatever writes those pages next must not race the stage-out's discard still queued:
+    /// the compute and `h2d` streams wait for it.
+    fn drop_staged(&mut self, id: RegionId, offset: u64, len: u64) -> Result<()> {
         let blocks = self.regions[&id].blocks_of(offset, len);
+        let mut waited: FxHashSet<*const CudaEvent> = FxHashSet::default();
         for b in blocks {
             if let Some(slot) = self.regions.get_mut(&id).expect("checked").blocks[b].staged.take() {
                 // A copy into the slot may be in flight; the next one is on the same stream.
                 self.staging.release(slot, None);
             }
+            if let Some(ev) = self.staged_done.remove(&(id, b as u32)) {
+                if waited.insert(Arc::as_ptr(&ev)) && !ev.is_complete() {
+                    for s in [&self.compute, &self.h2d] {
+                        s.wait(&ev).map_err(cuda_err("cuStreamWaitEvent", "write after staging"))?;
+                    }
+                }
+            }
         }
+        Ok(())
     }
 
     /// Runs one kernel on the compute stream: waits for its data in flight, makes room as the
@@ -683,6 +729,12 @@ impl CudaBackend {
                 this.compute.join(&this.d2h).map_err(cuda_err("cuStreamWaitEvent", "kernel after evict"))?;
             }
             exec(this)?;
+            let seq = this.stats.kernels + 1;
+            let mark = this.compute.record_event(None).map_err(cuda_err("cuEventRecord", "kernel mark"))?;
+            this.kernel_marks.push_back((seq, Arc::new(mark)));
+            if this.kernel_marks.len() > KERNEL_MARKS {
+                this.kernel_marks.pop_front();
+            }
             if let (Some(start), Some(rec)) = (start, this.recording.as_mut()) {
                 let end = rec.mark(&compute)?;
                 let (name, dur_ns) = (kernel.name.to_string(), kernel.dur_ns);
@@ -697,7 +749,9 @@ impl CudaBackend {
                 }
                 w
             };
+            let seq = this.stats.kernels + 1;
             for (id, b) in blocks {
+                this.regions.get_mut(&id).expect("checked").blocks[b as usize].last_kernel = seq;
                 let r = &this.regions[&id];
                 let blk = r.blocks[b as usize];
                 let bytes = r.block_bytes(b as usize);
@@ -826,7 +880,7 @@ impl MemoryBackend for CudaBackend {
         // the account through touch_block, like any page arriving.
         let pooled: Vec<usize> = (0..blocks.len()).filter(|&b| blocks[b].on_device).collect();
         let blocks = blocks.into_iter().map(|b| Block { on_device: false, prefetched: false, ..b }).collect();
-        self.regions.insert(id, CudaRegion { buf, bytes, blocks, ready: None, staged_done: None });
+        self.regions.insert(id, CudaRegion { buf, bytes, blocks, ready: None });
         for b in pooled {
             self.touch_block(id, b);
         }
@@ -837,10 +891,11 @@ impl MemoryBackend for CudaBackend {
         if !self.regions.contains_key(&id) {
             return Err(Error::UnknownRegion(id));
         }
-        self.drop_staged(id, 0, self.regions[&id].bytes);
+        // The buffer's next user must not race a stage-out's discard of it still queued...
+        self.drop_staged(id, 0, self.regions[&id].bytes)?;
         let r = self.regions.remove(&id).expect("checked");
-        // The buffer's next user must not race a copy into it or a discard of it still queued.
-        for ev in [&r.ready, &r.staged_done].into_iter().flatten() {
+        // ... nor a copy into it.
+        for ev in [&r.ready].into_iter().flatten() {
             if !ev.is_complete() {
                 for s in [&self.compute, &self.h2d] {
                     s.wait(ev).map_err(cuda_err("cuStreamWaitEvent", "reuse after copies"))?;
@@ -955,7 +1010,7 @@ impl MemoryBackend for CudaBackend {
                     .any(|b| this.regions[&r.region].blocks[b].staged.is_some());
                 if staged {
                     this.stats.discarded_bytes += r.len; // dead: the staged copy goes too
-                    this.drop_staged(r.region, r.offset, r.len);
+                    this.drop_staged(r.region, r.offset, r.len)?;
                 }
             }
             let list = this.addresses(ranges);
@@ -988,7 +1043,8 @@ impl MemoryBackend for CudaBackend {
             let mut migrate: Vec<ByteRange> = Vec::new();
             let mut runs: Vec<Run> = Vec::new();
             let mut discards: Vec<(RegionId, u64, u64)> = Vec::new();
-            let mut joined = false;
+            // The last kernel that touched a block staged here: the copies wait for it.
+            let mut after = 0u64;
             for (id, b) in blocks {
                 let r = &this.regions[&id];
                 let blk = r.blocks[b as usize];
@@ -1002,13 +1058,7 @@ impl MemoryBackend for CudaBackend {
                     migrate.push(ByteRange { region: id, offset, len });
                     continue;
                 }
-                if !joined {
-                    // After the kernels issued before, which may still write the data.
-                    this.stage
-                        .join(&this.compute)
-                        .map_err(cuda_err("cuStreamWaitEvent", "stage after kernels"))?;
-                    joined = true;
-                }
+                after = after.max(blk.last_kernel);
                 let stage = this.stage.clone();
                 let Some(slot) = this.staging.take(&stage)? else {
                     migrate.push(ByteRange { region: id, offset, len });
@@ -1025,6 +1075,7 @@ impl MemoryBackend for CudaBackend {
                 this.stats.staged_out_bytes += len;
             }
             if !runs.is_empty() {
+                this.stage_after_kernel(after)?;
                 let stage = this.stage.clone();
                 let blocks: Vec<(RegionId, u32, Slot)> = runs
                     .iter()
@@ -1044,8 +1095,9 @@ impl MemoryBackend for CudaBackend {
                 let done = Arc::new(
                     this.stage.record_event(None).map_err(cuda_err("cuEventRecord", "staged eviction"))?,
                 );
-                for (id, _, _) in discards {
-                    this.regions.get_mut(&id).expect("checked").staged_done = Some(done.clone());
+                for (id, ptr, _) in discards {
+                    let b = ((ptr - this.regions[&id].buf.ptr()) / BLOCK_SIZE) as u32;
+                    this.staged_done.insert((id, b), done.clone());
                 }
             }
             Ok(migrate)
@@ -1216,7 +1268,7 @@ impl MemoryBackend for CudaBackend {
         self.sync_all()?;
         let t0 = Instant::now();
         self.checked(range.region, range.offset, range.len)?;
-        self.drop_staged(range.region, range.offset, range.len);
+        self.drop_staged(range.region, range.offset, range.len)?;
         for page in self.host_range(range.region, range.offset, range.len)?.chunks_mut(PAGE_SIZE as usize) {
             // SAFETY: a valid reference; volatile so the page really gets populated.
             unsafe { std::ptr::write_volatile(&mut page[0], 0) };
