@@ -921,13 +921,16 @@ impl MemoryBackend for SimBackend {
         }
         // The host issues the kernel at the end of its launch call; the device runs it when free.
         self.host_now += self.cost.launch_host_ns;
-        // Staged data it uses comes back first (the kernel waits for it as for a prefetch).
+        // Staged data it uses comes back first (the kernel waits for it as for a prefetch):
+        // over whole fault units, since a fault brings in the unit around a touched page.
         if self.staged_bytes > 0 {
             let protect = self.blocks_of(kernel.accesses.iter().map(|a| (a.region, a.offset, a.len)));
             for a in kernel.accesses {
-                let (s, e) = self.regions[&a.region].page_range(a.offset, a.len);
-                if self.regions[&a.region].staged.count(s, e) > 0 {
-                    self.restore_to_device(a.region, s, e, &protect, self.host_now, false);
+                let r = &self.regions[&a.region];
+                let (s, e) = r.page_range(a.offset, a.len);
+                let (us, ue) = self.unit_span(r, s, e);
+                if r.staged.count(us, ue) > 0 {
+                    self.restore_to_device(a.region, us, ue, &protect, self.host_now, false);
                 }
             }
         }

@@ -455,3 +455,23 @@ fn staged_evictions_copy_at_the_copy_rate_on_the_shared_link() {
     assert!(staged < fetch + copy + 2 * cost.prefetch_call_ns, "{staged} ns");
     assert!(migrated * 10 > 18 * staged, "migration {migrated} ns vs staged {staged} ns");
 }
+
+/// Found by the property test: a kernel touching part of a staged block faults in whole 64 KiB
+/// units, so the pages around its range must come back from staging too, or the fault would
+/// populate them with zeros while their data sat in the staging buffers.
+#[test]
+fn a_partial_touch_of_staged_data_brings_back_its_whole_fault_units() {
+    let mut s = sim(64 * MIB).with_staging(8 * MIB);
+    let data = pattern(9, (2 * MIB) as usize);
+    s.allocate(RegionId(1), 2 * MIB).unwrap();
+    s.kernel_write(RegionId(1), 0, &data).unwrap();
+    s.stage_out(&[whole(1, 2 * MIB)]).unwrap();
+    // One page in the middle of a 64 KiB unit.
+    let mut page = vec![0; 4096];
+    s.kernel_read(RegionId(1), 40960, &mut page).unwrap();
+    assert!(page[..] == data[40960..45056]);
+    let r = s.residency(whole(1, 2 * MIB)).unwrap();
+    assert_eq!(r.device, 64 << 10, "the fault unit around the page: {r:?}");
+    assert_eq!(r.staged, 2 * MIB - (64 << 10), "{r:?}");
+    assert!(read_back(&mut s, 1, data.len()) == data, "no byte lost around the touched page");
+}
