@@ -3,6 +3,7 @@
 //! floor.
 
 pub mod policy;
+pub(crate) mod protocol;
 mod report;
 
 use std::collections::VecDeque;
@@ -232,12 +233,6 @@ pub fn run_with(
     options: Options<'_>,
 ) -> Result<ReplayReport> {
     let file = reader.file().to_string();
-    if options.sink.is_some() || (policy.wants_feedback() && backend.records_faults()) {
-        backend.record_events(true);
-    }
-    if options.sink.is_some() {
-        policy.record_events(true);
-    }
     std::thread::scope(move |scope| {
         let events = Parsed::spawn(scope, reader)?;
         replay_events(events, file, backend, policy, progress, options)
@@ -254,8 +249,7 @@ fn replay_events(
 ) -> Result<ReplayReport> {
     let wall = Instant::now();
     let Options { mut sink, undeclared_every } = options;
-    let feedback = policy.wants_feedback() && backend.records_faults();
-    let (mut drained, mut observed) = (Vec::new(), Vec::new());
+    let mut protocol = protocol::Protocol::new(policy, backend, sink.is_some());
     let lookahead = policy.lookahead();
     // (index, the event, the part of it the policy sees where that differs)
     let mut window: VecDeque<(u64, TraceEvent, Option<TraceEvent>)> = VecDeque::with_capacity(lookahead + 1);
@@ -263,7 +257,7 @@ fn replay_events(
     let mut exhausted = false;
     let mut ranges = Vec::new();
     let mut pre = PreExisting::default();
-    let (mut floor, mut kernels, mut policy_ns) = (0u64, 0u64, 0u64);
+    let (mut floor, mut kernels) = (0u64, 0u64);
     // (step index, completion time at its start, compute floor at its start)
     let mut marks: Vec<(u64, u64, u64)> = Vec::new();
 
@@ -284,68 +278,48 @@ fn replay_events(
             break;
         };
         let seen = seen.as_ref().unwrap_or(&event);
-        let t0 = Instant::now();
-        policy.before(index, seen, backend)?;
-        policy_ns += t0.elapsed().as_nanos() as u64;
-        if feedback || sink.is_some() {
-            // What the policy's own hints (and data prepared ahead) did, kept apart from the
-            // operation's events, which the policy learns from: a prefetch populating a region
-            // the kernel does not use is not the kernel touching it.
-            if sink.is_some() {
-                policy.drain_events(&mut drained);
-            }
-            backend.drain_events(&mut drained);
-        }
-        match &event {
-            TraceEvent::Alloc { id, bytes, name } => {
-                let address = backend.allocate(RegionId(*id), *bytes)?;
-                if let Some(sink) = sink.as_deref_mut() {
-                    sink.region(RegionId(*id), *bytes, name.as_deref(), address)?;
+        protocol.run(index, seen, policy, backend, |backend| {
+            match &event {
+                TraceEvent::Alloc { id, bytes, name } => {
+                    let address = backend.allocate(RegionId(*id), *bytes)?;
+                    if let Some(sink) = sink.as_deref_mut() {
+                        sink.region(RegionId(*id), *bytes, name.as_deref(), address)?;
+                    }
+                    pre.on_alloc(*id, backend)?;
                 }
-                pre.on_alloc(*id, backend)?;
-            }
-            TraceEvent::Free { id } => {
-                pre.on_free(*id);
-                backend.free(RegionId(*id))?;
-                if let Some(sink) = sink.as_deref_mut() {
-                    sink.freed(RegionId(*id))?;
+                TraceEvent::Free { id } => {
+                    pre.on_free(*id);
+                    backend.free(RegionId(*id))?;
+                    if let Some(sink) = sink.as_deref_mut() {
+                        sink.freed(RegionId(*id))?;
+                    }
                 }
+                TraceEvent::Kernel { name, dur_ns, acc } => {
+                    to_ranges(acc, &mut ranges);
+                    backend.launch(&KernelLaunch { name, dur_ns: *dur_ns, accesses: &ranges })?;
+                    floor += dur_ns;
+                    kernels += 1;
+                }
+                TraceEvent::Host { acc, .. } => {
+                    to_ranges(acc, &mut ranges);
+                    backend.host_access(&ranges)?;
+                }
+                TraceEvent::Step { index } => marks.push((*index, backend.completion_ns(), floor)),
             }
-            TraceEvent::Kernel { name, dur_ns, acc } => {
-                to_ranges(acc, &mut ranges);
-                backend.launch(&KernelLaunch { name, dur_ns: *dur_ns, accesses: &ranges })?;
-                floor += dur_ns;
-                kernels += 1;
-            }
-            TraceEvent::Host { acc, .. } => {
-                to_ranges(acc, &mut ranges);
-                backend.host_access(&ranges)?;
-            }
-            TraceEvent::Step { index } => marks.push((*index, backend.completion_ns(), floor)),
-        }
-        let t0 = Instant::now();
-        if feedback {
-            backend.drain_events(&mut observed);
-            policy.observe(&observed);
-        }
-        policy.after(index, seen, backend)?;
-        policy_ns += t0.elapsed().as_nanos() as u64;
+            Ok(())
+        })?;
         if let Some(sink) = sink.as_deref_mut() {
-            policy.drain_events(&mut drained);
-            drained.append(&mut observed);
-            backend.drain_events(&mut drained);
-            sink.events(&drained)?;
+            sink.events(&protocol.events)?;
         }
-        drained.clear();
-        observed.clear();
+        protocol.events.clear();
         if (index + 1) % PROGRESS_EVERY == 0 {
             progress(index + 1);
         }
     }
     let end = backend.synchronize()?;
     if let Some(sink) = sink {
-        backend.drain_events(&mut drained);
-        sink.events(&drained)?;
+        backend.drain_events(&mut protocol.events);
+        sink.events(&protocol.events)?;
     }
     progress(read);
 
@@ -389,7 +363,7 @@ fn replay_events(
         kernels,
         steps,
         wall_ns: wall.elapsed().as_nanos() as u64,
-        policy_ns,
+        policy_ns: protocol.policy_ns,
     })
 }
 

@@ -13,6 +13,7 @@ use crate::access::RangeAccess;
 use crate::backend::{BackendStats, KernelLaunch, MemoryBackend, NativeLaunch};
 use crate::error::{Error, Result};
 use crate::region::RegionId;
+use crate::replay::protocol::Protocol;
 use crate::replay::{EventSink, Policy};
 use crate::trace::{TraceAccess, TraceEvent};
 
@@ -90,24 +91,8 @@ impl Engine {
         sink: Option<Box<dyn EventSink + Send>>,
         rx: Receiver<Command>,
     ) -> Self {
-        let feedback = policy.wants_feedback() && backend.records_faults();
-        if sink.is_some() || feedback {
-            backend.record_events(true);
-        }
-        if sink.is_some() {
-            policy.record_events(true);
-        }
-        let mut worker = Worker {
-            backend,
-            policy,
-            sink,
-            feedback,
-            events: Vec::new(),
-            observed: Vec::new(),
-            index: 0,
-            step: 0,
-            failure: None,
-        };
+        let protocol = Protocol::new(policy.as_mut(), backend.as_mut(), sink.is_some());
+        let mut worker = Worker { backend, policy, sink, protocol, index: 0, step: 0, failure: None };
         let handle = std::thread::Builder::new()
             .name("unimem-engine".into())
             .spawn(move || worker.run(rx))
@@ -125,12 +110,9 @@ struct Worker {
     policy: Box<dyn Policy>,
     /// Where the telemetry goes, if anywhere.
     sink: Option<Box<dyn EventSink + Send>>,
-    /// The policy learns from the backend's events.
-    feedback: bool,
-    /// Events on their way to the sink.
-    events: Vec<crate::backend::MemEvent>,
-    /// The current operation's events, for the policy to learn from.
-    observed: Vec<crate::backend::MemEvent>,
+    /// Each operation runs between the policy's hooks, as in a replay; its events wait there
+    /// for the sink.
+    protocol: Protocol,
     /// Event index, as in a trace.
     index: u64,
     step: u64,
@@ -239,13 +221,15 @@ impl Worker {
         }
     }
 
-    /// Hands the policy's and the backend's recorded events to the sink.
+    /// Hands the operations' events, and whatever the policy and the backend recorded since,
+    /// to the sink.
     fn drain(&mut self) -> Result<()> {
         let Some(sink) = self.sink.as_mut() else { return Ok(()) };
-        self.policy.drain_events(&mut self.events);
-        self.backend.drain_events(&mut self.events);
-        let r = sink.events(&self.events);
-        self.events.clear();
+        let events = &mut self.protocol.events;
+        self.policy.drain_events(events);
+        self.backend.drain_events(events);
+        let r = sink.events(events);
+        events.clear();
         r
     }
 
@@ -257,32 +241,7 @@ impl Worker {
     ) -> Result<T> {
         let index = self.index;
         self.index += 1;
-        self.policy.before(index, event, self.backend.as_mut())?;
-        if self.feedback {
-            // The policy's own hints' events stay apart from the operation's, which it learns
-            // from (a prefetch populating a region is not the kernel touching it).
-            if self.sink.is_some() {
-                self.policy.drain_events(&mut self.events);
-            }
-            self.backend.drain_events(&mut self.events);
-            if self.sink.is_none() {
-                self.events.clear();
-            }
-        }
-        let out = op(self.backend.as_mut())?;
-        if self.feedback {
-            // The backend's events of this operation, for the policy to learn from; they go
-            // on to the sink after the policy's own.
-            self.backend.drain_events(&mut self.observed);
-            self.policy.observe(&self.observed);
-            if self.sink.is_some() {
-                self.policy.drain_events(&mut self.events);
-                self.events.append(&mut self.observed);
-            }
-            self.observed.clear();
-        }
-        self.policy.after(index, event, self.backend.as_mut())?;
-        Ok(out)
+        self.protocol.run(index, event, self.policy.as_mut(), self.backend.as_mut(), op)
     }
 
     fn keep(&mut self, r: Result<()>) {

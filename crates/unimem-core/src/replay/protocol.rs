@@ -1,0 +1,84 @@
+//! The protocol every operation runs under, in a trace replay and in the runtime's engine: the
+//! policy's `before`, the events of its hints kept apart, the operation, the operation's own
+//! events handed to the policy (feedback), the policy's `after`. One implementation, so that a
+//! program and a replay of its trace see the same policy behaviour.
+
+use std::time::Instant;
+
+use super::Policy;
+use crate::backend::{MemEvent, MemoryBackend};
+use crate::error::Result;
+use crate::trace::TraceEvent;
+
+/// Runs operations between a policy's hooks; keeps their events for a sink when asked.
+pub(crate) struct Protocol {
+    /// The policy learns from the backend's events of each operation.
+    feedback: bool,
+    /// Events are kept for a sink.
+    keep: bool,
+    /// Events kept for the sink, in order: each operation's hints', then its own, then the
+    /// policy's after it. The caller takes them (and clears the vector).
+    pub(crate) events: Vec<MemEvent>,
+    /// The current operation's events, for the policy to learn from.
+    observed: Vec<MemEvent>,
+    /// Host time spent in the policy's hooks (`before`, `observe`, `after`): on a GPU it sits
+    /// between launches.
+    pub(crate) policy_ns: u64,
+}
+
+impl Protocol {
+    /// Turns on the recording the run needs: the backend's events where the policy learns from
+    /// them or `keep_events` (a sink) wants them, the policy's own where a sink wants them.
+    pub(crate) fn new(policy: &mut dyn Policy, backend: &mut dyn MemoryBackend, keep_events: bool) -> Self {
+        let feedback = policy.wants_feedback() && backend.records_faults();
+        if keep_events || feedback {
+            backend.record_events(true);
+        }
+        if keep_events {
+            policy.record_events(true);
+        }
+        Self { feedback, keep: keep_events, events: Vec::new(), observed: Vec::new(), policy_ns: 0 }
+    }
+
+    /// Runs `op` (the operation `event` stands for, numbered `index`) between the policy's
+    /// hooks.
+    pub(crate) fn run<T>(
+        &mut self,
+        index: u64,
+        event: &TraceEvent,
+        policy: &mut dyn Policy,
+        backend: &mut dyn MemoryBackend,
+        op: impl FnOnce(&mut dyn MemoryBackend) -> Result<T>,
+    ) -> Result<T> {
+        let t0 = Instant::now();
+        policy.before(index, event, backend)?;
+        self.policy_ns += t0.elapsed().as_nanos() as u64;
+        if self.feedback || self.keep {
+            // What the policy's own hints (and data prepared ahead) did stays apart from the
+            // operation's events, which the policy learns from: a prefetch populating a region
+            // the kernel does not use is not the kernel touching it.
+            if self.keep {
+                policy.drain_events(&mut self.events);
+            }
+            backend.drain_events(&mut self.events);
+            if !self.keep {
+                self.events.clear();
+            }
+        }
+        let out = op(backend)?;
+        let t0 = Instant::now();
+        if self.feedback {
+            backend.drain_events(&mut self.observed);
+            policy.observe(&self.observed);
+        }
+        policy.after(index, event, backend)?;
+        self.policy_ns += t0.elapsed().as_nanos() as u64;
+        if self.keep {
+            policy.drain_events(&mut self.events);
+            self.events.append(&mut self.observed);
+            backend.drain_events(&mut self.events);
+        }
+        self.observed.clear();
+        Ok(out)
+    }
+}
