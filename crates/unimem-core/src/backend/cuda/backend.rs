@@ -1055,13 +1055,13 @@ impl MemoryBackend for CudaBackend {
                 }
                 // Duplicates drop for free, and remote data is not the device's to copy.
                 if blk.on_host || blk.remote {
-                    migrate.push(ByteRange { region: id, offset, len });
+                    crate::backend::push_merged(&mut migrate, ByteRange { region: id, offset, len });
                     continue;
                 }
                 after = after.max(blk.last_kernel);
                 let stage = this.stage.clone();
                 let Some(slot) = this.staging.take(&stage)? else {
-                    migrate.push(ByteRange { region: id, offset, len });
+                    crate::backend::push_merged(&mut migrate, ByteRange { region: id, offset, len });
                     continue;
                 };
                 let ptr = r.buf.ptr() + offset;

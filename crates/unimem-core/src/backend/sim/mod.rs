@@ -857,8 +857,10 @@ impl MemoryBackend for SimBackend {
                 let bytes = dev_only as u64 * PAGE_SIZE;
                 if dev_only == 0 || self.staged_bytes + bytes > self.staging_capacity {
                     let (offset, len) = (bs as u64 * PAGE_SIZE, (be - bs) as u64 * PAGE_SIZE);
-                    let len = len.min(r.bytes - offset);
-                    migrate.push(ByteRange { region: id, offset, len });
+                    super::push_merged(
+                        &mut migrate,
+                        ByteRange { region: id, offset, len: len.min(r.bytes - offset) },
+                    );
                     continue;
                 }
                 // The copy waits for the kernels using the block, on the copy engine's lane.
