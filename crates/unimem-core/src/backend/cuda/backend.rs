@@ -334,6 +334,18 @@ impl CudaBackend {
             tracing::info!("no cuMemDiscardBatchAsync on this driver: evictions migrate, none is staged");
             return Ok(self);
         }
+        // Pinned memory is taken from the host's RAM and cannot be swapped: at most half of it.
+        let bytes = match host_memory_bytes() {
+            Some(total) if bytes > total / 2 => {
+                tracing::info!(
+                    "staging capped at half the host's memory: {} of {} bytes asked",
+                    total / 2,
+                    bytes
+                );
+                total / 2
+            }
+            _ => bytes,
+        };
         let t0 = Instant::now();
         self.staging = StagingPool::new(&self.dev, bytes);
         self.staging.reserve(reserve)?;
@@ -840,6 +852,18 @@ impl Drop for CudaBackend {
     }
 }
 
+/// The host's physical memory (`MemTotal` of /proc/meminfo), where the system says.
+fn host_memory_bytes() -> Option<u64> {
+    parse_mem_total(&std::fs::read_to_string("/proc/meminfo").ok()?)
+}
+
+/// `MemTotal` in bytes from the text of /proc/meminfo.
+fn parse_mem_total(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
 /// Merges adjacent ranges of the same allocation: (region, address, bytes) -> (address, bytes).
 /// Two allocations can be adjacent in the address space, but one prefetch range must lie in one
 /// allocation (the driver answers CUDA_ERROR_INVALID_VALUE otherwise).
@@ -1337,5 +1361,25 @@ impl CudaBackend {
             }
             self.regions.get_mut(&id).expect("checked").blocks[b].on_host = true;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mem_total_is_read_from_meminfo() {
+        let text = "MemTotal:       131072000 kB\nMemFree:        1000 kB\n";
+        assert_eq!(parse_mem_total(text), Some(131_072_000 * 1024));
+        assert_eq!(parse_mem_total("MemFree: 5 kB\n"), None);
+        assert_eq!(parse_mem_total("MemTotal: lots kB\n"), None);
+    }
+
+    #[test]
+    fn merged_ranges_stay_inside_their_allocation() {
+        let r = |id, p, l| (RegionId(id), p, l);
+        // Adjacent in the address space but in two allocations: two ranges.
+        assert_eq!(coalesce(vec![r(1, 0, 4), r(2, 4, 4), r(1, 8, 4), r(1, 4, 4)]), vec![(0, 12), (4, 4)]);
     }
 }
