@@ -527,13 +527,7 @@ impl CudaBackend {
         }
         prefetch_batch(&self.dev, list, Location::Device, &self.h2d)?;
         if !staged.is_empty() {
-            let runs: Vec<Run> = staged
-                .iter()
-                .map(|&(id, b, slot)| {
-                    let r = &self.regions[&id];
-                    (id.0, r.buf.ptr() + b as u64 * BLOCK_SIZE, slot, r.block_bytes(b as usize))
-                })
-                .collect();
+            let runs = self.staged_runs(&staged);
             let h2d = self.h2d.clone();
             self.timed_copies(&h2d, crate::backend::Direction::H2D, &staged, |this| {
                 this.staging.copy(runs, false, &h2d)
@@ -571,6 +565,18 @@ impl CudaBackend {
             self.touch_block(id, b as usize);
         }
         Ok(())
+    }
+
+    /// The staging copies of staged blocks (region, block, slot): one run per block, which
+    /// `StagingPool::copy` merges where they continue each other.
+    fn staged_runs(&self, staged: &[(RegionId, u32, Slot)]) -> Vec<Run> {
+        staged
+            .iter()
+            .map(|&(id, b, slot)| {
+                let r = &self.regions[&id];
+                (id.0, r.buf.ptr() + b as u64 * BLOCK_SIZE, slot, r.block_bytes(b as usize))
+            })
+            .collect()
     }
 
     /// Makes the stage stream wait for kernel `seq` (the backend's count, from 1; 0: none) to
@@ -631,26 +637,20 @@ impl CudaBackend {
     /// host at 51 GB/s on the H200; the CPU copying them ran at 0.6 GB/s (populating page by
     /// page), 2.8 GB/s after the driver populated them.
     fn restore_to_host(&mut self, id: RegionId, offset: u64, len: u64) -> Result<()> {
-        let blocks = self.regions[&id].blocks_of(offset, len);
         let r = &self.regions[&id];
-        let runs: Vec<Run> = blocks
-            .clone()
-            .filter_map(|b| {
-                r.blocks[b]
-                    .staged
-                    .map(|slot| (id.0, r.buf.ptr() + b as u64 * BLOCK_SIZE, slot, r.block_bytes(b)))
-            })
+        let staged: Vec<(RegionId, u32, Slot)> = r
+            .blocks_of(offset, len)
+            .filter_map(|b| r.blocks[b].staged.map(|slot| (id, b as u32, slot)))
             .collect();
-        if runs.is_empty() {
+        if staged.is_empty() {
             return Ok(());
         }
-        self.staging.copy(runs, false, &self.d2h)?;
+        self.staging.copy(self.staged_runs(&staged), false, &self.d2h)?;
         self.d2h.synchronize().map_err(cuda_err("cuStreamSynchronize", "restore to the host"))?;
-        for b in blocks {
-            let Some(slot) = self.regions[&id].blocks[b].staged else { continue };
+        for (id, b, slot) in staged {
             let r = self.regions.get_mut(&id).expect("checked");
-            let bytes = r.block_bytes(b);
-            let blk = &mut r.blocks[b];
+            let bytes = r.block_bytes(b as usize);
+            let blk = &mut r.blocks[b as usize];
             blk.staged = None;
             blk.on_host = true;
             self.staging.release(slot, None);
@@ -761,7 +761,6 @@ impl CudaBackend {
                 }
                 w
             };
-            let seq = this.stats.kernels + 1;
             for (id, b) in blocks {
                 this.regions.get_mut(&id).expect("checked").blocks[b as usize].last_kernel = seq;
                 let r = &this.regions[&id];
@@ -919,11 +918,9 @@ impl MemoryBackend for CudaBackend {
         self.drop_staged(id, 0, self.regions[&id].bytes)?;
         let r = self.regions.remove(&id).expect("checked");
         // ... nor a copy into it.
-        for ev in [&r.ready].into_iter().flatten() {
-            if !ev.is_complete() {
-                for s in [&self.compute, &self.h2d] {
-                    s.wait(ev).map_err(cuda_err("cuStreamWaitEvent", "reuse after copies"))?;
-                }
+        if let Some(ev) = r.ready.as_ref().filter(|ev| !ev.is_complete()) {
+            for s in [&self.compute, &self.h2d] {
+                s.wait(ev).map_err(cuda_err("cuStreamWaitEvent", "reuse after copies"))?;
             }
         }
         if let Some(rec) = self.recording.as_mut() {
@@ -1065,8 +1062,7 @@ impl MemoryBackend for CudaBackend {
             let mut blocks: Vec<(RegionId, u32)> = blocks.into_iter().collect();
             blocks.sort_unstable(); // slots in address order: copies coalesce
             let mut migrate: Vec<ByteRange> = Vec::new();
-            let mut runs: Vec<Run> = Vec::new();
-            let mut discards: Vec<(RegionId, u64, u64)> = Vec::new();
+            let mut staged: Vec<(RegionId, u32, Slot)> = Vec::new();
             // The last kernel that touched a block staged here: the copies wait for it.
             let mut after = 0u64;
             for (id, b) in blocks {
@@ -1088,9 +1084,7 @@ impl MemoryBackend for CudaBackend {
                     crate::backend::push_merged(&mut migrate, ByteRange { region: id, offset, len });
                     continue;
                 };
-                let ptr = r.buf.ptr() + offset;
-                runs.push((id.0, ptr, slot, len));
-                discards.push((id, ptr, len));
+                staged.push((id, b, slot));
                 this.leave_device(id, b as usize);
                 let blk = &mut this.regions.get_mut(&id).expect("checked").blocks[b as usize];
                 blk.staged = Some(slot);
@@ -1098,29 +1092,19 @@ impl MemoryBackend for CudaBackend {
                 this.stats.d2h_bytes += len;
                 this.stats.staged_out_bytes += len;
             }
-            if !runs.is_empty() {
+            if !staged.is_empty() {
                 this.stage_after_kernel(after)?;
                 let stage = this.stage.clone();
-                let blocks: Vec<(RegionId, u32, Slot)> = runs
-                    .iter()
-                    .map(|r| {
-                        (
-                            RegionId(r.0),
-                            ((r.1 - this.regions[&RegionId(r.0)].buf.ptr()) / BLOCK_SIZE) as u32,
-                            r.2,
-                        )
-                    })
-                    .collect();
-                this.timed_copies(&stage, crate::backend::Direction::D2H, &blocks, |this| {
+                let runs = this.staged_runs(&staged);
+                let discards = coalesce(runs.iter().map(|r| (RegionId(r.0), r.1, r.3)).collect());
+                this.timed_copies(&stage, crate::backend::Direction::D2H, &staged, |this| {
                     this.staging.copy(runs, true, &stage)
                 })?;
-                let list = coalesce(discards.clone());
-                discard_batch(&this.dev, &list, &this.stage)?;
+                discard_batch(&this.dev, &discards, &this.stage)?;
                 let done = Arc::new(
                     this.stage.record_event(None).map_err(cuda_err("cuEventRecord", "staged eviction"))?,
                 );
-                for (id, ptr, _) in discards {
-                    let b = ((ptr - this.regions[&id].buf.ptr()) / BLOCK_SIZE) as u32;
+                for (id, b, _) in staged {
                     this.staged_done.insert((id, b), done.clone());
                 }
             }
