@@ -187,9 +187,8 @@ pub trait MemoryBackend: Send {
     fn discard(&mut self, ranges: &[ByteRange]) -> Result<()>;
 
     /// Evicts ranges through the runtime's pinned staging buffers: data only the device holds
-    /// is copied into pinned host memory by the copy engine (52.6 GB/s on the H200, and at the
-    /// same time as transfers the other way) and dropped from the device, instead of being
-    /// migrated back at 10-17 GB/s. Staged data comes back on the next prefetch to the device,
+    /// is copied into pinned host memory by the copy engine (52.3 GB/s on the H200) and dropped
+    /// from the device, instead of being migrated back at 10-17 GB/s. Staged data comes back on the next prefetch to the device,
     /// kernel or host access that touches it. What the staging buffers cannot hold, and data
     /// with a valid host copy, is moved as [`MemoryBackend::prefetch`] to the host would.
     /// The default (a backend without staging) is that prefetch.

@@ -1,10 +1,10 @@
 //! Pinned staging buffers for staged evictions ([`crate::backend::MemoryBackend::stage_out`]).
 //!
 //! On the H200 a migration of GPU-written data back to the host runs at 10-17 GB/s (host page
-//! population bounds it) and does not overlap migrations the other way, while the copy engine
-//! copies device-resident managed data into pinned memory at 52.6 GB/s, in both directions at
-//! once (h200-facts.md). So an eviction copies the data into a 2 MiB slot of pinned memory
-//! and discards the managed pages; bringing it back repopulates them and copies it in.
+//! population bounds it), while the copy engine copies device-resident managed data into
+//! pinned memory at 52.3 GB/s (`unimem probe`; neither overlaps a prefetch the other way). So
+//! an eviction copies the data into a 2 MiB slot of pinned memory and discards the managed
+//! pages; bringing it back repopulates them (a prefetch) and copies it in.
 //!
 //! Slots are carved from 64 MiB pinned chunks, allocated on demand up to a capacity and kept
 //! until the pool is dropped (pinning memory is slow: it is paid once). A slot read by a copy

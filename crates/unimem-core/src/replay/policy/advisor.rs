@@ -248,8 +248,8 @@ impl Advisor {
         }
         let evict = coalesce(&self.sizes, p.evict.iter().map(|(u, _)| *u).collect());
         if !evict.is_empty() {
-            // Through the staging buffers where the backend has them (a copy at 52.6 GB/s
-            // beside the transfers coming in, instead of a 10-17 GB/s migration).
+            // Through the staging buffers where the backend has them (a copy at 52.3 GB/s on
+            // the H200, instead of a 10-17 GB/s migration).
             backend.stage_out(&evict)?;
         }
         let remote: Vec<Unit> = p.remote.iter().map(|r| r.0).collect();
