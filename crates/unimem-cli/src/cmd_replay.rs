@@ -60,6 +60,21 @@ impl Sizes {
     }
 }
 
+/// Telemetry that only feeds the policy: nothing is written.
+struct NoLog;
+
+impl replay::EventSink for NoLog {
+    fn region(&mut self, _: unimem_core::RegionId, _: u64, _: Option<&str>, _: u64) -> Result<()> {
+        Ok(())
+    }
+    fn freed(&mut self, _: unimem_core::RegionId) -> Result<()> {
+        Ok(())
+    }
+    fn events(&mut self, _: &[backend::MemEvent]) -> Result<()> {
+        Ok(())
+    }
+}
+
 /// Replays one trace (opened fresh by `open`) with one policy.
 pub fn replay_one(
     open: &dyn Fn() -> Result<TraceReader>,
@@ -105,13 +120,16 @@ pub fn replay_one(
         }
         None => None,
     };
-    // On a GPU the faults and migrations come from CUPTI, attributed when the replay is over.
+    // On a GPU the faults and migrations come from CUPTI, attributed as they are read (for a
+    // policy learning from faults) and when the replay is over. With accesses hidden from the
+    // policy, a GPU replay collects them for the policy even without a log: the backend cannot
+    // see faults.
+    let gpu_faults = config.telemetry.gpu_fault_records;
     let mut sink = match log {
-        Some(log) => Some(unimem_telemetry::cupti::sink_for(
-            log,
-            backend.as_ref(),
-            config.telemetry.gpu_fault_records,
-        )?),
+        Some(log) => Some(unimem_telemetry::cupti::sink_for(log, backend.as_ref(), gpu_faults)?),
+        None if undeclared_every > 0 && policy_impl.wants_feedback() && !backend.records_faults() => {
+            Some(unimem_telemetry::cupti::sink_for(NoLog, backend.as_ref(), gpu_faults)?)
+        }
         None => None,
     };
     let options = replay::Options {

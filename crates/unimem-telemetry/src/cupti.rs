@@ -340,7 +340,8 @@ impl Tenancy {
 
 /// A replay's telemetry on a GPU. The regions and the backend's own events (kernels timed on
 /// the device, releases of freed regions) pass to `inner` as they come; CUPTI's records are
-/// attributed when the sink is closed (`EventSink::close`): by address, and where a pool
+/// attributed when they are asked for (`EventSink::late`, for a policy that learns from
+/// faults) and when the sink is closed (`EventSink::close`): by address, and where a pool
 /// gave the same addresses to several regions in turn, by time (a record belongs to the
 /// first of them not yet released when it happened).
 pub struct CuptiSink<'a, S: EventSink> {
@@ -373,9 +374,9 @@ impl<'a, S: EventSink> CuptiSink<'a, S> {
         })
     }
 
-    /// Attributes CUPTI's records collected since the last call and writes them to the inner
-    /// sink in time order (the backend must have synchronised).
-    fn write_records(&mut self) -> Result<()> {
+    /// CUPTI's records collected since the last call, attributed, in time order (records of
+    /// work the device has not finished come at a later call).
+    fn attributed_records(&mut self) -> Result<Vec<MemEvent>> {
         let records = self.source.drain()?;
         let origin = self.cupti_at_origin;
         let clock = move |ts: u64| ts.saturating_sub(origin);
@@ -389,7 +390,7 @@ impl<'a, S: EventSink> CuptiSink<'a, S> {
             MemEvent::Fault { at_ns, .. } => *at_ns,
             _ => 0,
         });
-        self.inner.events(&events)
+        Ok(events)
     }
 }
 
@@ -415,8 +416,19 @@ impl<S: EventSink> EventSink for CuptiSink<'_, S> {
     /// Writes CUPTI's records, then closes the inner sink: for a [`unimem_core::Runtime`],
     /// which closes its sink when the last handle is dropped.
     fn close(&mut self) -> Result<()> {
-        self.write_records()?;
+        let events = self.attributed_records()?;
+        self.inner.events(&events)?;
         self.inner.close()
+    }
+
+    /// CUPTI's records so far (a forced flush), written to the log and handed to the caller:
+    /// the replay and the runtime feed the faults among them to a policy that learns from
+    /// faults, since the CUDA backend cannot see them.
+    fn late(&mut self, out: &mut Vec<MemEvent>) -> Result<()> {
+        let events = self.attributed_records()?;
+        self.inner.events(&events)?;
+        out.extend(events);
+        Ok(())
     }
 }
 

@@ -2,6 +2,7 @@
 //! by the policy's lookahead window, never by the trace), and reports time against the compute
 //! floor.
 
+mod late;
 pub mod policy;
 pub(crate) mod protocol;
 mod report;
@@ -50,6 +51,14 @@ pub trait EventSink {
     fn events(&mut self, events: &[crate::backend::MemEvent]) -> Result<()>;
     /// The work is over and the backend synchronised: write what is still held, flush.
     fn close(&mut self) -> Result<()> {
+        Ok(())
+    }
+    /// Appends to `out` the events a source delivered since the last call that the backend
+    /// could not report as they happened (CUPTI's records of a GPU's faults and migrations),
+    /// attributed to regions, in any order; the sink writes them to its log as well. The replay
+    /// and the runtime feed the faults among them to a policy that learns from faults. None by
+    /// default.
+    fn late(&mut self, _out: &mut Vec<crate::backend::MemEvent>) -> Result<()> {
         Ok(())
     }
 }
@@ -308,10 +317,10 @@ fn replay_events(
             }
             Ok(())
         })?;
-        if let Some(sink) = sink.as_deref_mut() {
-            sink.events(&protocol.events)?;
+        match sink.as_deref_mut() {
+            Some(sink) => protocol.hand_to_sink(sink, policy)?,
+            None => protocol.events.clear(),
         }
-        protocol.events.clear();
         if (index + 1) % PROGRESS_EVERY == 0 {
             progress(index + 1);
         }

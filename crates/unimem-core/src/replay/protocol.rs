@@ -5,15 +5,25 @@
 
 use std::time::Instant;
 
-use super::Policy;
+use super::late::LateFaults;
+use super::{EventSink, Policy};
 use crate::backend::{MemEvent, MemoryBackend};
 use crate::error::Result;
 use crate::trace::TraceEvent;
+
+/// Kernels between two looks at the sink's late events (and at a step boundary): CUPTI's
+/// forced flush costs the host, and the policy learns an access for the next step anyway.
+const LATE_EVERY: u64 = 64;
 
 /// Runs operations between a policy's hooks; keeps their events for a sink when asked.
 pub(crate) struct Protocol {
     /// The policy learns from the backend's events of each operation.
     feedback: bool,
+    /// The policy learns from faults the backend cannot report and the sink delivers late
+    /// (a GPU's, through CUPTI): which kernel each belonged to.
+    late: Option<LateFaults>,
+    /// Kernels run since the last look at the late events; a step boundary makes it due.
+    since_late: u64,
     /// Events are kept for a sink.
     keep: bool,
     /// Events kept for the sink, in order: each operation's hints', then its own, then the
@@ -31,13 +41,51 @@ impl Protocol {
     /// them or `keep_events` (a sink) wants them, the policy's own where a sink wants them.
     pub(crate) fn new(policy: &mut dyn Policy, backend: &mut dyn MemoryBackend, keep_events: bool) -> Self {
         let feedback = policy.wants_feedback() && backend.records_faults();
+        // Without the backend's faults, a sink may still deliver them late; its events carry
+        // the kernels' device times that say whose they were.
+        let late =
+            (policy.wants_feedback() && !backend.records_faults() && keep_events).then(LateFaults::default);
         if keep_events || feedback {
             backend.record_events(true);
         }
         if keep_events {
             policy.record_events(true);
         }
-        Self { feedback, keep: keep_events, events: Vec::new(), observed: Vec::new(), policy_ns: 0 }
+        Self {
+            feedback,
+            late,
+            since_late: 0,
+            keep: keep_events,
+            events: Vec::new(),
+            observed: Vec::new(),
+            policy_ns: 0,
+        }
+    }
+
+    /// Hands the events kept so far to `sink` (and clears them); every [`LATE_EVERY`] kernels
+    /// and at each step, hands the policy the faults the sink delivered late, by kernel.
+    pub(crate) fn hand_to_sink(&mut self, sink: &mut dyn EventSink, policy: &mut dyn Policy) -> Result<()> {
+        if let Some(late) = self.late.as_mut() {
+            late.note(&self.events);
+        }
+        let written = sink.events(&self.events);
+        self.events.clear();
+        written?;
+        let Some(late) = self.late.as_mut() else { return Ok(()) };
+        if self.since_late < LATE_EVERY {
+            return Ok(());
+        }
+        self.since_late = 0;
+        let mut got = Vec::new();
+        sink.late(&mut got)?;
+        let mut by_kernel = Vec::new();
+        late.attribute(got, &mut by_kernel);
+        let t0 = Instant::now();
+        for (kernel, events) in &by_kernel {
+            policy.observe_late(*kernel, events);
+        }
+        self.policy_ns += t0.elapsed().as_nanos() as u64;
+        Ok(())
     }
 
     /// Runs `op` (the operation `event` stands for, numbered `index`) between the policy's
@@ -50,6 +98,11 @@ impl Protocol {
         backend: &mut dyn MemoryBackend,
         op: impl FnOnce(&mut dyn MemoryBackend) -> Result<T>,
     ) -> Result<T> {
+        match event {
+            TraceEvent::Kernel { .. } => self.since_late += 1,
+            TraceEvent::Step { .. } => self.since_late = LATE_EVERY,
+            _ => {}
+        }
         let t0 = Instant::now();
         policy.before(index, event, backend)?;
         self.policy_ns += t0.elapsed().as_nanos() as u64;

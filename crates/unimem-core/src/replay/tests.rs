@@ -1,5 +1,6 @@
 use super::*;
 use crate::backend::sim::SimBackend;
+use crate::backend::MemEvent;
 use crate::trace::synth::{Pattern, Synth, SynthSpec};
 use crate::trace::{TraceHeader, TraceWriter};
 
@@ -423,6 +424,73 @@ fn advisor_learns_undeclared_accesses_from_faults() {
         assert!(taught.time_ns * 10 < blind.time_ns * 6, "learning pays");
         assert!(taught.gpu_faults * 3 < blind.gpu_faults);
     }
+}
+
+/// A sink that delivers the backend's events late, as CUPTI does on a GPU: what it got before
+/// the previous look comes out at the next one.
+#[derive(Default)]
+struct LateSink {
+    fresh: Vec<MemEvent>,
+    held: Vec<MemEvent>,
+    looks: u64,
+}
+
+impl EventSink for LateSink {
+    fn region(&mut self, _: RegionId, _: u64, _: Option<&str>, _: u64) -> Result<()> {
+        Ok(())
+    }
+    fn freed(&mut self, _: RegionId) -> Result<()> {
+        Ok(())
+    }
+    fn events(&mut self, events: &[MemEvent]) -> Result<()> {
+        self.fresh.extend_from_slice(events);
+        Ok(())
+    }
+    fn late(&mut self, out: &mut Vec<MemEvent>) -> Result<()> {
+        self.looks += 1;
+        out.append(&mut self.held);
+        self.held = std::mem::take(&mut self.fresh);
+        Ok(())
+    }
+}
+
+/// On a GPU the backend does not see faults; CUPTI reports them late. The advisor learns them
+/// all the same, from a sink that delivers them late, placed by their time against the
+/// kernels' device times.
+#[test]
+fn advisor_learns_undeclared_accesses_from_late_faults() {
+    let (spec, budget) = cyclic_stream();
+    let cost = CostModel::h200();
+    let run_late = |learn: bool| {
+        let mut backend = SimBackend::new(cost.clone(), budget).with_faults_reported_late();
+        let mut config = Config::default();
+        config.advisor.learn_from_faults = learn;
+        let settings =
+            AdvisorSettings::from_config(budget, cost.prefetch_break_even_bytes(), &config.advisor);
+        let mut advisor = Advisor::new(settings);
+        let mut sink = LateSink::default();
+        let options = Options { undeclared_every: 1, sink: Some(&mut sink) };
+        let r =
+            run_with(reader_of(Synth::new(spec)), &mut backend, &mut advisor, &mut |_| {}, options).unwrap();
+        (r, advisor.learned_bytes(), sink.looks)
+    };
+    let (blind, learned_off, looks_off) = run_late(false);
+    let (taught, learned, looks) = run_late(true);
+    let (on_time, _) = replay_undeclared(Synth::new(spec).collect(), 1, true, budget);
+    eprintln!(
+        "blind {} ms ({} faults), late {} ms ({} faults, {} MiB learned, {looks} looks), on time {} ms ({} faults)",
+        blind.time_ns / 1_000_000,
+        blind.gpu_faults,
+        taught.time_ns / 1_000_000,
+        taught.gpu_faults,
+        learned >> 20,
+        on_time.time_ns / 1_000_000,
+        on_time.gpu_faults,
+    );
+    assert_eq!((learned_off, looks_off), (0, 0), "no learning, no looks at the sink");
+    assert!(looks > 0 && learned > 0);
+    assert!(taught.time_ns * 10 < blind.time_ns * 7, "learning late pays");
+    assert!(taught.gpu_faults * 2 < blind.gpu_faults);
 }
 
 /// With every access declared there is nothing to learn from faults: what the advisor's own

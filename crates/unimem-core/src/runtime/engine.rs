@@ -225,12 +225,9 @@ impl Worker {
     /// to the sink.
     fn drain(&mut self) -> Result<()> {
         let Some(sink) = self.sink.as_mut() else { return Ok(()) };
-        let events = &mut self.protocol.events;
-        self.policy.drain_events(events);
-        self.backend.drain_events(events);
-        let r = sink.events(events);
-        events.clear();
-        r
+        self.policy.drain_events(&mut self.protocol.events);
+        self.backend.drain_events(&mut self.protocol.events);
+        self.protocol.hand_to_sink(sink.as_mut(), self.policy.as_mut())
     }
 
     /// Runs one operation between the policy's `before` and `after`, as a replay does.

@@ -68,6 +68,11 @@ pub trait Predictor: Send {
     /// A step boundary of the program (before the first kernel of the step).
     fn on_step(&mut self) {}
 
+    /// An access of an earlier kernel of the current step, at `position` (kernels counted
+    /// from the step's first), learned only after that kernel ended (a fault a GPU reported
+    /// late). Predictors that remember the step add it there; the others have moved on.
+    fn observe_past(&mut self, _position: u64, _obs: &Observation) {}
+
     /// Appends to `out` the accesses expected in kernels `now + 1 ..= now + horizon`, where
     /// `now` is the last kernel observed, soonest first.
     fn predict(&mut self, now: u64, horizon: u64, out: &mut Vec<Prediction>);

@@ -44,6 +44,14 @@ impl Predictor for Periodic {
         self.this_step.push(std::mem::take(&mut self.current));
     }
 
+    fn observe_past(&mut self, position: u64, o: &Observation) {
+        if let Some(kernel) = self.this_step.get_mut(position as usize) {
+            if !kernel.iter().any(|k| k.0 == o.key && k.1 == o.offset) {
+                kernel.push((o.key, o.offset, o.len, o.mode));
+            }
+        }
+    }
+
     fn on_step(&mut self) {
         if !self.this_step.is_empty() {
             self.last_step = std::mem::take(&mut self.this_step);

@@ -122,6 +122,12 @@ impl Predictor for Tournament {
         }
     }
 
+    fn observe_past(&mut self, position: u64, o: &Observation) {
+        for c in &mut self.contestants {
+            c.predictor.observe_past(position, o);
+        }
+    }
+
     fn predict(&mut self, now: u64, horizon: u64, out: &mut Vec<Prediction>) {
         let Some(leader) = self.contestants.iter_mut().max_by(|a, b| a.f1.total_cmp(&b.f1)) else { return };
         let start = out.len();

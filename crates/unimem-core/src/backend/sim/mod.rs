@@ -163,6 +163,9 @@ pub struct SimBackend {
     stats: BackendStats,
     recording: bool,
     events: Vec<MemEvent>,
+    /// Faults reach only a telemetry sink, after the fact, as on a GPU (see
+    /// [`SimBackend::with_faults_reported_late`]).
+    faults_late: bool,
 }
 
 impl SimBackend {
@@ -191,7 +194,17 @@ impl SimBackend {
             stats: BackendStats::default(),
             recording: false,
             events: Vec::new(),
+            faults_late: false,
         }
+    }
+
+    /// The same simulator, saying (as a GPU backend does) that it does not report faults as
+    /// they happen: a policy learns them only from a sink that delivers them late
+    /// ([`crate::replay::EventSink::late`]). Its events are the same; tests of the late path
+    /// hold them back in the sink.
+    pub fn with_faults_reported_late(mut self) -> Self {
+        self.faults_late = true;
+        self
     }
 
     /// The same simulator with `bytes` of pinned staging memory for staged evictions (none by
@@ -1204,7 +1217,7 @@ impl MemoryBackend for SimBackend {
     }
 
     fn records_faults(&self) -> bool {
-        true
+        !self.faults_late
     }
 
     fn record_events(&mut self, on: bool) {

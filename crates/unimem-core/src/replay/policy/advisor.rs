@@ -107,11 +107,19 @@ pub struct Advisor {
     /// observed again every step while they are resident at that kernel (a resident unit does
     /// not fault, so no fault is no evidence the access stopped), and forgotten when the data was
     /// off the device there and did not fault.
-    learned: FxHashMap<u64, Vec<(RegionKey, u64, u64)>>,
+    learned: FxHashMap<u64, Vec<Learned>>,
     /// Regions (by step-stable key) with undeclared accesses learned from faults.
     learned_keys: FxHashSet<RegionKey>,
     /// Kernel index at which the current step began.
     step_start: u64,
+    /// Kernel index at which each step began, for faults reported late (CUPTI's, on a GPU):
+    /// their kernel's position in its step.
+    step_starts: Vec<u64>,
+    /// Regions each recent kernel declared, by kernel index: a late fault on one of them is a
+    /// prefetch that came too late, not an undeclared access.
+    declared_log: std::collections::VecDeque<(u64, Vec<RegionId>)>,
+    /// Step-stable keys of regions freed recently: late faults name regions that may be gone.
+    freed_keys: FxHashMap<RegionId, (RegionKey, u64)>,
     /// Bytes of undeclared accesses learned from faults so far.
     learned_bytes: u64,
     /// Recording hints and forecast scores as events (for telemetry).
@@ -123,6 +131,21 @@ impl std::fmt::Debug for Advisor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Advisor").field("kernel", &self.kernel).field("predictor", &self.predictor).finish()
     }
+}
+
+/// Kernels whose declared regions are kept for late faults (CUPTI's lag behind the host by
+/// the device's queue plus one flush interval, far less than this).
+const DECLARED_KEPT: usize = 8192;
+
+/// An undeclared access learned from faults, at a kernel position of the step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Learned {
+    key: RegionKey,
+    offset: u64,
+    len: u64,
+    /// Reported late (after its kernel's `after`): observed at its position next step whatever
+    /// the residency then, since whether it faulted there is only known later still.
+    late: bool,
 }
 
 /// Units a kernel touches: (unit, overwritten whole, written at all).
@@ -166,6 +189,9 @@ impl Advisor {
             learned: FxHashMap::default(),
             learned_keys: FxHashSet::default(),
             step_start: 0,
+            step_starts: Vec::new(),
+            declared_log: std::collections::VecDeque::new(),
+            freed_keys: FxHashMap::default(),
             learned_bytes: 0,
             recording: false,
             events: Vec::new(),
@@ -306,6 +332,12 @@ impl Advisor {
         let now = self.kernel;
         self.declared.clear();
         self.declared.extend(acc.iter().map(|a| RegionId(a.id)));
+        if self.settings.learn_from_faults {
+            if self.declared_log.len() == DECLARED_KEPT {
+                self.declared_log.pop_front();
+            }
+            self.declared_log.push_back((now, self.declared.iter().copied().collect()));
+        }
         self.undeclared.clear();
         self.end_remote_windows(now, backend)?;
         let units = kernel_units(&self.sizes, acc);
@@ -470,12 +502,47 @@ impl Advisor {
     }
 
     /// Feeds the running kernel's undeclared accesses to the predictors: those that faulted
-    /// now, and those learned at this position of an earlier step whose data is resident.
+    /// now, and those learned at this position of an earlier step whose data is resident (or
+    /// that were reported late, whose faults here, if any, are not known yet).
     fn observe_undeclared(&mut self) {
         let position = self.kernel - self.step_start;
         let mut faulted: FxHashSet<(RegionKey, u64)> = FxHashSet::default();
         let mut seen = Vec::new();
-        // One range per run of touched bytes (faults, migrations and population overlap).
+        for (key, offset, len) in self.merged_undeclared() {
+            self.learned_bytes += len;
+            self.learned_keys.insert(key);
+            faulted.insert((key, offset));
+            seen.push(Learned { key, offset, len, late: false });
+        }
+        let mut kept = Vec::new();
+        for l in self.learned.remove(&position).unwrap_or_default() {
+            if faulted.contains(&(l.key, l.offset)) {
+                continue;
+            }
+            let Some(&id) = self.by_key.get(&l.key) else {
+                kept.push(l); // not allocated in this step (yet): no evidence
+                continue;
+            };
+            let mut units = Vec::new();
+            add_units(&self.sizes, id, l.offset, l.len.max(1), false, &mut units);
+            if l.late || units.iter().all(|(u, _)| self.resident.contains_key(u)) {
+                seen.push(Learned { late: false, ..l });
+            }
+        }
+        for l in &seen {
+            let mode = crate::AccessMode::ReadWrite;
+            let (key, offset, len) = (l.key, l.offset, l.len);
+            self.predictor.observe(&Observation { key, offset, len, mode, kernel: self.kernel });
+        }
+        kept.extend(seen);
+        if !kept.is_empty() {
+            self.learned.insert(position, kept);
+        }
+    }
+
+    /// The running kernel's undeclared accesses, one range per run of touched bytes (faults,
+    /// migrations and population overlap), by step-stable key.
+    fn merged_undeclared(&mut self) -> Vec<(RegionKey, u64, u64)> {
         let mut touched = std::mem::take(&mut self.undeclared);
         touched.sort_unstable();
         let mut merged: Vec<(RegionId, u64, u64)> = Vec::with_capacity(touched.len());
@@ -485,40 +552,19 @@ impl Advisor {
                 _ => merged.push((region, offset, len)),
             }
         }
-        for (region, offset, len) in merged {
-            if let Some(key) = self.identity.key(region) {
-                self.learned_bytes += len;
-                self.learned_keys.insert(key);
-                faulted.insert((key, offset));
-                seen.push((key, offset, len));
-            }
-        }
-        let mut kept = Vec::new();
-        for (key, offset, len) in self.learned.remove(&position).unwrap_or_default() {
-            if faulted.contains(&(key, offset)) {
-                continue;
-            }
-            let Some(&id) = self.by_key.get(&key) else {
-                kept.push((key, offset, len)); // not allocated in this step (yet): no evidence
-                continue;
-            };
-            let mut units = Vec::new();
-            add_units(&self.sizes, id, offset, len.max(1), false, &mut units);
-            if units.iter().all(|(u, _)| self.resident.contains_key(u)) {
-                seen.push((key, offset, len));
-            }
-        }
-        for &(key, offset, len) in &seen {
-            let mode = crate::AccessMode::ReadWrite;
-            self.predictor.observe(&Observation { key, offset, len, mode, kernel: self.kernel });
-        }
-        kept.extend(seen);
-        if !kept.is_empty() {
-            self.learned.insert(position, kept);
-        }
+        merged
+            .into_iter()
+            .filter_map(|(region, offset, len)| {
+                let key = self.identity.key(region).or_else(|| self.freed_keys.get(&region).map(|k| k.0))?;
+                Some((key, offset, len))
+            })
+            .collect()
     }
 
     fn forget_region(&mut self, id: RegionId) {
+        if let Some(key) = self.identity.key(id) {
+            self.freed_keys.insert(id, (key, self.kernel));
+        }
         let blocks = self.sizes.remove(&id).unwrap_or(0).div_ceil(BLOCK_SIZE);
         for b in 0..blocks as u32 {
             self.resident.remove(&(id, b));
@@ -600,17 +646,88 @@ impl Policy for Advisor {
         }
     }
 
+    /// Device accesses reported late (on a GPU, CUPTI's records of faults and the migrations
+    /// they caused), on regions kernel `kernel` did not declare: learned at that kernel's
+    /// position in its step, and observed there from the next step on, so the forecast brings
+    /// them from the step after. Residency is left alone: by now the data may have moved again,
+    /// and the backend's account says where it is.
+    fn observe_late(&mut self, kernel: u64, events: &[crate::backend::MemEvent]) {
+        use crate::backend::{Direction, MemEvent, MigrationCause};
+        let at = self.declared_log.partition_point(|d| d.0 < kernel);
+        let Some((_, declared)) = self.declared_log.get(at).filter(|d| d.0 == kernel) else {
+            return; // too old to place
+        };
+        let started = self.step_starts.partition_point(|&s| s <= kernel);
+        let position = kernel - started.checked_sub(1).map_or(0, |i| self.step_starts[i]);
+        let mut touched: Vec<(RegionKey, u64, u64)> = Vec::new();
+        for e in events {
+            let (region, offset, bytes) = match *e {
+                MemEvent::Fault { region, offset, bytes, by: crate::Accessor::Device, .. } => {
+                    (region, offset, bytes)
+                }
+                MemEvent::Migration {
+                    region,
+                    offset,
+                    bytes,
+                    dir: Direction::H2D,
+                    cause: MigrationCause::Fault,
+                    ..
+                } => (region, offset, bytes),
+                _ => continue,
+            };
+            if declared.contains(&region) {
+                continue;
+            }
+            let key = self.identity.key(region).or_else(|| self.freed_keys.get(&region).map(|k| k.0));
+            if let Some(key) = key {
+                touched.push((key, offset, bytes.max(1)));
+            }
+        }
+        touched.sort_unstable();
+        let mut merged: Vec<(RegionKey, u64, u64)> = Vec::with_capacity(touched.len());
+        for (key, offset, len) in touched {
+            match merged.last_mut() {
+                Some(m) if m.0 == key && offset <= m.1 + m.2 => m.2 = m.2.max(offset + len - m.1),
+                _ => merged.push((key, offset, len)),
+            }
+        }
+        if kernel >= self.step_start {
+            // Still this step: the step-remembering predictors take it now, so the next step's
+            // forecast brings it (as a fault seen on time would have).
+            for &(key, offset, len) in &merged {
+                let (mode, kernel) = (crate::AccessMode::ReadWrite, self.kernel);
+                self.predictor.observe_past(position, &Observation { key, offset, len, mode, kernel });
+            }
+        }
+        let list = self.learned.entry(position).or_default();
+        for (key, offset, len) in merged {
+            self.learned_bytes += len;
+            self.learned_keys.insert(key);
+            match list.iter_mut().find(|l| l.key == key && l.offset == offset) {
+                Some(l) => {
+                    l.len = l.len.max(len);
+                    l.late = true;
+                }
+                None => list.push(Learned { key, offset, len, late: true }),
+            }
+        }
+    }
+
     fn before(&mut self, _index: u64, event: &TraceEvent, backend: &mut dyn MemoryBackend) -> Result<()> {
         match event {
             TraceEvent::Free { id } => {
                 let id = RegionId(*id);
-                self.identity.on_free(id);
                 self.forget_region(id);
+                self.identity.on_free(id);
                 Ok(())
             }
             TraceEvent::Step { .. } => {
                 self.step += 1;
                 self.step_start = self.kernel;
+                self.step_starts.push(self.kernel);
+                // Late faults come within a few thousand kernels: older freed keys are done.
+                let horizon = self.kernel.saturating_sub(DECLARED_KEPT as u64);
+                self.freed_keys.retain(|_, k| k.1 >= horizon);
                 self.identity.on_step();
                 self.predictor.on_step();
                 Ok(())

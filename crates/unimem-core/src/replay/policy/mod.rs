@@ -49,6 +49,12 @@ pub trait Policy: Send {
     /// not declare tell the policy what the program really touched.
     fn observe(&mut self, _events: &[crate::backend::MemEvent]) {}
 
+    /// Events of kernel `kernel` (counted from 0 in program order) that a source delivered
+    /// after the fact: on a GPU, CUPTI's records arrive once the device has run the kernel and
+    /// the buffers are flushed, many kernels after [`Policy::observe`] would have seen them.
+    /// Called only if [`Policy::wants_feedback`] and the backend does not report faults itself.
+    fn observe_late(&mut self, _kernel: u64, _events: &[crate::backend::MemEvent]) {}
+
     /// Called just after the event at `index` ran (e.g. to see where a new region landed).
     fn after(&mut self, _index: u64, _event: &TraceEvent, _backend: &mut dyn MemoryBackend) -> Result<()> {
         Ok(())
