@@ -641,6 +641,40 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
     drop(d);
     s.synchronize().map_err(cuda_err("cuStreamSynchronize", "probe"))?;
 
+    // First touch of many small fresh allocations, one kernel each, as a program's first step
+    // creates its tensors: what it costs beyond the population of one large buffer above (the
+    // simulator charges population per 64 KiB only; ResNet's first step on the H200 took
+    // 150-200 ms more than it predicts, over 781 fresh allocations).
+    let sizes = [
+        (256u64 << 10, "GPU first touch of a fresh 256 KiB allocation (one kernel each)"),
+        (2 << 20, "GPU first touch of a fresh 2 MiB allocation (one kernel each)"),
+    ];
+    for (size, name) in sizes {
+        let count = 256u64;
+        let mut fresh = Vec::new();
+        for _ in 0..count {
+            fresh.push(ManagedBuffer::alloc(dev, size)?);
+        }
+        let t = timed(&s, || {
+            for b in &fresh {
+                kernels.touch(&s, &[(b.ptr(), size, TouchMode::Write)], 4096, 0)?;
+            }
+            Ok(())
+        })?;
+        let per_alloc = t as f64 / count as f64;
+        let population = populate_ns * (size / default.fault_unit_bytes) as f64;
+        note(name, per_alloc, "ns", None);
+        note("  beyond its population at the large-buffer rate", per_alloc - population, "ns", None);
+        // The same buffers touched again (resident): the kernel alone.
+        let t = timed(&s, || {
+            for b in &fresh {
+                kernels.touch(&s, &[(b.ptr(), size, TouchMode::Write)], 4096, 0)?;
+            }
+            Ok(())
+        })?;
+        note("  touched again, resident (kernel alone)", t as f64 / count as f64, "ns", None);
+    }
+
     // Host time of a kernel launch (with the event wait and record a backend puts around it)
     // and of a managed allocation: the simulator charges them to its host clock, since a
     // kernel shorter than a launch leaves the device waiting for the host.
