@@ -192,7 +192,8 @@ impl Drop for CuptiSource {
 }
 
 /// The process's CUPTI collection, started by the first call (with GPU page-fault records if
-/// that call asks for them) and shared by every later one: CUPTI starts once per process.
+/// that call asks for them) and shared by every later one: CUPTI starts once per process, and
+/// only once a CUDA context exists (open the device first; it answers `NOT_READY` before).
 pub fn shared(gpu_faults: bool) -> Result<&'static CuptiSource> {
     static SOURCE: std::sync::OnceLock<std::result::Result<CuptiSource, String>> = std::sync::OnceLock::new();
     SOURCE

@@ -51,11 +51,13 @@ fn the_advisor_learns_hidden_accesses_from_cuptis_faults() {
     let bytes: &'static [u8] = Box::leak(w.finish().unwrap().into_boxed_slice());
     let budget = 512 * MIB;
     let cost = CostModel::h200();
-    let source = unimem_telemetry::cupti::shared(false).unwrap();
     let mut results = Vec::new();
     for learn in [false, true] {
         let mut gpu =
             CudaBackend::open(0, budget, Oversubscribe::Deny).unwrap().with_staging(budget, budget).unwrap();
+        // After the device is open (CUPTI refuses to start without a context: NOT_READY), before
+        // the replay allocates (CUPTI reports nothing on memory allocated before it started).
+        let source = unimem_telemetry::cupti::shared(false).unwrap();
         assert!(!gpu.records_faults(), "the CUDA backend cannot see faults");
         let mut config = Config::default();
         config.advisor.learn_from_faults = learn;
