@@ -72,12 +72,19 @@ fn the_advisor_learns_hidden_accesses_from_cuptis_faults() {
         let r = replay::run_with(reader, &mut gpu, &mut advisor, &mut |_| {}, options).unwrap();
         sink.close().unwrap();
         eprintln!(
-            "learn_from_faults = {learn}: {:.1} ms ({:.2}x floor), faults {}, prefetched {} MiB, learned {} MiB",
+            "learn_from_faults = {learn}: {:.1} ms ({:.2}x floor), faults {}, prefetched {} MiB (accuracy {:.2}), \
+             learned {} MiB, late faults of {} kernels ({} too old), lag {:.0} kernels (max {}), {} events",
             r.time_ns as f64 / 1e6,
             r.over_floor(),
             r.gpu_faults,
             r.prefetch.arrived_bytes >> 20,
+            r.prefetch.accuracy,
             advisor.learned_bytes() >> 20,
+            advisor.late_stats().kernels,
+            advisor.late_stats().too_old,
+            advisor.late_stats().mean_lag(),
+            advisor.late_stats().lag_max,
+            r.events,
         );
         results.push((r, advisor.learned_bytes()));
     }

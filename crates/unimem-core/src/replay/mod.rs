@@ -12,8 +12,8 @@ use std::collections::VecDeque;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::time::Instant;
 
-pub use policy::{Advisor, AdvisorSettings, HintBytes, NoHints, Oracle, Policy};
-pub use report::{PlacementBytes, PrefetchMetrics, ReplayReport, StepReport};
+pub use policy::{Advisor, AdvisorSettings, HintBytes, LateStats, NoHints, Oracle, Policy};
+pub use report::{Learning, PlacementBytes, PrefetchMetrics, ReplayReport, StepReport};
 
 /// The driver's fault unit (64 KiB), for counting faults avoided.
 const FAULT_UNIT_BYTES: u64 = 64 << 10;
@@ -373,6 +373,7 @@ fn replay_events(
         steps,
         wall_ns: wall.elapsed().as_nanos() as u64,
         policy_ns: protocol.policy_ns,
+        learning: policy.learning(),
     })
 }
 

@@ -50,6 +50,21 @@ impl PrefetchMetrics {
     }
 }
 
+/// What a policy learned from faults (the advisor's `learn_from_faults`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Learning {
+    /// Bytes of undeclared accesses learned from faults (counted each time they are learned).
+    pub learned_bytes: u64,
+    /// Times a learned access was observed at its place in a step (fed to the predictors).
+    pub observed: u64,
+    /// Kernels whose faults were reported late (a GPU's, through CUPTI).
+    pub late_kernels: u64,
+    /// How many kernels behind the host those reports came, on average.
+    pub late_lag_mean: f64,
+    /// And at most.
+    pub late_lag_max: u64,
+}
+
 /// Bytes by placement.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct PlacementBytes {
@@ -130,6 +145,9 @@ pub struct ReplayReport {
     /// Host time the policy took (planning, learning, issuing hints): on a GPU it sits
     /// between kernel launches, so it is on the critical path when the device waits.
     pub policy_ns: u64,
+    /// What the policy learned from faults on accesses it was not told of (zero for policies
+    /// that do not learn).
+    pub learning: Learning,
 }
 
 impl ReplayReport {

@@ -37,6 +37,31 @@ pub struct HintBytes {
     pub remote: u64,
 }
 
+/// Faults reported late to the advisor ([`Policy::observe_late`]): on a GPU the host runs
+/// ahead of the device, so what the advisor learns from them comes that many kernels later.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LateStats {
+    /// Kernels whose late faults were reported.
+    pub kernels: u64,
+    /// Of those, kernels too old to place (their declared accesses forgotten).
+    pub too_old: u64,
+    /// Sum over those kernels of how many kernels the advisor had planned since (the lag).
+    pub lag_sum: u64,
+    /// The largest lag.
+    pub lag_max: u64,
+}
+
+impl LateStats {
+    /// Mean lag in kernels.
+    pub fn mean_lag(&self) -> f64 {
+        if self.kernels == 0 {
+            0.0
+        } else {
+            self.lag_sum as f64 / self.kernels as f64
+        }
+    }
+}
+
 /// The advisor's settings, resolved.
 #[derive(Debug, Clone, Copy)]
 pub struct AdvisorSettings {
@@ -96,6 +121,8 @@ pub struct Advisor {
     evicted_before_reuse: FxHashSet<(RegionKey, u32)>,
     /// The backend's `driver_dropped_bytes` when the account was last checked against it.
     driver_dropped_seen: u64,
+    /// The next kernel at which the account may adopt residency it does not know of.
+    next_adopt: u64,
     kernel: u64,
     predictions: Vec<Prediction>,
     hints: HintBytes,
@@ -122,6 +149,10 @@ pub struct Advisor {
     freed_keys: FxHashMap<RegionId, (RegionKey, u64)>,
     /// Bytes of undeclared accesses learned from faults so far.
     learned_bytes: u64,
+    /// Faults reported late: how many kernels' worth, and how far behind they came.
+    late: LateStats,
+    /// Times a learned access was observed at its place in a step.
+    learned_observed: u64,
     /// Recording hints and forecast scores as events (for telemetry).
     recording: bool,
     events: Vec<crate::backend::MemEvent>,
@@ -137,15 +168,19 @@ impl std::fmt::Debug for Advisor {
 /// the device's queue plus one flush interval, far less than this).
 const DECLARED_KEPT: usize = 8192;
 
+/// Kernels between two walks adopting residency the account does not know of.
+const ADOPT_EVERY: u64 = 64;
+
 /// An undeclared access learned from faults, at a kernel position of the step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Learned {
     key: RegionKey,
     offset: u64,
     len: u64,
-    /// Reported late (after its kernel's `after`): observed at its position next step whatever
-    /// the residency then, since whether it faulted there is only known later still.
-    late: bool,
+    /// The step in which it last faulted, as far as is known: faults a GPU reports come
+    /// steps late, so until they could have come the access counts as seen whatever the
+    /// residency (see [`Advisor::grace_steps`]).
+    confirmed: u64,
 }
 
 /// Units a kernel touches: (unit, overwritten whole, written at all).
@@ -181,6 +216,7 @@ impl Advisor {
             step: 0,
             evicted_before_reuse: FxHashSet::default(),
             driver_dropped_seen: 0,
+            next_adopt: 0,
             kernel: 0,
             predictions: Vec::new(),
             hints: HintBytes::default(),
@@ -193,6 +229,8 @@ impl Advisor {
             declared_log: std::collections::VecDeque::new(),
             freed_keys: FxHashMap::default(),
             learned_bytes: 0,
+            late: LateStats::default(),
+            learned_observed: 0,
             recording: false,
             events: Vec::new(),
         }
@@ -206,6 +244,11 @@ impl Advisor {
     /// Bytes of undeclared accesses learned from faults so far.
     pub fn learned_bytes(&self) -> u64 {
         self.learned_bytes
+    }
+
+    /// Faults reported late (a GPU's, through CUPTI) and how far behind the host they came.
+    pub fn late_stats(&self) -> LateStats {
+        self.late
     }
 
     fn units_bytes<'a>(&self, units: impl Iterator<Item = &'a Unit>) -> u64 {
@@ -468,6 +511,7 @@ impl Advisor {
     /// at 50%). The check is skipped while the driver has not moved anything: it walks the
     /// whole account.
     fn reconcile(&mut self, backend: &dyn MemoryBackend) -> Result<()> {
+        self.adopt_unknown(backend)?;
         let dropped = backend.stats().driver_dropped_bytes;
         if dropped == self.driver_dropped_seen {
             return Ok(());
@@ -481,6 +525,50 @@ impl Advisor {
         }
         for u in stale {
             self.resident.remove(&u);
+        }
+        Ok(())
+    }
+
+    /// Steps an access learned from faults stays believed without being seen again: none where
+    /// faults are reported as they happen; where they come late (a GPU's, through CUPTI), the
+    /// steps the reports lag behind plus one, since whether the access faulted this step is
+    /// not known before then. Without it, an access the advisor failed to bring in time is
+    /// forgotten before its fault is reported, and relearned only steps later.
+    fn grace_steps(&self) -> u64 {
+        if self.late.kernels == 0 {
+            return 0;
+        }
+        let n = self.step_starts.len();
+        let step_len =
+            if n >= 2 { self.step_starts[n - 1] - self.step_starts[n - 2] } else { self.kernel.max(1) };
+        self.late.lag_max.div_ceil(step_len.max(1)) + 1
+    }
+
+    /// Adds to the residency account what the backend has on the device that the account does
+    /// not know of, when the difference is large: data that undeclared accesses faulted in,
+    /// whose faults a GPU reports late (or never, without telemetry). A planner ignorant of it
+    /// believes there is room, makes none, and leaves the evicting to the driver, which on
+    /// the H200 migrates at 10-17 GB/s behind every queued kernel instead of staging at 52.
+    /// The walk over the live regions runs at most once per [`ADOPT_EVERY`] kernels.
+    fn adopt_unknown(&mut self, backend: &dyn MemoryBackend) -> Result<()> {
+        if self.kernel < self.next_adopt {
+            return Ok(());
+        }
+        let account: u64 = self.resident.values().map(|v| v.0).sum();
+        let slack = (self.settings.budget / 32).max(8 << 20);
+        if backend.device_resident_bytes() <= account + slack {
+            return Ok(());
+        }
+        self.next_adopt = self.kernel + ADOPT_EVERY;
+        for (&id, &bytes) in &self.sizes {
+            for b in 0..bytes.div_ceil(BLOCK_SIZE) as u32 {
+                let u = (id, b);
+                if !self.resident.contains_key(&u)
+                    && backend.residency(unit_range(&self.sizes, u))?.on_device() > 0
+                {
+                    self.resident.insert(u, (unit_bytes(&self.sizes, u), self.kernel));
+                }
+            }
         }
         Ok(())
     }
@@ -512,9 +600,10 @@ impl Advisor {
             self.learned_bytes += len;
             self.learned_keys.insert(key);
             faulted.insert((key, offset));
-            seen.push(Learned { key, offset, len, late: false });
+            seen.push(Learned { key, offset, len, confirmed: self.step });
         }
         let mut kept = Vec::new();
+        let grace = self.grace_steps();
         for l in self.learned.remove(&position).unwrap_or_default() {
             if faulted.contains(&(l.key, l.offset)) {
                 continue;
@@ -525,10 +614,12 @@ impl Advisor {
             };
             let mut units = Vec::new();
             add_units(&self.sizes, id, l.offset, l.len.max(1), false, &mut units);
-            if l.late || units.iter().all(|(u, _)| self.resident.contains_key(u)) {
-                seen.push(Learned { late: false, ..l });
+            let unconfirmed = self.step.saturating_sub(l.confirmed);
+            if unconfirmed <= grace || units.iter().all(|(u, _)| self.resident.contains_key(u)) {
+                seen.push(l);
             }
         }
+        self.learned_observed += seen.len() as u64;
         for l in &seen {
             let mode = crate::AccessMode::ReadWrite;
             let (key, offset, len) = (l.key, l.offset, l.len);
@@ -593,6 +684,16 @@ impl Policy for Advisor {
         self.settings.learn_from_faults
     }
 
+    fn learning(&self) -> crate::replay::Learning {
+        crate::replay::Learning {
+            learned_bytes: self.learned_bytes,
+            observed: self.learned_observed,
+            late_kernels: self.late.kernels,
+            late_lag_mean: self.late.mean_lag(),
+            late_lag_max: self.late.lag_max,
+        }
+    }
+
     /// GPU faults (and the migrations and first-touch population they caused) on regions the
     /// running kernel did not declare are accesses it made all the same: they join its
     /// observations (as read-write, since a fault does not say whether the kernel wrote, and
@@ -653,12 +754,19 @@ impl Policy for Advisor {
     /// and the backend's account says where it is.
     fn observe_late(&mut self, kernel: u64, events: &[crate::backend::MemEvent]) {
         use crate::backend::{Direction, MemEvent, MigrationCause};
+        let lag = self.kernel.saturating_sub(kernel);
+        self.late.kernels += 1;
+        self.late.lag_sum += lag;
+        self.late.lag_max = self.late.lag_max.max(lag);
         let at = self.declared_log.partition_point(|d| d.0 < kernel);
         let Some((_, declared)) = self.declared_log.get(at).filter(|d| d.0 == kernel) else {
-            return; // too old to place
+            self.late.too_old += 1;
+            return;
         };
         let started = self.step_starts.partition_point(|&s| s <= kernel);
         let position = kernel - started.checked_sub(1).map_or(0, |i| self.step_starts[i]);
+        // The step that kernel ran in (`self.step` counts the step markers seen).
+        let step = self.step - (self.step_starts.len() - started) as u64;
         let mut touched: Vec<(RegionKey, u64, u64)> = Vec::new();
         for e in events {
             let (region, offset, bytes) = match *e {
@@ -706,9 +814,9 @@ impl Policy for Advisor {
             match list.iter_mut().find(|l| l.key == key && l.offset == offset) {
                 Some(l) => {
                     l.len = l.len.max(len);
-                    l.late = true;
+                    l.confirmed = l.confirmed.max(step);
                 }
-                None => list.push(Learned { key, offset, len, late: true }),
+                None => list.push(Learned { key, offset, len, confirmed: step }),
             }
         }
     }

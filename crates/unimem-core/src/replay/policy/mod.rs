@@ -6,7 +6,7 @@ mod none;
 mod oracle;
 mod units;
 
-pub use advisor::{Advisor, AdvisorSettings, HintBytes};
+pub use advisor::{Advisor, AdvisorSettings, HintBytes, LateStats};
 pub use none::NoHints;
 pub use oracle::Oracle;
 
@@ -54,6 +54,11 @@ pub trait Policy: Send {
     /// the buffers are flushed, many kernels after [`Policy::observe`] would have seen them.
     /// Called only if [`Policy::wants_feedback`] and the backend does not report faults itself.
     fn observe_late(&mut self, _kernel: u64, _events: &[crate::backend::MemEvent]) {}
+
+    /// What the policy learned from faults so far (for reports).
+    fn learning(&self) -> super::Learning {
+        super::Learning::default()
+    }
 
     /// Called just after the event at `index` ran (e.g. to see where a new region landed).
     fn after(&mut self, _index: u64, _event: &TraceEvent, _backend: &mut dyn MemoryBackend) -> Result<()> {
