@@ -95,5 +95,12 @@ fn the_advisor_learns_hidden_accesses_from_cuptis_faults() {
     // What it learned it prefetched, and used.
     assert!(taught.prefetch.arrived_bytes > 1 << 30, "{:?}", taught.prefetch);
     assert!(taught.prefetch.accuracy > 0.5, "{:?}", taught.prefetch);
-    assert!(taught.gpu_faults < blind.gpu_faults, "{} against {}", taught.gpu_faults, blind.gpu_faults);
+    // Prefetched instead of faulted: on the H200 (2026-11-30) 5178 against 10442 fault groups.
+    assert!(
+        taught.gpu_faults * 10 < blind.gpu_faults * 8,
+        "{} against {}",
+        taught.gpu_faults,
+        blind.gpu_faults
+    );
+    assert!(taught.learning.late_kernels > 100, "{:?}", taught.learning);
 }
