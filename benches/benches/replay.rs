@@ -10,7 +10,7 @@ use unimem_core::backend::sim::{CostModel, SimBackend};
 use unimem_core::config::{Config, PolicyName};
 use unimem_core::replay;
 use unimem_core::trace::synth::{Pattern, Synth, SynthSpec};
-use unimem_core::trace::{TraceHeader, TraceReader, TraceStats, TraceWriter};
+use unimem_core::trace::{TraceReader, TraceStats};
 use unimem_core::{AccessMode, KernelLaunch, MemoryBackend, RangeAccess, RegionId};
 
 /// A synthetic trace encoded in memory (plain JSON Lines), and its event count.
@@ -23,9 +23,7 @@ fn encoded(pattern: Pattern, events: u64) -> (&'static [u8], u64) {
         kernel_ns: 20_000,
         ..Default::default()
     };
-    let mut w = TraceWriter::new(Vec::new(), false, "bench", &TraceHeader::new("bench")).unwrap();
-    Synth::new(spec).for_each(|e| w.write(&e).unwrap());
-    (Box::leak(w.finish().unwrap().into_boxed_slice()), events)
+    (Box::leak(Synth::encode(spec).unwrap().into_boxed_slice()), events)
 }
 
 fn replay_none(c: &mut Criterion) {

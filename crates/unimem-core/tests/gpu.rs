@@ -425,9 +425,7 @@ mod backend {
             seed: 1,
             write_every: 0,
         };
-        let mut w = TraceWriter::new(Vec::new(), false, "gpu", &TraceHeader::new("gpu-test")).unwrap();
-        Synth::new(spec).for_each(|e| w.write(&e).unwrap());
-        let bytes: &'static [u8] = Box::leak(w.finish().unwrap().into_boxed_slice());
+        let bytes: &'static [u8] = Box::leak(Synth::encode(spec).unwrap().into_boxed_slice());
         let budget = 512 * MIB;
         let mut times = Vec::new();
         for policy in [PolicyName::None, PolicyName::Oracle, PolicyName::Advisor] {

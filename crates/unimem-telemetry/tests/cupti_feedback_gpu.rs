@@ -9,7 +9,7 @@ use unimem_core::backend::{MemEvent, MemoryBackend};
 use unimem_core::config::{Config, Oversubscribe};
 use unimem_core::replay::{self, Advisor, AdvisorSettings, EventSink};
 use unimem_core::trace::synth::{Pattern, Synth, SynthSpec};
-use unimem_core::trace::{TraceHeader, TraceReader, TraceWriter};
+use unimem_core::trace::TraceReader;
 use unimem_core::{CostModel, RegionId, Result};
 
 const MIB: u64 = 1 << 20;
@@ -46,9 +46,7 @@ fn the_advisor_learns_hidden_accesses_from_cuptis_faults() {
         seed: 1,
         write_every: 0,
     };
-    let mut w = TraceWriter::new(Vec::new(), false, "gpu", &TraceHeader::new("gpu-test")).unwrap();
-    Synth::new(spec).for_each(|e| w.write(&e).unwrap());
-    let bytes: &'static [u8] = Box::leak(w.finish().unwrap().into_boxed_slice());
+    let bytes: &'static [u8] = Box::leak(Synth::encode(spec).unwrap().into_boxed_slice());
     let budget = 512 * MIB;
     let cost = CostModel::h200();
     let mut results = Vec::new();

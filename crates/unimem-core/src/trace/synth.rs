@@ -133,6 +133,17 @@ pub struct Synth {
 }
 
 impl Synth {
+    /// The whole trace of `spec` as uncompressed JSON Lines, header included, for replays from
+    /// memory (tests, benchmarks): `TraceReader::from_bytes` reads it back.
+    pub fn encode(spec: SynthSpec) -> crate::error::Result<Vec<u8>> {
+        let header = super::TraceHeader::new(&format!("unimem synthetic trace: {spec:?}"));
+        let mut w = super::TraceWriter::new(Vec::new(), false, "synthetic trace", &header)?;
+        for event in Synth::new(spec) {
+            w.write(&event)?;
+        }
+        w.finish()
+    }
+
     /// The generator for `spec` (`regions` and `region_bytes` are raised to at least 1).
     pub fn new(mut spec: SynthSpec) -> Self {
         spec.regions = spec.regions.max(1);

@@ -183,6 +183,20 @@ struct Learned {
     confirmed: u64,
 }
 
+/// Byte ranges `(owner, offset, len)` sorted and merged where they overlap or touch (faults,
+/// migrations and population of one access overlap; CUPTI reports one read in many pieces).
+fn merge_ranges<K: Ord + Copy>(mut ranges: Vec<(K, u64, u64)>) -> Vec<(K, u64, u64)> {
+    ranges.sort_unstable();
+    let mut merged: Vec<(K, u64, u64)> = Vec::with_capacity(ranges.len());
+    for (owner, offset, len) in ranges {
+        match merged.last_mut() {
+            Some(m) if m.0 == owner && offset <= m.1 + m.2 => m.2 = m.2.max(offset + len - m.1),
+            _ => merged.push((owner, offset, len)),
+        }
+    }
+    merged
+}
+
 /// Units a kernel touches: (unit, overwritten whole, written at all).
 fn kernel_units(sizes: &Sizes, acc: &[TraceAccess]) -> Vec<(Unit, bool, bool)> {
     let mut units: Vec<(Unit, bool)> = Vec::new();
@@ -634,27 +648,27 @@ impl Advisor {
     /// The running kernel's undeclared accesses, one range per run of touched bytes (faults,
     /// migrations and population overlap), by step-stable key.
     fn merged_undeclared(&mut self) -> Vec<(RegionKey, u64, u64)> {
-        let mut touched = std::mem::take(&mut self.undeclared);
-        touched.sort_unstable();
-        let mut merged: Vec<(RegionId, u64, u64)> = Vec::with_capacity(touched.len());
-        for (region, offset, len) in touched {
-            match merged.last_mut() {
-                Some(m) if m.0 == region && offset <= m.1 + m.2 => m.2 = m.2.max(offset + len - m.1),
-                _ => merged.push((region, offset, len)),
-            }
-        }
+        let merged = merge_ranges(std::mem::take(&mut self.undeclared));
         merged
             .into_iter()
-            .filter_map(|(region, offset, len)| {
-                let key = self.identity.key(region).or_else(|| self.freed_keys.get(&region).map(|k| k.0))?;
-                Some((key, offset, len))
-            })
+            .filter_map(|(region, offset, len)| Some((self.key_of(region)?, offset, len)))
             .collect()
+    }
+
+    /// The step-stable key of a live region, or of one freed recently (late faults name
+    /// regions that may be gone).
+    fn key_of(&self, region: RegionId) -> Option<RegionKey> {
+        self.identity.key(region).or_else(|| self.freed_keys.get(&region).map(|k| k.0))
     }
 
     fn forget_region(&mut self, id: RegionId) {
         if let Some(key) = self.identity.key(id) {
             self.freed_keys.insert(id, (key, self.kernel));
+            if self.freed_keys.len() > 2 * DECLARED_KEPT {
+                // A program without steps frees without end: keep what late faults can name.
+                let horizon = self.kernel.saturating_sub(DECLARED_KEPT as u64);
+                self.freed_keys.retain(|_, k| k.1 >= horizon);
+            }
         }
         let blocks = self.sizes.remove(&id).unwrap_or(0).div_ceil(BLOCK_SIZE);
         for b in 0..blocks as u32 {
@@ -786,19 +800,11 @@ impl Policy for Advisor {
             if declared.contains(&region) {
                 continue;
             }
-            let key = self.identity.key(region).or_else(|| self.freed_keys.get(&region).map(|k| k.0));
-            if let Some(key) = key {
+            if let Some(key) = self.key_of(region) {
                 touched.push((key, offset, bytes.max(1)));
             }
         }
-        touched.sort_unstable();
-        let mut merged: Vec<(RegionKey, u64, u64)> = Vec::with_capacity(touched.len());
-        for (key, offset, len) in touched {
-            match merged.last_mut() {
-                Some(m) if m.0 == key && offset <= m.1 + m.2 => m.2 = m.2.max(offset + len - m.1),
-                _ => merged.push((key, offset, len)),
-            }
-        }
+        let merged = merge_ranges(touched);
         if kernel >= self.step_start {
             // Still this step: the step-remembering predictors take it now, so the next step's
             // forecast brings it (as a fault seen on time would have).
