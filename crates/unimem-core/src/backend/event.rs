@@ -134,6 +134,29 @@ pub enum MemEvent {
     },
 }
 
+impl MemEvent {
+    /// `(region, offset, bytes, time)` of an event that says the GPU touched data that was not
+    /// on the device: a GPU fault, or a migration to the device it caused. Population has no
+    /// time here and CUPTI does not report it without GPU fault records.
+    pub fn device_access(&self) -> Option<(RegionId, u64, u64, u64)> {
+        match *self {
+            MemEvent::Fault { region, offset, bytes, by: Accessor::Device, at_ns } => {
+                Some((region, offset, bytes, at_ns))
+            }
+            MemEvent::Migration {
+                region,
+                offset,
+                bytes,
+                dir: Direction::H2D,
+                cause: MigrationCause::Fault,
+                start_ns,
+                ..
+            } => Some((region, offset, bytes, start_ns)),
+            _ => None,
+        }
+    }
+}
+
 impl<'de> serde::Deserialize<'de> for Accessor {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         match String::deserialize(d)?.as_str() {

@@ -7,8 +7,7 @@
 
 use std::collections::VecDeque;
 
-use crate::access::Accessor;
-use crate::backend::{Direction, MemEvent, MigrationCause};
+use crate::backend::MemEvent;
 
 /// Kernel intervals kept: late events older than this many kernels are dropped.
 const KEPT_KERNELS: usize = 1 << 16;
@@ -24,19 +23,6 @@ pub(crate) struct LateFaults {
     first: u64,
     /// Events after the last kernel timed so far: the next kernels' timings will say whose.
     held: Vec<(u64, MemEvent)>,
-}
-
-/// When a late event that means "the device touched this" happened; `None` for every other
-/// event (the host's faults, evictions, prefetches: a policy learns nothing about a kernel's
-/// accesses from them).
-fn device_access_time(e: &MemEvent) -> Option<u64> {
-    match *e {
-        MemEvent::Fault { by: Accessor::Device, at_ns, .. } => Some(at_ns),
-        MemEvent::Migration { dir: Direction::H2D, cause: MigrationCause::Fault, start_ns, .. } => {
-            Some(start_ns)
-        }
-        _ => None,
-    }
 }
 
 impl LateFaults {
@@ -60,7 +46,9 @@ impl LateFaults {
     /// by the later one); one after the last kernel timed so far is held for the next call.
     pub(crate) fn attribute(&mut self, late: Vec<MemEvent>, out: &mut Vec<(u64, Vec<MemEvent>)>) {
         let mut pending = std::mem::take(&mut self.held);
-        pending.extend(late.into_iter().filter_map(|e| device_access_time(&e).map(|t| (t, e))));
+        // Only the device's accesses teach a policy about a kernel (not the host's faults,
+        // evictions or prefetches).
+        pending.extend(late.into_iter().filter_map(|e| e.device_access().map(|a| (a.3, e))));
         let mut found: Vec<(u64, MemEvent)> = Vec::new();
         for (t, e) in pending {
             let started = self.kernels.partition_point(|k| k.0 <= t);
@@ -89,6 +77,8 @@ impl LateFaults {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::access::Accessor;
+    use crate::backend::{Direction, MigrationCause};
     use crate::region::RegionId;
 
     fn kernel(start_ns: u64, end_ns: u64) -> MemEvent {

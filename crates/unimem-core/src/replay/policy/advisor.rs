@@ -717,30 +717,25 @@ impl Policy for Advisor {
         use crate::backend::{Direction, Location, MemEvent, MigrationCause};
         let mut units = Vec::new();
         for e in events {
-            let (region, offset, bytes, on_device) = match *e {
-                MemEvent::Fault { region, offset, bytes, by, .. } => {
-                    (region, offset, bytes, by == crate::Accessor::Device)
-                }
-                MemEvent::Migration {
-                    region,
-                    offset,
-                    bytes,
-                    dir: Direction::H2D,
-                    cause: MigrationCause::Fault,
-                    ..
-                } => (region, offset, bytes, true),
-                MemEvent::Populate { region, offset, bytes, on: Location::Device } => {
+            let (region, offset, bytes, on_device) = match (e.device_access(), e) {
+                (Some((region, offset, bytes, _)), _) => (region, offset, bytes, true),
+                (_, &MemEvent::Populate { region, offset, bytes, on: Location::Device }) => {
                     (region, offset, bytes, true)
                 }
-                // The driver made room for those faults: what it evicted left the device.
-                MemEvent::Migration {
-                    region,
-                    offset,
-                    bytes,
-                    dir: Direction::D2H,
-                    cause: MigrationCause::Eviction,
-                    ..
-                } => (region, offset, bytes, false),
+                // A CPU fault pulls the pages to the host; the driver's evictions (making room
+                // for faults) take them off the device.
+                (_, &MemEvent::Fault { region, offset, bytes, by: crate::Accessor::Host, .. })
+                | (
+                    _,
+                    &MemEvent::Migration {
+                        region,
+                        offset,
+                        bytes,
+                        dir: Direction::D2H,
+                        cause: MigrationCause::Eviction,
+                        ..
+                    },
+                ) => (region, offset, bytes, false),
                 _ => continue,
             };
             if !self.sizes.contains_key(&region) || (on_device && self.declared.contains(&region)) {
@@ -767,7 +762,6 @@ impl Policy for Advisor {
     /// them from the step after. Residency is left alone: by now the data may have moved again,
     /// and the backend's account says where it is.
     fn observe_late(&mut self, kernel: u64, events: &[crate::backend::MemEvent]) {
-        use crate::backend::{Direction, MemEvent, MigrationCause};
         let lag = self.kernel.saturating_sub(kernel);
         self.late.kernels += 1;
         self.late.lag_sum += lag;
@@ -782,21 +776,7 @@ impl Policy for Advisor {
         // The step that kernel ran in (`self.step` counts the step markers seen).
         let step = self.step - (self.step_starts.len() - started) as u64;
         let mut touched: Vec<(RegionKey, u64, u64)> = Vec::new();
-        for e in events {
-            let (region, offset, bytes) = match *e {
-                MemEvent::Fault { region, offset, bytes, by: crate::Accessor::Device, .. } => {
-                    (region, offset, bytes)
-                }
-                MemEvent::Migration {
-                    region,
-                    offset,
-                    bytes,
-                    dir: Direction::H2D,
-                    cause: MigrationCause::Fault,
-                    ..
-                } => (region, offset, bytes),
-                _ => continue,
-            };
+        for (region, offset, bytes, _) in events.iter().filter_map(|e| e.device_access()) {
             if declared.contains(&region) {
                 continue;
             }
