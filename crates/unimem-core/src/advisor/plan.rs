@@ -134,6 +134,10 @@ pub struct PlanInput<'a> {
     /// migration (setting read-mostly holds the host ~90 ms per GiB) and pay back only at
     /// eviction.
     pub evicted_before_reuse: &'a FxHashSet<Unit>,
+    /// Units the program wrote in its last step: a duplicate of one would be collapsed again
+    /// before that write comes round, and unsetting read-mostly on duplicated data holds the
+    /// host too (`advise_unset_read_mostly_ns_per_gib`), so they are not duplicated.
+    pub written_last_step: &'a FxHashSet<Unit>,
     /// Placements allowed.
     pub placements: Placements,
 }
@@ -358,6 +362,7 @@ fn with_duplicates(mut out: Plan, input: &PlanInput<'_>) -> Plan {
         if !written.contains(&unit)
             && !input.read_mostly.contains(&unit)
             && input.evicted_before_reuse.contains(&unit)
+            && !input.written_last_step.contains(&unit)
             && seen.insert(unit)
         {
             out.duplicate.push((unit, Reason::ReadOnly));
@@ -400,6 +405,7 @@ mod tests {
             read_mostly: &FxHashSet::default(),
             remote: &FxHashSet::default(),
             evicted_before_reuse: &FxHashSet::default(),
+            written_last_step: &FxHashSet::default(),
             placements: Placements { duplicate: false, ..Placements::default() },
         })
     }
@@ -423,6 +429,7 @@ mod tests {
             read_mostly: &FxHashSet::default(),
             remote: &FxHashSet::default(),
             evicted_before_reuse: &FxHashSet::default(),
+            written_last_step: &FxHashSet::default(),
             placements: Placements::default(),
         });
         let evicted: Vec<Unit> = p.evict.iter().map(|e| e.0).collect();
@@ -497,6 +504,7 @@ mod tests {
             read_mostly: &FxHashSet::default(),
             remote: &FxHashSet::default(),
             evicted_before_reuse: &FxHashSet::default(),
+            written_last_step: &FxHashSet::default(),
             placements: Placements::default(),
         });
         assert_eq!(p.evict, vec![(unit(2), Reason::FarthestNextUse(None))]);
@@ -520,6 +528,7 @@ mod tests {
             read_mostly: &FxHashSet::default(),
             remote: &FxHashSet::default(),
             evicted_before_reuse: &FxHashSet::default(),
+            written_last_step: &FxHashSet::default(),
             placements: Placements::default(),
         });
         assert!(p.prefetch.is_empty(), "{p:?}");
@@ -553,6 +562,7 @@ mod tests {
             read_mostly: &set(read_mostly),
             remote: &FxHashSet::default(),
             evicted_before_reuse: &set(evicted_before_reuse),
+            written_last_step: &FxHashSet::default(),
             placements: Placements::default(),
         })
     }

@@ -543,6 +543,23 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
             detail: "read-mostly advice did not stick".into(),
         });
     }
+    // Collapsing duplicates: unsetting read-mostly while both copies exist, as the planner
+    // does before a kernel writes read-mostly data. Host time of the call, then the device's
+    // first read of the data after it (the copies left).
+    a.advise(0, bytes, Advice::SetReadMostly)?;
+    place(&a, Location::Device, &s)?;
+    let t = timed(&s, || kernels.touch(&s, &[(a.ptr(), bytes, TouchMode::Read)], 4096, 0))?;
+    note("a kernel's read of read-mostly duplicates (control)", gbps(bytes, t), "GB/s", None);
+    let t0 = std::time::Instant::now();
+    a.advise(0, bytes, Advice::UnsetReadMostly)?;
+    let unset_rm = note(
+        "unset read-mostly on duplicated device data (host time)",
+        t0.elapsed().as_nanos() as f64 * (1u64 << 30) as f64 / bytes as f64,
+        "ns per GiB",
+        Some(default.advise_unset_read_mostly_ns_per_gib as f64),
+    );
+    let t = timed(&s, || kernels.touch(&s, &[(a.ptr(), bytes, TouchMode::Read)], 4096, 0))?;
+    note("  a kernel's read of it after", gbps(bytes, t), "GB/s", None);
 
     // Remote: host-preferred and accessed by the device: read in place over the link.
     place(&a, Location::Host, &s)?;
@@ -740,6 +757,7 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
         advise_remote_ns_per_gib: advise_remote.round() as u64,
         discard_host_ns_per_gib: discard_host.round() as u64,
         advise_read_mostly_ns_per_gib: advise_rm.round() as u64,
+        advise_unset_read_mostly_ns_per_gib: unset_rm.round() as u64,
         duplicate_write_fault_ns_per_page: default.duplicate_write_fault_ns_per_page,
         remote_rate_gbps: remote,
         discard_rate_gbps: discard_rate,

@@ -50,6 +50,10 @@ pub struct CostModel {
     pub duplicate_prefetch_rate_gbps: f64,
     /// Host time of setting read-mostly on host-resident data, per GiB (the call blocks).
     pub advise_read_mostly_ns_per_gib: u64,
+    /// Host time of unsetting read-mostly on data with duplicates on the device (collapsing
+    /// them), per GiB. Profiles written before it was measured take the H200 figure.
+    #[serde(default = "h200_unset_read_mostly")]
+    pub advise_unset_read_mostly_ns_per_gib: u64,
     /// Host time of setting preferred location host and accessed-by-device, per GiB.
     pub advise_remote_ns_per_gib: u64,
     /// Share (0 to 1) of an H2D prefetch's transfer during which the calling thread is blocked.
@@ -83,6 +87,10 @@ pub struct CostModel {
     /// pages).
     #[serde(default = "h200_stage_host")]
     pub stage_host_rate_gbps: f64,
+}
+
+fn h200_unset_read_mostly() -> u64 {
+    CostModel::h200().advise_unset_read_mostly_ns_per_gib
 }
 
 fn h200_stage_d2h() -> f64 {

@@ -121,6 +121,34 @@ fn read_mostly_duplicates_and_drops_cheaply() {
     assert_eq!(s.residency(whole(1, 8 * MIB)).unwrap().host, 8 * MIB);
 }
 
+/// Unsetting read-mostly on duplicated data keeps the host copy (on the H200 a kernel read it
+/// after at the fault-driven rate): the device pages are freed, the data survives, and the
+/// call holds the host as measured.
+#[test]
+fn collapsed_duplicates_stay_on_the_host() {
+    let mut s = sim(64 * MIB);
+    let id = RegionId(1);
+    s.allocate(id, 8 * MIB).unwrap();
+    let p = pattern(9, (8 * MIB) as usize);
+    s.write(id, 0, &p).unwrap();
+    s.advise(whole(1, 8 * MIB), Advice::SetReadMostly).unwrap();
+    s.prefetch(&[whole(1, 8 * MIB)], Location::Device).unwrap();
+    assert_eq!(s.residency(whole(1, 8 * MIB)).unwrap().duplicated, 8 * MIB);
+    let device = s.device_resident_bytes();
+    let t0 = s.synchronize().unwrap();
+    s.advise(whole(1, 8 * MIB), Advice::UnsetReadMostly).unwrap();
+    let t1 = s.synchronize().unwrap();
+    let r = s.residency(whole(1, 8 * MIB)).unwrap();
+    assert_eq!((r.host, r.on_device()), (8 * MIB, 0), "{r:?}");
+    assert_eq!(s.device_resident_bytes(), device - 8 * MIB);
+    let held = (s.cost().advise_unset_read_mostly_ns_per_gib as f64 * 8.0 / 1024.0).round() as u64;
+    assert_eq!(t1 - t0, held);
+    let mut seen = vec![0; p.len()];
+    s.kernel_read(id, 0, &mut seen).unwrap();
+    assert_eq!(seen, p);
+    assert!(s.stats().gpu_fault_bytes >= 8 * MIB, "the kernel faulted it back in");
+}
+
 #[test]
 fn gpu_write_to_duplicates_is_a_fault_storm() {
     let mut s = sim(64 * MIB);

@@ -119,6 +119,9 @@ pub struct Advisor {
     step: u64,
     /// Units (by step-stable key and block) evicted before their reuse.
     evicted_before_reuse: FxHashSet<(RegionKey, u32)>,
+    /// Units (by step-stable key and block) written in this step and in the last one.
+    written_this_step: FxHashSet<(RegionKey, u32)>,
+    written_last_step: FxHashSet<(RegionKey, u32)>,
     /// The backend's `driver_dropped_bytes` when the account was last checked against it.
     driver_dropped_seen: u64,
     /// The next kernel at which the account may adopt residency it does not know of.
@@ -229,6 +232,8 @@ impl Advisor {
             born: FxHashMap::default(),
             step: 0,
             evicted_before_reuse: FxHashSet::default(),
+            written_this_step: FxHashSet::default(),
+            written_last_step: FxHashSet::default(),
             driver_dropped_seen: 0,
             next_adopt: 0,
             kernel: 0,
@@ -314,7 +319,7 @@ impl Advisor {
         for u in &collapse {
             self.read_mostly.remove(u);
         }
-        self.advise_all(backend, collapse, &[Advice::UnsetReadMostly])?;
+        self.advise_all(backend, collapse.clone(), &[Advice::UnsetReadMostly])?;
         for (u, reason) in p.discard.iter().chain(&p.evict) {
             self.resident.remove(u);
             if matches!(reason, Reason::FarthestNextUse(_)) && !self.read_mostly.contains(u) {
@@ -350,7 +355,10 @@ impl Advisor {
         self.read_mostly.extend(duplicate.iter().copied());
         self.advise_all(backend, duplicate, &[Advice::SetReadMostly])?;
         let (mut fetch, mut rewrite) = (Vec::new(), Vec::new());
-        for &(u, overwrite, _) in &p.prefetch {
+        // Collapsed duplicates went back to the host (the H200 keeps the host copy): the kernel
+        // about to write them needs them back.
+        let recollect = collapse.iter().map(|&u| (u, false, Reason::WrittenNow));
+        for (u, overwrite, _) in p.prefetch.iter().copied().chain(recollect) {
             let bytes = unit_bytes(&self.sizes, u);
             self.resident.entry(u).or_insert((bytes, self.kernel));
             if let Some(discard_first) = fetch_needed(&self.sizes, backend, u, overwrite)? {
@@ -486,6 +494,17 @@ impl Advisor {
             .filter(|u| long_lived(u.0))
             .filter(|u| self.identity.key(u.0).is_some_and(|k| self.evicted_before_reuse.contains(&(k, u.1))))
             .collect();
+        // Of those, the ones written last step (by step-stable identity): not worth duplicating.
+        let written_last_step: FxHashSet<Unit> = evicted_before
+            .iter()
+            .copied()
+            .filter(|u| self.identity.key(u.0).is_some_and(|k| self.written_last_step.contains(&(k, u.1))))
+            .collect();
+        for &(u, _, writes) in &units {
+            if let (true, Some(key)) = (writes, self.identity.key(u.0)) {
+                self.written_this_step.insert((key, u.1));
+            }
+        }
         self.reconcile(backend)?;
         let remote_now: FxHashSet<Unit> = self.remote.keys().copied().collect();
         let sizes = &self.sizes;
@@ -501,6 +520,7 @@ impl Advisor {
             read_mostly: &self.read_mostly,
             remote: &remote_now,
             evicted_before_reuse: &evicted_before,
+            written_last_step: &written_last_step,
             placements: self.settings.placements,
         });
         // Units the kernel touches end up on the device whether prefetched or faulted, except
@@ -819,6 +839,7 @@ impl Policy for Advisor {
                 self.step += 1;
                 self.step_start = self.kernel;
                 self.step_starts.push(self.kernel);
+                self.written_last_step = std::mem::take(&mut self.written_this_step);
                 // Late faults come within a few thousand kernels: older freed keys are done.
                 let horizon = self.kernel.saturating_sub(DECLARED_KEPT as u64);
                 self.freed_keys.retain(|_, k| k.1 >= horizon);
