@@ -467,7 +467,10 @@ impl SimBackend {
             self.staged_bytes -= n as u64 * PAGE_SIZE;
             self.note_device_added(n);
             let bytes = n as u64 * PAGE_SIZE;
-            let dur = CostModel::transfer_ns(bytes, self.cost.stage_h2d_rate_gbps);
+            // A prefetch's own call cost is charged by the prefetch; a restore for a kernel
+            // makes its own call, which repopulates the discarded pages (per range, as any).
+            let call = if prefetch { 0 } else { self.cost.batch_range_ns };
+            let dur = call + CostModel::transfer_ns(bytes, self.cost.stage_h2d_rate_gbps);
             let (start, end) = self.occupy_link(Direction::H2D, room_at, dur);
             let r = self.regions.get_mut(&id).expect("checked by caller");
             for b in blocks.clone() {

@@ -484,6 +484,24 @@ fn staged_evictions_copy_at_the_copy_rate_on_the_shared_link() {
     assert!(migrated * 10 > 18 * staged, "migration {migrated} ns vs staged {staged} ns");
 }
 
+/// Staged data a kernel needs that no prefetch brought back is restored for the kernel: the
+/// CUDA backend repopulates the discarded pages with a prefetch call (per range, as any) and
+/// copies the slot in, so the kernel waits for the call's cost as well as the copy.
+#[test]
+fn a_kernel_waits_for_the_restore_of_staged_data_with_its_call() {
+    let cost = CostModel::h200();
+    let mut s = sim(1 << 30).with_staging(1 << 30);
+    s.allocate(RegionId(1), 64 * MIB).unwrap();
+    let acc = [RangeAccess { region: RegionId(1), offset: 0, len: 64 * MIB, mode: AccessMode::Read }];
+    s.kernel_write(RegionId(1), 0, &pattern(3, (64 * MIB) as usize)).unwrap();
+    s.stage_out(&[whole(1, 64 * MIB)]).unwrap();
+    let t0 = s.synchronize().unwrap();
+    s.launch(&KernelLaunch { name: "r", dur_ns: 0, accesses: &acc }).unwrap();
+    let t = s.synchronize().unwrap() - t0;
+    let copy = CostModel::transfer_ns(64 * MIB, cost.stage_h2d_rate_gbps);
+    assert_eq!(t, cost.batch_range_ns + copy, "one range: its call, then the copy");
+}
+
 /// Found by the property test: a kernel touching part of a staged block faults in whole 64 KiB
 /// units, so the pages around its range must come back from staging too, or the fault would
 /// populate them with zeros while their data sat in the staging buffers.
