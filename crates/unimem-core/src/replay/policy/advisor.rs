@@ -500,7 +500,8 @@ impl Advisor {
             .copied()
             .filter(|u| self.identity.key(u.0).is_some_and(|k| self.written_last_step.contains(&(k, u.1))))
             .collect();
-        for &(u, _, writes) in &units {
+        // Only programs with steps: without markers the set would grow without end.
+        for &(u, _, writes) in units.iter().filter(|_| self.step > 0) {
             if let (true, Some(key)) = (writes, self.identity.key(u.0)) {
                 self.written_this_step.insert((key, u.1));
             }
