@@ -95,6 +95,7 @@ fn replay_json_has_the_documented_keys() {
             "steps",
             "over_floor",
             "policy_ns",
+            "learning",
         ] {
             assert!(run.get(key).is_some(), "missing {key} in {run}");
         }
@@ -187,7 +188,7 @@ fn probe_without_a_gpu_is_a_clear_error() {
 
 #[test]
 fn undeclared_accesses_are_learned_from_faults() {
-    let run = |learn: &str| -> u64 {
+    let run = |learn: &str| -> (u64, u64) {
         let o = unimem_env(
             &[
                 "replay",
@@ -204,10 +205,13 @@ fn undeclared_accesses_are_learned_from_faults() {
         );
         assert!(o.status.success(), "{}", stderr(&o));
         let run: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
-        run["time_ns"].as_u64().unwrap()
+        (run["time_ns"].as_u64().unwrap(), run["learning"]["learned_bytes"].as_u64().unwrap())
     };
-    let (blind, learning) = (run("false"), run("true"));
+    let ((blind, learned_blind), (learning, learned)) = (run("false"), run("true"));
     assert!(learning < blind, "learning {learning} ns against blind {blind} ns");
+    // The report says what was learned (on the simulator faults come at once: no late ones).
+    assert_eq!(learned_blind, 0);
+    assert!(learned > 0);
     // A usage error from the argument parser (exit code 2), naming the flag and the value.
     let o = unimem(&["replay", &sample("resnet50-train.jsonl.gz"), "--undeclared", "two"]);
     assert!(!o.status.success() && !stderr(&o).contains("panicked"));
