@@ -664,6 +664,12 @@ impl Advisor {
         if !kept.is_empty() {
             self.learned.insert(position, kept);
         }
+        if self.step == 0 && self.learned.len() > 2 * DECLARED_KEPT {
+            // Without step markers a position is a kernel index and never comes round again:
+            // keep the recent ones only (late reports may still add to them).
+            let horizon = position.saturating_sub(DECLARED_KEPT as u64);
+            self.learned.retain(|&p, _| p >= horizon);
+        }
     }
 
     /// The running kernel's undeclared accesses, one range per run of touched bytes (faults,
