@@ -109,6 +109,21 @@ impl SimRegion {
         self.on_host.remove_in(&self.on_device, s, e)
     }
 
+    /// The bytes of the device pages of `s..e` leave the device's store; those the host has no
+    /// copy of go to the host's (the page sets are the caller's to update).
+    fn device_bytes_to_host(&mut self, s: usize, e: usize) {
+        if self.dev_data.is_empty() {
+            return;
+        }
+        let (on_host, host_data, dev_data) = (&self.on_host, &mut self.host_data, &mut self.dev_data);
+        self.on_device.for_each(s, e, |p| {
+            let page = dev_data.take(p);
+            if !on_host.contains(p) {
+                host_data.put(p, page);
+            }
+        });
+    }
+
     /// Pages of `s..e` valid on both sides keep only their host copy (a CPU write); returns
     /// how many device pages that frees.
     fn drop_device_duplicates(&mut self, s: usize, e: usize) -> usize {
@@ -288,6 +303,19 @@ impl SimBackend {
         }
     }
 
+    /// Records a migration of `bytes` at `offset` of `region` over `(start, end)`.
+    fn emit_migration(
+        &mut self,
+        region: RegionId,
+        offset: u64,
+        bytes: u64,
+        dir: Direction,
+        cause: MigrationCause,
+        (start_ns, end_ns): (u64, u64),
+    ) {
+        self.emit(|| MemEvent::Migration { region, offset, bytes, dir, cause, start_ns, end_ns });
+    }
+
     /// The link clock a transfer in `dir` waits on.
     fn link(&mut self, dir: Direction) -> &mut u64 {
         match (dir, self.cost.um_full_duplex) {
@@ -375,16 +403,7 @@ impl SimBackend {
         let r = self.regions.get_mut(&id).expect("checked by caller");
         let dup = r.on_device.count_and(&r.on_host, s, e);
         let dev_only = r.on_device.count(s, e) - dup;
-        if !r.dev_data.is_empty() {
-            let (on_host, on_device) = (&r.on_host, &r.on_device);
-            let (host_data, dev_data) = (&mut r.host_data, &mut r.dev_data);
-            on_device.for_each(s, e, |p| {
-                let page = dev_data.take(p);
-                if !on_host.contains(p) {
-                    host_data.put(p, page);
-                }
-            });
-        }
+        r.device_bytes_to_host(s, e);
         let (on_host, on_device) = (&mut r.on_host, &r.on_device);
         on_host.union_from(on_device, s, e);
         let removed = r.on_device.remove(s, e);
@@ -419,15 +438,14 @@ impl SimBackend {
             self.stats.evicted_bytes += bytes;
             self.stats.driver_dropped_bytes += (moved.transferred + moved.dropped) as u64 * PAGE_SIZE;
             self.stats.d2h_bytes += bytes;
-            self.emit(|| MemEvent::Migration {
-                region: id,
-                offset: s as u64 * PAGE_SIZE,
+            self.emit_migration(
+                id,
+                s as u64 * PAGE_SIZE,
                 bytes,
-                dir: Direction::D2H,
-                cause: MigrationCause::Eviction,
-                start_ns: start,
-                end_ns: end,
-            });
+                Direction::D2H,
+                MigrationCause::Eviction,
+                (start, end),
+            );
         }
         done
     }
@@ -479,15 +497,14 @@ impl SimBackend {
             self.restamp(id, blocks);
             self.stats.h2d_bytes += bytes;
             self.stats.staged_in_bytes += bytes;
-            self.emit(|| MemEvent::Migration {
-                region: id,
-                offset: rs as u64 * PAGE_SIZE,
+            self.emit_migration(
+                id,
+                rs as u64 * PAGE_SIZE,
                 bytes,
-                dir: Direction::H2D,
-                cause: MigrationCause::Staging,
-                start_ns: start,
-                end_ns: end,
-            });
+                Direction::H2D,
+                MigrationCause::Staging,
+                (start, end),
+            );
             pages += n;
             done = done.max(end);
         }
@@ -779,15 +796,14 @@ impl MemoryBackend for SimBackend {
                         let offset = range.offset;
                         self.emit(|| MemEvent::Populate { region: id, offset, bytes, on: Location::Device });
                     }
-                    self.emit(|| MemEvent::Migration {
-                        region: id,
-                        offset: range.offset,
+                    self.emit_migration(
+                        id,
+                        range.offset,
                         bytes,
-                        dir: Direction::H2D,
-                        cause: MigrationCause::Prefetch,
-                        start_ns: start,
-                        end_ns: end,
-                    });
+                        Direction::H2D,
+                        MigrationCause::Prefetch,
+                        (start, end),
+                    );
                 }
                 Location::Host => {
                     let r = &self.regions[&id];
@@ -805,15 +821,14 @@ impl MemoryBackend for SimBackend {
                     self.host_now = self.host_now.max(start + held);
                     self.stats.d2h_bytes += bytes;
                     self.stats.prefetch_d2h_bytes += bytes;
-                    self.emit(|| MemEvent::Migration {
-                        region: id,
-                        offset: range.offset,
+                    self.emit_migration(
+                        id,
+                        range.offset,
                         bytes,
-                        dir: Direction::D2H,
-                        cause: MigrationCause::Prefetch,
-                        start_ns: start,
-                        end_ns: end,
-                    });
+                        Direction::D2H,
+                        MigrationCause::Prefetch,
+                        (start, end),
+                    );
                 }
             }
         }
@@ -893,15 +908,7 @@ impl MemoryBackend for SimBackend {
                 let r = self.regions.get_mut(&id).expect("checked");
                 let (staged, on_device, on_host) = (&mut r.staged, &r.on_device, &r.on_host);
                 staged.insert_only_in(on_device, on_host, bs, be);
-                if !r.dev_data.is_empty() {
-                    let (on_host, dev_data, host_data) = (&r.on_host, &mut r.dev_data, &mut r.host_data);
-                    r.on_device.for_each(bs, be, |p| {
-                        let page = dev_data.take(p);
-                        if !on_host.contains(p) {
-                            host_data.put(p, page);
-                        }
-                    });
-                }
+                r.device_bytes_to_host(bs, be);
                 // Duplicates keep their host copy; every device page of the block is dropped.
                 let dropped = r.on_device.remove(bs, be);
                 r.prefetched.remove(bs, be);
@@ -915,15 +922,7 @@ impl MemoryBackend for SimBackend {
                 self.stats.d2h_bytes += bytes;
                 self.stats.staged_out_bytes += bytes;
                 let (offset, end) = (bs as u64 * PAGE_SIZE, start + dur);
-                self.emit(|| MemEvent::Migration {
-                    region: id,
-                    offset,
-                    bytes,
-                    dir: Direction::D2H,
-                    cause: MigrationCause::Staging,
-                    start_ns: start,
-                    end_ns: end,
-                });
+                self.emit_migration(id, offset, bytes, Direction::D2H, MigrationCause::Staging, (start, end));
             }
         }
         if copies > 0 {
@@ -1098,15 +1097,7 @@ impl MemoryBackend for SimBackend {
             let mut at = fs;
             for (region, offset, bytes) in std::mem::take(&mut fault_moves) {
                 let end = (at + (fe - fs) * bytes / total).min(fe);
-                self.emit(|| MemEvent::Migration {
-                    region,
-                    offset,
-                    bytes,
-                    dir: Direction::H2D,
-                    cause: MigrationCause::Fault,
-                    start_ns: at,
-                    end_ns: end,
-                });
+                self.emit_migration(region, offset, bytes, Direction::H2D, MigrationCause::Fault, (at, end));
                 at = end;
             }
         }
@@ -1176,15 +1167,7 @@ impl MemoryBackend for SimBackend {
                 cost = end - t;
                 self.stats.cpu_faults += moved.transferred as u64;
                 self.stats.d2h_bytes += bytes;
-                self.emit(|| MemEvent::Migration {
-                    region: id,
-                    offset: a.offset,
-                    bytes,
-                    dir: Direction::D2H,
-                    cause: MigrationCause::Fault,
-                    start_ns: start,
-                    end_ns: end,
-                });
+                self.emit_migration(id, a.offset, bytes, Direction::D2H, MigrationCause::Fault, (start, end));
             }
             let r = self.regions.get_mut(&id).expect("checked");
             // A CPU touch of pages with no copy populates them on the host.
