@@ -515,14 +515,11 @@ impl CudaBackend {
         }
         let mut staged: Vec<(RegionId, u32, Slot)> = Vec::new();
         let mut waited: FxHashSet<*const CudaEvent> = FxHashSet::default();
+        let h2d = [self.h2d.clone()];
         for &(id, b) in &blocks {
             if let Some(slot) = self.regions[&id].blocks[b as usize].staged {
                 staged.push((id, b, slot));
-                if let Some(ev) = self.staged_done.remove(&(id, b)) {
-                    if waited.insert(Arc::as_ptr(&ev)) && !ev.is_complete() {
-                        self.h2d.wait(&ev).map_err(cuda_err("cuStreamWaitEvent", "restore after staging"))?;
-                    }
-                }
+                self.after_stage_out(id, b, &h2d, &mut waited, "restore after staging")?;
             }
         }
         prefetch_batch(&self.dev, list, Location::Device, &self.h2d)?;
@@ -665,17 +662,31 @@ impl CudaBackend {
     fn drop_staged(&mut self, id: RegionId, offset: u64, len: u64) -> Result<()> {
         let blocks = self.regions[&id].blocks_of(offset, len);
         let mut waited: FxHashSet<*const CudaEvent> = FxHashSet::default();
+        let writers = [self.compute.clone(), self.h2d.clone()];
         for b in blocks {
             if let Some(slot) = self.regions.get_mut(&id).expect("checked").blocks[b].staged.take() {
                 // A copy into the slot may be in flight; the next one is on the same stream.
                 self.staging.release(slot, None);
             }
-            if let Some(ev) = self.staged_done.remove(&(id, b as u32)) {
-                if waited.insert(Arc::as_ptr(&ev)) && !ev.is_complete() {
-                    for s in [&self.compute, &self.h2d] {
-                        s.wait(&ev).map_err(cuda_err("cuStreamWaitEvent", "write after staging"))?;
-                    }
-                }
+            self.after_stage_out(id, b as u32, &writers, &mut waited, "write after staging")?;
+        }
+        Ok(())
+    }
+
+    /// Makes `streams` wait for the stage-out of block `b` of `id` where one is still queued
+    /// (its copy and the discard of its pages), once per event (`waited`), and forgets it.
+    fn after_stage_out(
+        &mut self,
+        id: RegionId,
+        b: u32,
+        streams: &[Arc<CudaStream>],
+        waited: &mut FxHashSet<*const CudaEvent>,
+        what: &'static str,
+    ) -> Result<()> {
+        let Some(ev) = self.staged_done.remove(&(id, b)) else { return Ok(()) };
+        if waited.insert(Arc::as_ptr(&ev)) && !ev.is_complete() {
+            for s in streams {
+                s.wait(&ev).map_err(cuda_err("cuStreamWaitEvent", what))?;
             }
         }
         Ok(())
