@@ -92,8 +92,8 @@ impl ByteRange {
 }
 
 /// Appends `range`, merged into the last one where it continues it: each range of a prefetch
-/// costs a call (57-70 us on the H200), so the blocks a stage-out migrates after all go as the
-/// ranges they came in.
+/// costs a call (57-70 us on the H200), so contiguous blocks (a policy's units, or the blocks a
+/// stage-out migrates after all) go as one range.
 pub(crate) fn push_merged(ranges: &mut Vec<ByteRange>, range: ByteRange) {
     match ranges.last_mut() {
         Some(last) if last.region == range.region && last.offset + last.len == range.offset => {

@@ -70,15 +70,8 @@ pub(super) fn coalesce(sizes: &Sizes, mut units: Vec<Unit>) -> Vec<ByteRange> {
     units.sort_unstable();
     units.dedup();
     let mut out: Vec<ByteRange> = Vec::new();
-    for unit in units {
-        let r = unit_range(sizes, unit);
-        if r.len == 0 {
-            continue;
-        }
-        match out.last_mut() {
-            Some(last) if last.region == r.region && last.offset + last.len == r.offset => last.len += r.len,
-            _ => out.push(r),
-        }
+    for r in units.into_iter().map(|u| unit_range(sizes, u)).filter(|r| r.len > 0) {
+        crate::backend::push_merged(&mut out, r);
     }
     out
 }
