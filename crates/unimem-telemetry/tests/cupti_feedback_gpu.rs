@@ -69,6 +69,7 @@ fn the_advisor_learns_hidden_accesses_from_cuptis_faults() {
         let reader = TraceReader::from_bytes("gpu", bytes).unwrap();
         let r = replay::run_with(reader, &mut gpu, &mut advisor, &mut |_| {}, options).unwrap();
         sink.close().unwrap();
+        let l = r.learning;
         eprintln!(
             "learn_from_faults = {learn}: {:.1} ms ({:.2}x floor), faults {}, prefetched {} MiB (accuracy {:.2}), \
              learned {} MiB, late faults of {} kernels ({} too old), lag {:.0} kernels (max {}), {} events",
@@ -77,11 +78,11 @@ fn the_advisor_learns_hidden_accesses_from_cuptis_faults() {
             r.gpu_faults,
             r.prefetch.arrived_bytes >> 20,
             r.prefetch.accuracy,
-            advisor.learned_bytes() >> 20,
-            advisor.late_stats().kernels,
-            advisor.late_stats().too_old,
-            advisor.late_stats().mean_lag(),
-            advisor.late_stats().lag_max,
+            l.learned_bytes >> 20,
+            l.late_kernels,
+            l.late_too_old,
+            l.late_lag_mean,
+            l.late_lag_max,
             r.events,
         );
         results.push((r, advisor.learned_bytes()));

@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::time::Instant;
 
-pub use policy::{Advisor, AdvisorSettings, HintBytes, LateStats, NoHints, Oracle, Policy};
+pub use policy::{Advisor, AdvisorSettings, HintBytes, NoHints, Oracle, Policy};
 pub use report::{Learning, PlacementBytes, PrefetchMetrics, ReplayReport, StepReport};
 
 /// The driver's fault unit (64 KiB), for counting faults avoided.

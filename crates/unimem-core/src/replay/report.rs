@@ -59,6 +59,8 @@ pub struct Learning {
     pub observed: u64,
     /// Kernels whose faults were reported late (a GPU's, through CUPTI).
     pub late_kernels: u64,
+    /// Of those, kernels reported too late to place (their declared accesses forgotten).
+    pub late_too_old: u64,
     /// How many kernels behind the host those reports came, on average.
     pub late_lag_mean: f64,
     /// And at most.

@@ -39,27 +39,17 @@ pub struct HintBytes {
 
 /// Faults reported late to the advisor ([`Policy::observe_late`]): on a GPU the host runs
 /// ahead of the device, so what the advisor learns from them comes that many kernels later.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LateStats {
+/// Reported in [`crate::replay::Learning`].
+#[derive(Debug, Clone, Copy, Default)]
+struct LateStats {
     /// Kernels whose late faults were reported.
-    pub kernels: u64,
+    kernels: u64,
     /// Of those, kernels too old to place (their declared accesses forgotten).
-    pub too_old: u64,
+    too_old: u64,
     /// Sum over those kernels of how many kernels the advisor had planned since (the lag).
-    pub lag_sum: u64,
+    lag_sum: u64,
     /// The largest lag.
-    pub lag_max: u64,
-}
-
-impl LateStats {
-    /// Mean lag in kernels.
-    pub fn mean_lag(&self) -> f64 {
-        if self.kernels == 0 {
-            0.0
-        } else {
-            self.lag_sum as f64 / self.kernels as f64
-        }
-    }
+    lag_max: u64,
 }
 
 /// The advisor's settings, resolved.
@@ -140,10 +130,8 @@ pub struct Advisor {
     learned: FxHashMap<u64, Vec<Learned>>,
     /// Regions (by step-stable key) with undeclared accesses learned from faults.
     learned_keys: FxHashSet<RegionKey>,
-    /// Kernel index at which the current step began.
-    step_start: u64,
-    /// Kernel index at which each step began, for faults reported late (CUPTI's, on a GPU):
-    /// their kernel's position in its step.
+    /// Kernel index at which each step began: the current step's, and for faults reported
+    /// late (CUPTI's, on a GPU) their kernel's position in its step.
     step_starts: Vec<u64>,
     /// Regions each recent kernel declared, by kernel index: a late fault on one of them is a
     /// prefetch that came too late, not an undeclared access.
@@ -243,7 +231,6 @@ impl Advisor {
             undeclared: Vec::new(),
             learned: FxHashMap::default(),
             learned_keys: FxHashSet::default(),
-            step_start: 0,
             step_starts: Vec::new(),
             declared_log: std::collections::VecDeque::new(),
             freed_keys: FxHashMap::default(),
@@ -263,11 +250,6 @@ impl Advisor {
     /// Bytes of undeclared accesses learned from faults so far.
     pub fn learned_bytes(&self) -> u64 {
         self.learned_bytes
-    }
-
-    /// Faults reported late (a GPU's, through CUPTI) and how far behind the host they came.
-    pub fn late_stats(&self) -> LateStats {
-        self.late
     }
 
     fn units_bytes<'a>(&self, units: impl Iterator<Item = &'a Unit>) -> u64 {
@@ -564,6 +546,11 @@ impl Advisor {
         Ok(())
     }
 
+    /// Kernel index at which the current step began (0 before any step marker).
+    fn step_start(&self) -> u64 {
+        self.step_starts.last().copied().unwrap_or(0)
+    }
+
     /// Steps an access learned from faults stays believed without being seen again: none where
     /// faults are reported as they happen; where they come late (a GPU's, through CUPTI), the
     /// steps the reports lag behind plus one, since whether the access faulted this step is
@@ -628,7 +615,7 @@ impl Advisor {
     /// now, and those learned at this position of an earlier step whose data is resident (or
     /// that were reported late, whose faults here, if any, are not known yet).
     fn observe_undeclared(&mut self) {
-        let position = self.kernel - self.step_start;
+        let position = self.kernel - self.step_start();
         let mut faulted: FxHashSet<(RegionKey, u64)> = FxHashSet::default();
         let mut seen = Vec::new();
         for (key, offset, len) in self.merged_undeclared() {
@@ -730,7 +717,12 @@ impl Policy for Advisor {
             learned_bytes: self.learned_bytes,
             observed: self.learned_observed,
             late_kernels: self.late.kernels,
-            late_lag_mean: self.late.mean_lag(),
+            late_too_old: self.late.too_old,
+            late_lag_mean: if self.late.kernels == 0 {
+                0.0
+            } else {
+                self.late.lag_sum as f64 / self.late.kernels as f64
+            },
             late_lag_max: self.late.lag_max,
         }
     }
@@ -812,7 +804,7 @@ impl Policy for Advisor {
             }
         }
         let merged = merge_ranges(touched);
-        if kernel >= self.step_start {
+        if kernel >= self.step_start() {
             // Still this step: the step-remembering predictors take it now, so the next step's
             // forecast brings it (as a fault seen on time would have).
             for &(key, offset, len) in &merged {
@@ -844,7 +836,6 @@ impl Policy for Advisor {
             }
             TraceEvent::Step { .. } => {
                 self.step += 1;
-                self.step_start = self.kernel;
                 self.step_starts.push(self.kernel);
                 self.written_last_step = std::mem::take(&mut self.written_this_step);
                 // Late faults come within a few thousand kernels: older freed keys are done.

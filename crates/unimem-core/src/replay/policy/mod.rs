@@ -6,7 +6,7 @@ mod none;
 mod oracle;
 mod units;
 
-pub use advisor::{Advisor, AdvisorSettings, HintBytes, LateStats};
+pub use advisor::{Advisor, AdvisorSettings, HintBytes};
 pub use none::NoHints;
 pub use oracle::Oracle;
 
