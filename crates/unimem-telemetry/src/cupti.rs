@@ -417,8 +417,7 @@ impl<S: EventSink> EventSink for CuptiSink<'_, S> {
     /// Writes CUPTI's records, then closes the inner sink: for a [`unimem_core::Runtime`],
     /// which closes its sink when the last handle is dropped.
     fn close(&mut self) -> Result<()> {
-        let events = self.attributed_records()?;
-        self.inner.events(&events)?;
+        self.late(&mut Vec::new())?;
         self.inner.close()
     }
 
