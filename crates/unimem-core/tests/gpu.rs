@@ -291,6 +291,9 @@ mod backend {
             assert_eq!(r.staged, size, "region {i}: {r:?}");
         }
         assert_eq!(b.device_resident_bytes(), 0);
+        // The stage-outs have ended: the prefetch restores at once (one right behind its
+        // stage-out is deferred, tested below).
+        b.synchronize().unwrap();
         // Back by a prefetch, by a kernel, by a host read.
         b.prefetch(&[ByteRange::whole(RegionId(0), size)], Location::Device).unwrap();
         read_kernel(&mut b, RegionId(1), size);
@@ -339,6 +342,51 @@ mod backend {
         let mut seen = vec![0u8; size as usize];
         b.read(RegionId(50), 0, &mut seen).unwrap();
         assert!(seen == fresh, "the reused buffer lost its new bytes");
+    }
+
+    /// A prefetch leaves out staged data whose stage-out the device is still running
+    /// (repopulating and copying into pages soon after their discard falls to a slow path on
+    /// the H200): the data stays staged; a prefetch after the stage-out ended brings it back,
+    /// and so does a kernel; bytes intact.
+    #[test]
+    fn a_prefetch_right_behind_its_stage_out_leaves_it_to_the_kernel() {
+        let size = 256 * MIB;
+        let whole = ByteRange::whole(RegionId(1), size);
+        let mut b = CudaBackend::open(0, 1024 * MIB, Oversubscribe::Deny)
+            .unwrap()
+            .with_staging(512 * MIB, 512 * MIB)
+            .unwrap();
+        b.allocate(RegionId(1), size).unwrap();
+        let data = pattern(11, size);
+        b.prefetch(&[whole], Location::Device).unwrap();
+        b.kernel_store(RegionId(1), 0, &data).unwrap();
+        b.synchronize().unwrap();
+        // A 200 ms kernel using it: the stage-out waits for it, so it is still running when
+        // the prefetch comes.
+        let acc = [RangeAccess { region: RegionId(1), offset: 0, len: size, mode: AccessMode::Read }];
+        let long = KernelLaunch { name: "long", dur_ns: 200_000_000, accesses: &acc };
+        b.launch(&long).unwrap();
+        b.stage_out(&[whole]).unwrap();
+        let arrived = b.stats().prefetch_arrived_bytes;
+        b.prefetch(&[whole], Location::Device).unwrap();
+        assert_eq!(b.residency(whole).unwrap().staged, size, "left out behind its stage-out");
+        assert_eq!(b.stats().prefetch_arrived_bytes, arrived);
+        b.synchronize().unwrap();
+        b.prefetch(&[whole], Location::Device).unwrap();
+        let r = b.residency(whole).unwrap();
+        assert_eq!((r.staged, r.device), (0, size), "restored once the stage-out ended: {r:?}");
+        assert_eq!(b.stats().prefetch_arrived_bytes - arrived, size, "as a prefetch");
+        // Again, and this time a kernel brings it back.
+        b.launch(&long).unwrap();
+        b.stage_out(&[whole]).unwrap();
+        b.prefetch(&[whole], Location::Device).unwrap();
+        assert_eq!(b.residency(whole).unwrap().staged, size);
+        read_kernel(&mut b, RegionId(1), size);
+        assert_eq!(b.stats().staged_in_bytes, 2 * size);
+        b.synchronize().unwrap();
+        let mut seen = vec![0u8; size as usize];
+        b.read(RegionId(1), 0, &mut seen).unwrap();
+        assert!(seen == data, "the restores lost bytes");
     }
 
     /// Recording, the backend times kernels on the device (a resident kernel takes about its

@@ -499,6 +499,13 @@ impl CudaBackend {
     /// the host: the copy lands them there. `explicit`: a prefetch the policy asked for (it
     /// counts in the prefetch metrics), not a kernel's own need for staged data. Room is made
     /// outside the ranges and `keep` (the blocks of the kernel about to run).
+    ///
+    /// A prefetch leaves out the staged blocks whose stage-out the device has not finished
+    /// yet; the kernel that needs them restores them. On the H200, repopulating and copying
+    /// into pages soon after their discard falls to a slow path (the copy in at 0.6-1 GB/s
+    /// instead of 40-46 in `unimem probe`; a ResNet replay's third step at 50% took 700-940 ms
+    /// instead of 250), and restoring them as soon as their stage-out was done was no better
+    /// (the transformer's second step at 50%: 2.4-2.7 s instead of 0.4).
     fn bring_to_device(
         &mut self,
         ranges: &[ByteRange],
@@ -506,7 +513,24 @@ impl CudaBackend {
         explicit: bool,
         keep: &FxHashSet<(RegionId, u32)>,
     ) -> Result<()> {
-        let (blocks, need) = self.missing(ranges.iter().map(|r| (r.region, r.offset, r.len)));
+        let (mut blocks, mut need) = self.missing(ranges.iter().map(|r| (r.region, r.offset, r.len)));
+        let owned: Vec<(u64, u64)>;
+        let list = if explicit && self.leave_unsettled(&mut blocks, &mut need) {
+            // The prefetch covers the blocks that go now.
+            let mut parts: Vec<(RegionId, u64, u64)> = Vec::new();
+            for r in ranges {
+                let reg = &self.regions[&r.region];
+                for b in reg.blocks_of(r.offset, r.len).filter(|&b| blocks.contains(&(r.region, b as u32))) {
+                    let lo = (b as u64 * BLOCK_SIZE).max(r.offset);
+                    let hi = ((b as u64 + 1) * BLOCK_SIZE).min(r.offset + r.len);
+                    parts.push((r.region, reg.buf.ptr() + lo, hi - lo));
+                }
+            }
+            owned = coalesce(parts);
+            &owned
+        } else {
+            list
+        };
         let mut protect = keep.clone();
         protect.extend(blocks.iter().copied());
         let site = if explicit { RoomSite::Prefetch } else { RoomSite::Restore };
@@ -522,7 +546,9 @@ impl CudaBackend {
                 self.after_stage_out(id, b, &h2d, &mut waited, "restore after staging")?;
             }
         }
-        prefetch_batch(&self.dev, list, Location::Device, &self.h2d)?;
+        if !list.is_empty() {
+            prefetch_batch(&self.dev, list, Location::Device, &self.h2d)?;
+        }
         if !staged.is_empty() {
             let runs = self.staged_runs(&staged);
             let h2d = self.h2d.clone();
@@ -562,6 +588,30 @@ impl CudaBackend {
             self.touch_block(id, b as usize);
         }
         Ok(())
+    }
+
+    /// Takes out of `blocks` (and their bytes off `need`) the staged blocks whose stage-out is
+    /// still running on the device. Returns whether it took any.
+    fn leave_unsettled(&self, blocks: &mut FxHashSet<(RegionId, u32)>, need: &mut u64) -> bool {
+        if self.staged_done.is_empty() {
+            return false;
+        }
+        // One query per stage-out (its blocks share the event).
+        let mut running: FxHashMap<*const CudaEvent, bool> = FxHashMap::default();
+        let before = blocks.len();
+        blocks.retain(|&(id, b)| {
+            let r = &self.regions[&id];
+            if r.blocks[b as usize].staged.is_none() {
+                return true;
+            }
+            let Some(ev) = self.staged_done.get(&(id, b)) else { return true };
+            let unsettled = *running.entry(Arc::as_ptr(ev)).or_insert_with(|| !ev.is_complete());
+            if unsettled {
+                *need -= r.block_bytes(b as usize);
+            }
+            !unsettled
+        });
+        blocks.len() < before
     }
 
     /// The staging copies of staged blocks (region, block, slot): one run per block, which

@@ -60,6 +60,8 @@ struct Block {
     ready_ns: u64,
     /// When the last kernel touching the block ends (D2H and discard wait for it).
     last_use_ns: u64,
+    /// When its last staged eviction ends (its copy out and the discard of its pages).
+    staged_until: u64,
     /// `ADV_*` flags.
     advice: u8,
 }
@@ -450,6 +452,27 @@ impl SimBackend {
         done
     }
 
+    /// `ranges` less the blocks with staged pages whose stage-out has not ended by now: as the
+    /// CUDA backend, a prefetch leaves them to the kernel that needs them (restoring pages soon
+    /// after their discard is slow on the H200).
+    fn settled(&self, ranges: &[ByteRange]) -> Vec<ByteRange> {
+        let mut out: Vec<ByteRange> = Vec::with_capacity(ranges.len());
+        for range in ranges {
+            let r = &self.regions[&range.region];
+            let (s, e) = r.page_range(range.offset, range.len);
+            for b in r.block_range(s, e) {
+                let (bs, be) = r.block_pages(b);
+                if r.blocks[b].staged_until > self.host_now && r.staged.count(bs, be) > 0 {
+                    continue;
+                }
+                let lo = (bs.max(s) as u64 * PAGE_SIZE).max(range.offset);
+                let hi = (be.min(e) as u64 * PAGE_SIZE).min(range.offset + range.len);
+                super::push_merged(&mut out, ByteRange { region: range.region, offset: lo, len: hi - lo });
+            }
+        }
+        out
+    }
+
     /// Brings the staged pages of `s..e` back to the device, after making room (outside
     /// `protect`) from `earliest` on: the pages are repopulated and copied from the staging
     /// buffers over the link's H2D side. `prefetch`: a prefetch asked for them (they count in
@@ -740,6 +763,13 @@ impl MemoryBackend for SimBackend {
         for r in ranges {
             self.checked(r.region, r.offset, r.len)?;
         }
+        let settled;
+        let ranges = if to == Location::Device {
+            settled = self.settled(ranges);
+            &settled[..]
+        } else {
+            ranges
+        };
         let protect = if to == Location::Device {
             self.blocks_of(ranges.iter().map(|r| (r.region, r.offset, r.len)))
         } else {
@@ -918,6 +948,8 @@ impl MemoryBackend for SimBackend {
                 let start_at = self.host_now.max(last_use);
                 let dur = CostModel::transfer_ns(bytes, self.cost.stage_d2h_rate_gbps);
                 let (start, _) = self.occupy_link(Direction::D2H, start_at, dur);
+                let r = self.regions.get_mut(&id).expect("checked");
+                r.blocks[b].staged_until = start + dur;
                 copies += 1;
                 self.stats.d2h_bytes += bytes;
                 self.stats.staged_out_bytes += bytes;

@@ -90,10 +90,12 @@ pub(super) fn fetch_needed(
         return Ok(None);
     }
     let res = backend.residency(range)?;
-    if res.host + res.unpopulated == 0 {
+    // Staged data (its only copy in a pinned slot) counts as off the device: left to the
+    // kernel that needs it, it comes back only when that kernel is issued, and the kernel waits.
+    if res.host + res.staged + res.unpopulated == 0 {
         return Ok(None);
     }
-    Ok(Some(overwrite && res.host > 0))
+    Ok(Some(overwrite && res.host + res.staged > 0))
 }
 
 /// Blocks of a newly allocated region that are on the device already (memory recycled from
