@@ -15,7 +15,7 @@ const MAX_SUCCESSORS: usize = 16;
 const MAX_FRONTIER: usize = 16;
 /// Predictions less likely than this are not emitted: no consumer acts on them, and on
 /// branchy histories they would be most of the work.
-const MIN_EMITTED: f32 = 0.1;
+const MIN_EMITTED: f32 = 0.3;
 
 #[derive(Debug, Default, Clone)]
 struct Successors {
@@ -30,6 +30,8 @@ pub struct Markov {
     previous: Vec<RegionKey>,
     current: Vec<(RegionKey, AccessMode, u64)>,
     last: Vec<RegionKey>,
+    /// Scratch for `step`: where each candidate key sits in its output.
+    seen: FxHashMap<RegionKey, usize>,
 }
 
 impl Markov {
@@ -40,21 +42,33 @@ impl Markov {
 
     /// Expected successors of `from`, with confidence: count over occurrences, summed over the
     /// regions of `from` and capped at 1.
-    fn step(&self, from: &[RegionKey], v: &mut Vec<(RegionKey, f32, AccessMode, u64)>) {
-        // At most MAX_FRONTIER x MAX_SUCCESSORS candidates: a sorted vector merges them with
-        // no hashing (this runs for every forecast kernel of every kernel).
+    fn step(&mut self, from: &[RegionKey], v: &mut Vec<(RegionKey, f32, AccessMode, u64)>) {
+        // At most MAX_FRONTIER x MAX_SUCCESSORS candidates, merged by key as they come (this
+        // runs for every forecast kernel of every kernel: sorting them by key to merge cost
+        // more than the rest of the forecast).
         v.clear();
+        self.seen.clear();
         for k in from {
             let Some(s) = self.table.get(k) else { continue };
             for &(n, c, m, l) in &s.next {
-                v.push((n, c as f32 / s.total.max(1) as f32, m, l));
+                let p = c as f32 / s.total.max(1) as f32;
+                match self.seen.entry(n) {
+                    // Each key keeps its largest p (and that one's mode and length).
+                    std::collections::hash_map::Entry::Occupied(e) => {
+                        let e = &mut v[*e.get()];
+                        if p > e.1 {
+                            *e = (n, p, m, l);
+                        }
+                    }
+                    std::collections::hash_map::Entry::Vacant(e) => {
+                        e.insert(v.len());
+                        v.push((n, p, m, l));
+                    }
+                }
             }
         }
-        // The first of each key keeps the largest p (and its mode and length).
-        v.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.total_cmp(&a.1)));
-        v.dedup_by_key(|e| e.0);
         // Most likely first (ties by key, for determinism).
-        v.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        v.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     }
 }
 
