@@ -131,6 +131,9 @@ pub struct CudaBackend {
     room_evicted: [u64; 3],
     /// Bytes a staged eviction was asked for that were not on the device.
     stage_absent: u64,
+    /// Bytes a stage-out moved by migration instead: [a valid host copy or a remote mapping
+    /// (nothing to copy), no free staging slot].
+    stage_migrated: [u64; 2],
     /// Per-event recording (telemetry), when on.
     recording: Option<Recording>,
     events: Vec<MemEvent>,
@@ -321,6 +324,7 @@ impl CudaBackend {
             kernel_waits: 0,
             room_evicted: [0; 3],
             stage_absent: 0,
+            stage_migrated: [0; 2],
             recording: None,
             events: Vec::new(),
         })
@@ -897,7 +901,7 @@ impl Drop for CudaBackend {
             .map(|(op, ns)| format!("{op} {:.1} ms", ns as f64 / 1e6))
             .collect();
         tracing::info!(
-            "cuda backend host time: {}; set-up (off the clock) {:.1} ms; allocations: {} from the pool, {} new; {} kernel waits for prefetches; {} prefetch ranges; emulated driver evictions {:.1} MB for prefetches, {:.1} MB for kernels, {:.1} MB for staged data kernels needed; {:.1} MB asked to stage were not on the device",
+            "cuda backend host time: {}; set-up (off the clock) {:.1} ms; allocations: {} from the pool, {} new; {} kernel waits for prefetches; {} prefetch ranges; emulated driver evictions {:.1} MB for prefetches, {:.1} MB for kernels, {:.1} MB for staged data kernels needed; {:.1} MB asked to stage were not on the device; stage-outs migrated {:.1} MB with a host copy or remote and {:.1} MB for want of a slot (staging {:.1} MB, {:.1} MB pinned)",
             parts.join(", "),
             self.excluded_ns as f64 / 1e6,
             self.pool_hits,
@@ -908,6 +912,10 @@ impl Drop for CudaBackend {
             self.room_evicted[1] as f64 / 1e6,
             self.room_evicted[2] as f64 / 1e6,
             self.stage_absent as f64 / 1e6,
+            self.stage_migrated[0] as f64 / 1e6,
+            self.stage_migrated[1] as f64 / 1e6,
+            self.staging.capacity() as f64 / 1e6,
+            self.staging.pinned() as f64 / 1e6,
         );
     }
 }
@@ -1142,12 +1150,14 @@ impl MemoryBackend for CudaBackend {
                 }
                 // Duplicates drop for free, and remote data is not the device's to copy.
                 if blk.on_host || blk.remote {
+                    this.stage_migrated[0] += len;
                     crate::backend::push_merged(&mut migrate, ByteRange { region: id, offset, len });
                     continue;
                 }
                 after = after.max(blk.last_kernel);
                 let stage = this.stage.clone();
                 let Some(slot) = this.staging.take(&stage)? else {
+                    this.stage_migrated[1] += len;
                     crate::backend::push_merged(&mut migrate, ByteRange { region: id, offset, len });
                     continue;
                 };
