@@ -597,8 +597,7 @@ impl CudaBackend {
         staged: &[(RegionId, u32, Slot)],
     ) -> Vec<(u64, u64)> {
         let staged: FxHashSet<(RegionId, u32)> = staged.iter().map(|s| (s.0, s.1)).collect();
-        // (address, bytes, a staged block's own range)
-        let mut out: Vec<(u64, u64, bool)> = Vec::new();
+        let mut pieces: Vec<(RegionId, u64, u64, bool)> = Vec::new();
         let mut done: FxHashSet<(RegionId, u32)> = FxHashSet::default();
         for r in ranges {
             let reg = &self.regions[&r.region];
@@ -619,14 +618,10 @@ impl CudaBackend {
                         ((b as u64 + 1) * BLOCK_SIZE).min(r.offset + r.len),
                     )
                 };
-                let addr = reg.buf.ptr() + lo;
-                match out.last_mut() {
-                    Some(last) if !alone && !last.2 && last.0 + last.1 == addr => last.1 += hi - lo,
-                    _ => out.push((addr, hi - lo, alone)),
-                }
+                pieces.push((r.region, reg.buf.ptr() + lo, hi - lo, alone));
             }
         }
-        out.into_iter().map(|(a, l, _)| (a, l)).collect()
+        merge_prefetch_pieces(pieces)
     }
 
     /// Takes out of `blocks` (and their bytes off `need`) the staged blocks whose stage-out is
@@ -953,6 +948,20 @@ impl Drop for CudaBackend {
             self.staging.pinned() as f64 / 1e6,
         );
     }
+}
+
+/// Prefetch ranges from (region, address, bytes, alone) pieces in order: contiguous pieces of
+/// one region merge, except those that must stay a range of their own (`alone`); a range never
+/// spans two allocations, even where their addresses meet (the driver refuses it).
+fn merge_prefetch_pieces(pieces: Vec<(RegionId, u64, u64, bool)>) -> Vec<(u64, u64)> {
+    let mut out: Vec<(RegionId, u64, u64, bool)> = Vec::with_capacity(pieces.len());
+    for p in pieces {
+        match out.last_mut() {
+            Some(last) if !p.3 && !last.3 && last.0 == p.0 && last.1 + last.2 == p.1 => last.2 += p.2,
+            _ => out.push(p),
+        }
+    }
+    out.into_iter().map(|(_, a, l, _)| (a, l)).collect()
 }
 
 /// The host's physical memory (`MemTotal` of /proc/meminfo), where the system says.
@@ -1470,6 +1479,30 @@ mod tests {
         assert_eq!(parse_mem_total(text), Some(131_072_000 * 1024));
         assert_eq!(parse_mem_total("MemFree: 5 kB\n"), None);
         assert_eq!(parse_mem_total("MemTotal: lots kB\n"), None);
+    }
+
+    #[test]
+    fn prefetch_pieces_merge_within_a_region_and_staged_blocks_stay_alone() {
+        const M: u64 = BLOCK_SIZE;
+        let (a, b) = (RegionId(1), RegionId(2));
+        let pieces = vec![
+            (a, 0x1000_0000, M, false),
+            (a, 0x1000_0000 + M, M, false),    // merges
+            (a, 0x1000_0000 + 2 * M, M, true), // staged: alone
+            (a, 0x1000_0000 + 3 * M, M, true), // alone again
+            (a, 0x1000_0000 + 4 * M, M / 2, false),
+            (b, 0x1000_0000 + 4 * M + M / 2, M, false), // adjacent, another allocation
+        ];
+        assert_eq!(
+            merge_prefetch_pieces(pieces),
+            vec![
+                (0x1000_0000, 2 * M),
+                (0x1000_0000 + 2 * M, M),
+                (0x1000_0000 + 3 * M, M),
+                (0x1000_0000 + 4 * M, M / 2),
+                (0x1000_0000 + 4 * M + M / 2, M),
+            ]
+        );
     }
 
     #[test]
