@@ -73,14 +73,15 @@ fn place(buf: &ManagedBuffer, to: Location, stream: &CudaStream) -> Result<()> {
 /// slots and its pages discarded; back to the device by repopulating the pages (prefetch) and
 /// copying in; back to the host by a CPU copy into the discarded pages; and a staged eviction
 /// beside a prefetch the other way. Checks the data survives each round trip. Returns the rates
-/// (to pinned, back to the device, back to the host).
+/// (to pinned, back to the device, back to the host) and the extra time per block of bringing
+/// it back block by block.
 fn stage_rates(
     dev: &CudaDevice,
     a: &mut ManagedBuffer,
     kernels: &Kernels,
     (s, s2): (&CudaStream, &CudaStream),
     note: &mut dyn FnMut(&'static str, f64, &'static str, Option<f64>) -> f64,
-) -> Result<(f64, f64, f64)> {
+) -> Result<(f64, f64, f64, u64)> {
     let default = CostModel::h200();
     let bytes = a.len();
     let mut pool = StagingPool::new(dev, bytes);
@@ -230,16 +231,25 @@ fn stage_rates(
         discard_batch(dev, &pieces, s).map(|_| ())
     })?;
     note("staged eviction in 2 MiB pieces", gbps(bytes, t), "GB/s", None);
+    sync(s)?;
+    // Back the way the CUDA backend brings staged data back: one batch prefetch with a range per
+    // block (one larger range lost the data), then the copies. What each block costs beyond
+    // the same bytes as one range is the profile's `stage_h2d_block_ns`.
     let t = timed(s, || {
+        let pieces: Vec<(u64, u64)> = runs_of(a).iter().map(|r| (r.1, r.3)).collect();
+        prefetch_batch(dev, &pieces, Location::Device, s)?;
         for run in runs_of(a) {
             pool.copy(vec![run], false, s)?;
         }
-        let pieces: Vec<(u64, u64)> = runs_of(a).iter().map(|r| (r.1, r.3)).collect();
-        prefetch_batch(dev, &pieces, Location::Device, s)
+        Ok(())
     })?;
-    note("back to the device in 2 MiB pieces (copies, one batch prefetch)", gbps(bytes, t), "GB/s", None);
+    note("back to the device in 2 MiB pieces (one batch prefetch, copies)", gbps(bytes, t), "GB/s", None);
     sync(s)?;
     check(a, "2 MiB pieces")?;
+    let blocks = (bytes / SLOT_BYTES).max(1);
+    let per_block = (t as f64 - bytes as f64 / h2d.max(1e-9)).max(0.0) / blocks as f64;
+    let block_ns =
+        note("  per block beyond one range", per_block, "ns", Some(default.stage_h2d_block_ns as f64));
 
     // Back to the host, two ways: a CPU copy into the discarded pages, and populating them on
     // the host first (discard and prefetch to the host) then the CPU copy.
@@ -356,7 +366,7 @@ fn stage_rates(
     for slot in slots {
         pool.release(slot, None);
     }
-    Ok((d2h, h2d, host))
+    Ok((d2h, h2d, host, block_ns.round() as u64))
 }
 
 /// Runs every measurement on `dev` with buffers of `bytes` (rounded down to 2 MiB, at most
@@ -629,10 +639,15 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
         );
     }
 
-    let (stage_d2h, stage_h2d, stage_host) = if dev.capabilities().discard_batch {
+    let (stage_d2h, stage_h2d, stage_host, stage_h2d_block) = if dev.capabilities().discard_batch {
         stage_rates(dev, &mut a, &kernels, (&s, &s2), &mut note)?
     } else {
-        (default.stage_d2h_rate_gbps, default.stage_h2d_rate_gbps, default.stage_host_rate_gbps)
+        (
+            default.stage_d2h_rate_gbps,
+            default.stage_h2d_rate_gbps,
+            default.stage_host_rate_gbps,
+            default.stage_h2d_block_ns,
+        )
     };
 
     // GPU first touch of fresh memory: population by faults (not measured in h200-facts.md).
@@ -767,6 +782,7 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
         stage_d2h_rate_gbps: stage_d2h,
         stage_h2d_rate_gbps: stage_h2d,
         stage_host_rate_gbps: stage_host,
+        stage_h2d_block_ns: stage_h2d_block,
     };
     profile.validate("probe")?;
     Ok(ProbeReport {

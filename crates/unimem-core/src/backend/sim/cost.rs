@@ -87,6 +87,11 @@ pub struct CostModel {
     /// pages).
     #[serde(default = "h200_stage_host")]
     pub stage_host_rate_gbps: f64,
+    /// Extra time per 2 MiB block of bringing staged data back to the device, which the CUDA
+    /// backend repopulates one prefetch range per block (one larger range lost the data on the
+    /// H200). Profiles written before it was measured take the H200 figure.
+    #[serde(default = "h200_stage_h2d_block")]
+    pub stage_h2d_block_ns: u64,
 }
 
 fn h200_unset_read_mostly() -> u64 {
@@ -103,6 +108,10 @@ fn h200_stage_h2d() -> f64 {
 
 fn h200_stage_host() -> f64 {
     CostModel::h200().stage_host_rate_gbps
+}
+
+fn h200_stage_h2d_block() -> u64 {
+    CostModel::h200().stage_h2d_block_ns
 }
 
 impl Default for CostModel {

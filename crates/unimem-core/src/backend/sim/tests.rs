@@ -485,8 +485,9 @@ fn staged_evictions_copy_at_the_copy_rate_on_the_shared_link() {
 }
 
 /// Staged data a kernel needs that no prefetch brought back is restored for the kernel: the
-/// CUDA backend repopulates the discarded pages with a prefetch call (per range, as any) and
-/// copies the slot in, so the kernel waits for the call's cost as well as the copy.
+/// CUDA backend repopulates the discarded pages with a prefetch call, one range per 2 MiB block
+/// (`stage_h2d_block_ns` each), and copies the slots in, so the kernel waits for the call's
+/// cost and the blocks' as well as the copy.
 #[test]
 fn a_kernel_waits_for_the_restore_of_staged_data_with_its_call() {
     let cost = CostModel::h200();
@@ -499,7 +500,7 @@ fn a_kernel_waits_for_the_restore_of_staged_data_with_its_call() {
     s.launch(&KernelLaunch { name: "r", dur_ns: 0, accesses: &acc }).unwrap();
     let t = s.synchronize().unwrap() - t0;
     let copy = CostModel::transfer_ns(64 * MIB, cost.stage_h2d_rate_gbps);
-    assert_eq!(t, cost.batch_range_ns + copy, "one range: its call, then the copy");
+    assert_eq!(t, cost.batch_range_ns + 32 * cost.stage_h2d_block_ns + copy, "one call, 32 blocks, the copy");
 }
 
 /// A prefetch leaves out staged data whose stage-out has not ended yet (the CUDA backend does
