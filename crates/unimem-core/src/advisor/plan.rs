@@ -298,8 +298,8 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         let kernel = &by_kernel[i..end];
         let mut guard = protect.clone();
         guard.extend(kernel.iter().map(|u| u.unit));
-        let rival = between.iter().map(|&u| next_after(u, j)).filter(|&n| n != NEVER).max().unwrap_or(0);
-        let rival = if between.iter().any(|&u| next_after(u, j) == NEVER) { NEVER } else { rival };
+        // The latest next use among the units in between (NEVER, the largest, if one has none).
+        let rival = between.iter().map(|&u| next_after(u, j)).max().unwrap_or(0);
         for u in kernel {
             let bytes = (input.unit_bytes)(u.unit);
             if resident.contains_key(&u.unit)
