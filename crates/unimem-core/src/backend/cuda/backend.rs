@@ -507,7 +507,7 @@ impl CudaBackend {
     /// A prefetch leaves out the staged blocks whose stage-out the device has not finished
     /// yet; the kernel that needs them restores them. On the H200, repopulating and copying
     /// into pages soon after their discard falls to a slow path (the copy in at 0.6-1 GB/s
-    /// instead of 40-46 in `unimem probe`; a ResNet replay's third step at 50% took 700-940 ms
+    /// instead of 40-46 in `unimem probe`; a ResNet replay's third step at 50% took 683-944 ms
     /// instead of 250), and restoring them as soon as their stage-out was done was no better
     /// (the transformer's second step at 50%: 2.4-2.7 s instead of 0.4).
     fn bring_to_device(
