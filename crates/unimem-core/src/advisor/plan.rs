@@ -116,6 +116,8 @@ pub struct PlanInput<'a> {
     /// Units on the device now: (bytes, kernel of last use). Among units with the same
     /// prediction (often none), the least recently used is evicted first.
     pub resident: &'a FxHashMap<Unit, (u64, u64)>,
+    /// The total bytes of `resident` (the caller keeps it; summing it for every kernel cost).
+    pub resident_bytes: u64,
     /// Device bytes that regions not allocated yet are predicted to need, by the kernel
     /// (`at`, bytes): an early prefetch must leave room for them as for any use in between.
     pub reserve: &'a [(u64, u64)],
@@ -181,7 +183,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     };
 
     let mut resident: FxHashMap<Unit, (u64, u64)> = input.resident.clone();
-    let mut used: u64 = resident.values().map(|v| v.0).sum();
+    let mut used: u64 = input.resident_bytes;
     let protect: FxHashSet<Unit> = input.current.iter().map(|u| u.unit).collect();
 
     // Victims by priority. Priorities do not change during one plan, so the heap is built
@@ -344,7 +346,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
 /// case once a working set fits, and it spares the per-kernel copy of the residency (the
 /// planner's host time delays kernel launches on a GPU).
 fn nothing_to_do(input: &PlanInput<'_>) -> bool {
-    input.resident.values().map(|v| v.0).sum::<u64>() <= input.budget
+    input.resident_bytes <= input.budget
         && input.current.iter().all(|u| {
             input.resident.contains_key(&u.unit) && !(u.writes && input.read_mostly.contains(&u.unit))
         })
@@ -408,6 +410,7 @@ mod tests {
             current,
             predicted,
             resident: &resident,
+            resident_bytes: resident.values().map(|v| v.0).sum(),
             reserve: &[],
             unit_bytes: &|_| MB2,
             budget: budget_units * MB2,
@@ -432,6 +435,7 @@ mod tests {
             current: &[use_(2, 5)],
             predicted: &[use_(1, 9), use_(10, 20), use_(11, 30)],
             resident: &resident,
+            resident_bytes: resident.values().map(|v| v.0).sum(),
             reserve: &[],
             unit_bytes: &small,
             budget: MB2 + 8192,
@@ -521,6 +525,7 @@ mod tests {
             current: &[use_(4, 10)],
             predicted: &[],
             resident: &resident,
+            resident_bytes: resident.values().map(|v| v.0).sum(),
             reserve: &[],
             unit_bytes: &|_| MB2,
             budget: 3 * MB2,
@@ -545,6 +550,7 @@ mod tests {
             current: &[],
             predicted: &[use_(7, 5)],
             resident: &resident,
+            resident_bytes: resident.values().map(|v| v.0).sum(),
             reserve: &[(2, 3 * MB2)],
             unit_bytes: &|_| MB2,
             budget: 3 * MB2,
@@ -579,6 +585,7 @@ mod tests {
             current,
             predicted,
             resident: &resident,
+            resident_bytes: resident.values().map(|v| v.0).sum(),
             reserve: &[],
             unit_bytes: &|_| MB2,
             budget: 2 * MB2,

@@ -97,8 +97,8 @@ pub struct Advisor {
     predictor: Tournament,
     sizes: Sizes,
     by_key: FxHashMap<RegionKey, RegionId>,
-    /// Units on the device: (bytes, kernel of last use).
-    resident: FxHashMap<Unit, (u64, u64)>,
+    /// Units on the device: (bytes, kernel of last use), and their total.
+    resident: Account,
     /// Units marked read-mostly.
     read_mostly: FxHashSet<Unit>,
     /// Units mapped remotely, with the kernel that wrote them.
@@ -205,6 +205,48 @@ fn kernel_units(sizes: &Sizes, acc: &[TraceAccess]) -> Vec<(Unit, bool, bool)> {
     units.into_iter().map(|(u, ow)| (u, ow, written.contains(&u))).collect()
 }
 
+/// The units the advisor believes on the device, with (bytes, kernel of last use) each, and
+/// their total kept as they change (summing the map for every kernel was a twentieth of a
+/// replay's instructions).
+#[derive(Debug, Default)]
+struct Account {
+    units: FxHashMap<Unit, (u64, u64)>,
+    bytes: u64,
+}
+
+impl Account {
+    fn units(&self) -> &FxHashMap<Unit, (u64, u64)> {
+        &self.units
+    }
+
+    fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    fn contains_key(&self, u: &Unit) -> bool {
+        self.units.contains_key(u)
+    }
+
+    fn insert(&mut self, u: Unit, v: (u64, u64)) {
+        if let Some(old) = self.units.insert(u, v) {
+            self.bytes -= old.0;
+        }
+        self.bytes += v.0;
+    }
+
+    fn insert_if_absent(&mut self, u: Unit, v: (u64, u64)) {
+        if !self.units.contains_key(&u) {
+            self.insert(u, v);
+        }
+    }
+
+    fn remove(&mut self, u: &Unit) -> Option<(u64, u64)> {
+        let v = self.units.remove(u)?;
+        self.bytes -= v.0;
+        Some(v)
+    }
+}
+
 impl Advisor {
     /// An advisor with the given settings.
     pub fn new(settings: AdvisorSettings) -> Self {
@@ -214,7 +256,7 @@ impl Advisor {
             predictor: Tournament::standard(),
             sizes: FxHashMap::default(),
             by_key: FxHashMap::default(),
-            resident: FxHashMap::default(),
+            resident: Account::default(),
             read_mostly: FxHashSet::default(),
             remote: FxHashMap::default(),
             born: FxHashMap::default(),
@@ -342,7 +384,7 @@ impl Advisor {
         let recollect = collapse.iter().map(|&u| (u, false, Reason::WrittenNow));
         for (u, overwrite, _) in p.prefetch.iter().copied().chain(recollect) {
             let bytes = unit_bytes(&self.sizes, u);
-            self.resident.entry(u).or_insert((bytes, self.kernel));
+            self.resident.insert_if_absent(u, (bytes, self.kernel));
             if let Some(discard_first) = fetch_needed(&self.sizes, backend, u, overwrite)? {
                 if discard_first {
                     rewrite.push(u);
@@ -495,7 +537,8 @@ impl Advisor {
             now,
             current: &current,
             predicted: &predicted,
-            resident: &self.resident,
+            resident: self.resident.units(),
+            resident_bytes: self.resident.bytes(),
             reserve: &reserve,
             unit_bytes: &|u| unit_bytes(sizes, u),
             budget: self.settings.budget,
@@ -535,7 +578,7 @@ impl Advisor {
         }
         self.driver_dropped_seen = dropped;
         let mut stale = Vec::new();
-        for &u in self.resident.keys() {
+        for &u in self.resident.units().keys() {
             if backend.residency(unit_range(&self.sizes, u))?.on_device() == 0 {
                 stale.push(u);
             }
@@ -576,7 +619,7 @@ impl Advisor {
         if self.kernel < self.next_adopt {
             return Ok(());
         }
-        let account: u64 = self.resident.values().map(|v| v.0).sum();
+        let account = self.resident.bytes();
         let slack = (self.settings.budget / 32).max(8 << 20);
         if backend.device_resident_bytes() <= account + slack {
             return Ok(());
