@@ -621,7 +621,7 @@ impl CudaBackend {
                 pieces.push((r.region, reg.buf.ptr() + lo, hi - lo, alone));
             }
         }
-        merge_prefetch_pieces(pieces)
+        merge_pieces(pieces)
     }
 
     /// Takes out of `blocks` (and their bytes off `need`) the staged blocks whose stage-out is
@@ -950,10 +950,11 @@ impl Drop for CudaBackend {
     }
 }
 
-/// Prefetch ranges from (region, address, bytes, alone) pieces in order: contiguous pieces of
-/// one region merge, except those that must stay a range of their own (`alone`); a range never
-/// spans two allocations, even where their addresses meet (the driver refuses it).
-fn merge_prefetch_pieces(pieces: Vec<(RegionId, u64, u64, bool)>) -> Vec<(u64, u64)> {
+/// Ranges for the driver's calls from (region, address, bytes, alone) pieces in order:
+/// contiguous pieces of one region merge, except those that must stay a range of their own
+/// (`alone`); a range never spans two allocations, even where their addresses meet (the driver
+/// answers CUDA_ERROR_INVALID_VALUE).
+fn merge_pieces(pieces: Vec<(RegionId, u64, u64, bool)>) -> Vec<(u64, u64)> {
     let mut out: Vec<(RegionId, u64, u64, bool)> = Vec::with_capacity(pieces.len());
     for p in pieces {
         match out.last_mut() {
@@ -976,19 +977,11 @@ fn parse_mem_total(meminfo: &str) -> Option<u64> {
     Some(kib * 1024)
 }
 
-/// Merges adjacent ranges of the same allocation: (region, address, bytes) -> (address, bytes).
-/// Two allocations can be adjacent in the address space, but one prefetch range must lie in one
-/// allocation (the driver answers CUDA_ERROR_INVALID_VALUE otherwise).
+/// Sorts (region, address, bytes) ranges and merges the adjacent ones of the same allocation
+/// ([`merge_pieces`]): -> (address, bytes).
 fn coalesce(mut ranges: Vec<(RegionId, u64, u64)>) -> Vec<(u64, u64)> {
     ranges.sort_unstable();
-    let mut out: Vec<(RegionId, u64, u64)> = Vec::with_capacity(ranges.len());
-    for (id, p, l) in ranges {
-        match out.last_mut() {
-            Some(last) if last.0 == id && last.1 + last.2 == p => last.2 += l,
-            _ => out.push((id, p, l)),
-        }
-    }
-    out.into_iter().map(|(_, p, l)| (p, l)).collect()
+    merge_pieces(ranges.into_iter().map(|(id, p, l)| (id, p, l, false)).collect())
 }
 
 impl MemoryBackend for CudaBackend {
@@ -1494,7 +1487,7 @@ mod tests {
             (b, 0x1000_0000 + 4 * M + M / 2, M, false), // adjacent, another allocation
         ];
         assert_eq!(
-            merge_prefetch_pieces(pieces),
+            merge_pieces(pieces),
             vec![
                 (0x1000_0000, 2 * M),
                 (0x1000_0000 + 2 * M, M),
