@@ -687,23 +687,21 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
         for _ in 0..count {
             fresh.push(ManagedBuffer::alloc(dev, size)?);
         }
-        let t = timed(&s, || {
-            for b in &fresh {
-                kernels.touch(&s, &[(b.ptr(), size, TouchMode::Write)], 4096, 0)?;
-            }
-            Ok(())
-        })?;
+        let touch_all = || {
+            timed(&s, || {
+                for b in &fresh {
+                    kernels.touch(&s, &[(b.ptr(), size, TouchMode::Write)], 4096, 0)?;
+                }
+                Ok(())
+            })
+        };
+        let t = touch_all()?;
         let per_alloc = t as f64 / count as f64;
         let population = populate_ns * (size / default.fault_unit_bytes) as f64;
         note(name, per_alloc, "ns", None);
         note("  beyond its population at the large-buffer rate", per_alloc - population, "ns", None);
         // The same buffers touched again (resident): the kernel alone.
-        let t = timed(&s, || {
-            for b in &fresh {
-                kernels.touch(&s, &[(b.ptr(), size, TouchMode::Write)], 4096, 0)?;
-            }
-            Ok(())
-        })?;
+        let t = touch_all()?;
         note("  touched again, resident (kernel alone)", t as f64 / count as f64, "ns", None);
     }
 
