@@ -766,7 +766,8 @@ impl MemoryBackend for SimBackend {
             self.checked(r.region, r.offset, r.len)?;
         }
         let settled;
-        let ranges = if to == Location::Device {
+        // Nothing is staged most of the time: no block to leave out.
+        let ranges = if to == Location::Device && self.staged_bytes > 0 {
             settled = self.settled(ranges);
             &settled[..]
         } else {
@@ -949,13 +950,12 @@ impl MemoryBackend for SimBackend {
                 self.staged_bytes += bytes;
                 let start_at = self.host_now.max(last_use);
                 let dur = CostModel::transfer_ns(bytes, self.cost.stage_d2h_rate_gbps);
-                let (start, _) = self.occupy_link(Direction::D2H, start_at, dur);
-                let r = self.regions.get_mut(&id).expect("checked");
-                r.blocks[b].staged_until = start + dur;
+                let (start, end) = self.occupy_link(Direction::D2H, start_at, dur);
+                self.regions.get_mut(&id).expect("checked").blocks[b].staged_until = end;
                 copies += 1;
                 self.stats.d2h_bytes += bytes;
                 self.stats.staged_out_bytes += bytes;
-                let (offset, end) = (bs as u64 * PAGE_SIZE, start + dur);
+                let offset = bs as u64 * PAGE_SIZE;
                 self.emit_migration(id, offset, bytes, Direction::D2H, MigrationCause::Staging, (start, end));
             }
         }
