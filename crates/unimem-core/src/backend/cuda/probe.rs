@@ -235,9 +235,10 @@ fn stage_rates(
     // Back the way the CUDA backend brings staged data back: one batch prefetch with a range per
     // block (one larger range lost the data), then the copies. What each block costs beyond
     // the same bytes as one range is the profile's `stage_h2d_block_ns`.
+    let mut call_ns = 0;
     let t = timed(s, || {
         let pieces: Vec<(u64, u64)> = runs_of(a).iter().map(|r| (r.1, r.3)).collect();
-        prefetch_batch(dev, &pieces, Location::Device, s)?;
+        call_ns = host_timed(|| prefetch_batch(dev, &pieces, Location::Device, s).map(|_| ()))?;
         for run in runs_of(a) {
             pool.copy(vec![run], false, s)?;
         }
@@ -250,6 +251,8 @@ fn stage_rates(
     let per_block = (t as f64 - bytes as f64 / h2d.max(1e-9)).max(0.0) / blocks as f64;
     let block_ns =
         note("  per block beyond one range", per_block, "ns", Some(default.stage_h2d_block_ns as f64));
+    // Whether that cost holds the calling thread (driver work in the call) or the stream.
+    note("  the batch prefetch call's host time per block", call_ns as f64 / blocks as f64, "ns", None);
 
     // Back to the host, two ways: a CPU copy into the discarded pages, and populating them on
     // the host first (discard and prefetch to the host) then the CPU copy.
@@ -358,6 +361,39 @@ fn stage_rates(
     );
     sync(s)?;
     check(a, "a copy back beside a staged eviction")?;
+    // Beside the backend's own way back (a batch prefetch with a range per block, then the
+    // copies): whether a stage-out and a restore share one link or run both ways at once.
+    let restore = |a: &ManagedBuffer| -> Result<()> {
+        let pieces: Vec<(u64, u64)> = runs_of(a).iter().map(|r| (r.1, r.3)).collect();
+        prefetch_batch(dev, &pieces, Location::Device, s)?;
+        pool.copy(runs_of(a), false, s)
+    };
+    let refill = |a: &ManagedBuffer| -> Result<()> {
+        kernels.touch(s, &[(e.ptr(), bytes, TouchMode::Write)], 4096, 0)?;
+        place(a, Location::Device, s)?;
+        stage_out(a, &pool, s)?;
+        sync(s)
+    };
+    refill(a)?;
+    let t_back = timed(s, || restore(a))?;
+    sync(s)?;
+    check(a, "a restore")?;
+    let t_out = timed(s2, || {
+        pool_e.copy(runs_e.clone(), true, s2)?;
+        discard_batch(dev, &[(e.ptr(), bytes)], s2).map(|_| ())
+    })?;
+    sync(s2)?;
+    refill(a)?;
+    let t_both = beside(&|| restore(a))?;
+    note(
+        "staged eviction beside a restore (per-block prefetch, copies), aggregate",
+        gbps(2 * bytes, t_both),
+        "GB/s",
+        None,
+    );
+    note("  time of both / the two alone in turn", t_both as f64 / (t_back + t_out) as f64, "x", None);
+    sync(s)?;
+    check(a, "a restore beside a staged eviction")?;
     for slot in slots_e {
         pool_e.release(slot, None);
     }
