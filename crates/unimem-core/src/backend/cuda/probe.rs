@@ -330,17 +330,21 @@ fn stage_rates(
         .enumerate()
         .map(|(i, &slot)| (e.ptr(), e.ptr() + i as u64 * SLOT_BYTES, slot, SLOT_BYTES))
         .collect();
-    let beside = |incoming: &dyn Fn() -> Result<()>| {
+    // `discard`: the stage-out discards the pages it copied (as the backend's does).
+    let beside_with = |discard: bool, incoming: &dyn Fn() -> Result<()>| {
         timed(s, || {
             let fork = s.record_event(None).map_err(cuda_err("cuEventRecord", "duplex"))?;
             s2.wait(&fork).map_err(cuda_err("cuStreamWaitEvent", "duplex"))?;
             pool_e.copy(runs_e.clone(), true, s2)?;
-            discard_batch(dev, &[(e.ptr(), bytes)], s2)?;
+            if discard {
+                discard_batch(dev, &[(e.ptr(), bytes)], s2)?;
+            }
             incoming()?;
             let join = s2.record_event(None).map_err(cuda_err("cuEventRecord", "duplex"))?;
             s.wait(&join).map_err(cuda_err("cuStreamWaitEvent", "duplex"))
         })
     };
+    let beside = |incoming: &dyn Fn() -> Result<()>| beside_with(true, incoming);
     let t_both = beside(&|| a.prefetch(0, bytes, Location::Device, s))?;
     note("staged eviction beside a prefetch H2D, aggregate", gbps(2 * bytes, t_both), "GB/s", None);
     note("  time of both / time of the prefetch alone", t_both as f64 / t_one as f64, "x", None);
@@ -394,6 +398,26 @@ fn stage_rates(
     note("  time of both / the two alone in turn", t_both as f64 / (t_back + t_out) as f64, "x", None);
     sync(s)?;
     check(a, "a restore beside a staged eviction")?;
+    // Which part of the two slows the other: the stage-out without its discard, and the
+    // restore's copies alone (its pages repopulated before).
+    refill(a)?;
+    let t_both = beside_with(false, &|| restore(a))?;
+    note("  the same, the stage-out not discarding", t_both as f64 / (t_back + t_out) as f64, "x", None);
+    sync(s)?;
+    check(a, "a restore beside a stage-out without discard")?;
+    refill(a)?;
+    let pieces: Vec<(u64, u64)> = runs_of(a).iter().map(|r| (r.1, r.3)).collect();
+    prefetch_batch(dev, &pieces, Location::Device, s)?;
+    sync(s)?;
+    let t_copies = timed(s, || pool.copy(runs_of(a), false, s))?;
+    sync(s)?;
+    refill(a)?;
+    prefetch_batch(dev, &pieces, Location::Device, s)?;
+    sync(s)?;
+    let t_both = beside(&|| pool.copy(runs_of(a), false, s))?;
+    note("  the restore's copies alone beside it", t_both as f64 / (t_copies + t_out) as f64, "x", None);
+    sync(s)?;
+    check(a, "restore copies beside a staged eviction")?;
     for slot in slots_e {
         pool_e.release(slot, None);
     }
