@@ -17,10 +17,10 @@
 //!   program needs.
 //! - **Staged evictions** (`stage_out`, when the backend has staging memory): a fourth stream,
 //!   `stage`, copies device-only blocks into pinned 2 MiB slots ([`StagingPool`]) after the
-//!   last kernel that touched them (an event after each kernel), then discards their managed
-//!   pages. Whatever needs a staged block
+//!   last kernel that touched them (an event after each kernel); their managed pages are
+//!   discarded on `h2d` once the copy is done ([`PendingDiscard`]). Whatever needs a staged block
 //!   next brings it back first: a prefetch or kernel repopulates the pages on `h2d` (after the
-//!   stage stream's discard) and copies the slot in; a host access copies it on the CPU.
+//!   block's discard) and copies the slot in; a host access copies it on the CPU.
 //! - Its clock is the host's monotonic clock since the backend opened, minus the time spent
 //!   preparing data that exists before the work (`preload_host`).
 //! - Fault and migration events need CUPTI (telemetry); the counters here come from the
@@ -98,12 +98,16 @@ pub struct CudaBackend {
     compute: Arc<CudaStream>,
     h2d: Arc<CudaStream>,
     d2h: Arc<CudaStream>,
-    /// Staged evictions: copies into pinned memory and the discards after them.
+    /// Staged evictions: the copies into pinned memory (their discards go on `h2d`).
     stage: Arc<CudaStream>,
     staging: StagingPool,
     /// The end of each staged block's stage-out (its copy and the discard of its pages):
     /// anything that writes the block's pages again waits for it.
     staged_done: FxHashMap<(RegionId, u32), Arc<CudaEvent>>,
+    /// Stage-outs whose discard is not issued yet, in order, and their blocks (see
+    /// [`PendingDiscard`]).
+    pending_discards: std::collections::VecDeque<PendingDiscard>,
+    pending_blocks: FxHashSet<(RegionId, u32)>,
     /// An event after each recent kernel, by the backend's kernel count: a stage-out waits for
     /// the last kernel that touched its blocks, not for every kernel issued.
     kernel_marks: std::collections::VecDeque<(u64, Arc<CudaEvent>)>,
@@ -249,6 +253,19 @@ impl Recording {
     }
 }
 
+/// A stage-out's discard, issued on `h2d` once its copy (on `stage`) is done rather than on
+/// `stage` right behind it: on the H200 a discard beside a restore's repopulation made the two
+/// 1.5-15x slower than one after the other, while a stage-out without its discard ran beside a
+/// restore in 0.56-0.86x the time of the two in turn (`unimem probe`, "beside a restore"). On
+/// `h2d` a discard never runs beside a restore, and waits for nothing but its own copy.
+struct PendingDiscard {
+    /// The end of the copies out.
+    copied: Arc<CudaEvent>,
+    /// Address ranges to discard.
+    ranges: Vec<(u64, u64)>,
+    blocks: Vec<(RegionId, u32)>,
+}
+
 /// Records a timing event on `stream`.
 fn mark(stream: &CudaStream) -> Result<CudaEvent> {
     stream
@@ -307,6 +324,8 @@ impl CudaBackend {
             stage,
             staging,
             staged_done: FxHashMap::default(),
+            pending_discards: std::collections::VecDeque::new(),
+            pending_blocks: FxHashSet::default(),
             kernel_marks: Default::default(),
             capacity,
             oversubscribe,
@@ -391,8 +410,34 @@ impl CudaBackend {
         }
     }
 
-    fn sync_all(&self) -> Result<()> {
+    /// Issues every pending discard, then waits for the device.
+    fn sync_all(&mut self) -> Result<()> {
+        self.issue_discards(true)?;
         self.dev.synchronize()
+    }
+
+    /// Issues the pending discards whose copies are done (`all`: every one, `h2d` waiting for
+    /// the copies still running), in order, on `h2d`; each block's stage-out ends with its
+    /// discard there.
+    fn issue_discards(&mut self, all: bool) -> Result<()> {
+        while let Some(p) = self.pending_discards.front() {
+            let copied = p.copied.is_complete();
+            if !all && !copied {
+                break;
+            }
+            let p = self.pending_discards.pop_front().expect("just seen");
+            if !copied {
+                self.h2d.wait(&p.copied).map_err(cuda_err("cuStreamWaitEvent", "discard after its copy"))?;
+            }
+            discard_batch(&self.dev, &p.ranges, &self.h2d)?;
+            let done =
+                Arc::new(self.h2d.record_event(None).map_err(cuda_err("cuEventRecord", "staged eviction"))?);
+            for key in p.blocks {
+                self.pending_blocks.remove(&key);
+                self.staged_done.insert(key, done.clone());
+            }
+        }
+        Ok(())
     }
 
     /// Marks block `b` of `id` on the device, most recently used.
@@ -517,6 +562,8 @@ impl CudaBackend {
         explicit: bool,
         keep: &FxHashSet<(RegionId, u32)>,
     ) -> Result<()> {
+        // Discards whose copies ended go first: on `h2d`, never beside what follows.
+        self.issue_discards(false)?;
         let (mut blocks, mut need) = self.missing(ranges.iter().map(|r| (r.region, r.offset, r.len)));
         let left_out = explicit && self.leave_unsettled(&mut blocks, &mut need);
         let mut protect = keep.clone();
@@ -627,7 +674,7 @@ impl CudaBackend {
     /// Takes out of `blocks` (and their bytes off `need`) the staged blocks whose stage-out is
     /// still running on the device. Returns whether it took any.
     fn leave_unsettled(&self, blocks: &mut FxHashSet<(RegionId, u32)>, need: &mut u64) -> bool {
-        if self.staged_done.is_empty() {
+        if self.staged_done.is_empty() && self.pending_blocks.is_empty() {
             return false;
         }
         // One query per stage-out (its blocks share the event).
@@ -637,6 +684,10 @@ impl CudaBackend {
             let r = &self.regions[&id];
             if r.blocks[b as usize].staged.is_none() {
                 return true;
+            }
+            if self.pending_blocks.contains(&(id, b)) {
+                *need -= r.block_bytes(b as usize);
+                return false;
             }
             let Some(ev) = self.staged_done.get(&(id, b)) else { return true };
             let unsettled = *running.entry(Arc::as_ptr(ev)).or_insert_with(|| !ev.is_complete());
@@ -767,6 +818,9 @@ impl CudaBackend {
         waited: &mut FxHashSet<*const CudaEvent>,
         what: &'static str,
     ) -> Result<()> {
+        if self.pending_blocks.contains(&(id, b)) {
+            self.issue_discards(true)?;
+        }
         let Some(ev) = self.staged_done.remove(&(id, b)) else { return Ok(()) };
         if waited.insert(Arc::as_ptr(&ev)) && !ev.is_complete() {
             for s in streams {
@@ -787,6 +841,7 @@ impl CudaBackend {
             for a in kernel.accesses {
                 this.checked(a.region, a.offset, a.len)?;
             }
+            this.issue_discards(false)?;
             // Staged data it uses comes back first, as a prefetch the kernel then waits for.
             if this.staging.in_use() > 0 {
                 let mut back: Vec<ByteRange> = Vec::new();
@@ -1170,6 +1225,7 @@ impl MemoryBackend for CudaBackend {
             self.checked(r.region, r.offset, r.len)?;
         }
         let migrate = self.timed(8, |this| {
+            this.issue_discards(false)?;
             let (blocks, _) = this.missing(ranges.iter().map(|r| (r.region, r.offset, r.len)));
             let mut blocks: Vec<(RegionId, u32)> = blocks.into_iter().collect();
             blocks.sort_unstable(); // slots in address order: copies coalesce
@@ -1214,13 +1270,12 @@ impl MemoryBackend for CudaBackend {
                 this.timed_copies(&stage, crate::backend::Direction::D2H, &staged, |this| {
                     this.staging.copy(runs, true, &stage)
                 })?;
-                discard_batch(&this.dev, &discards, &this.stage)?;
-                let done = Arc::new(
+                let copied = Arc::new(
                     this.stage.record_event(None).map_err(cuda_err("cuEventRecord", "staged eviction"))?,
                 );
-                for (id, b, _) in staged {
-                    this.staged_done.insert((id, b), done.clone());
-                }
+                let blocks: Vec<(RegionId, u32)> = staged.iter().map(|&(id, b, _)| (id, b)).collect();
+                this.pending_blocks.extend(blocks.iter().copied());
+                this.pending_discards.push_back(PendingDiscard { copied, ranges: discards, blocks });
             }
             Ok(migrate)
         })?;
