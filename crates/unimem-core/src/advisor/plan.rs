@@ -127,6 +127,10 @@ pub struct PlanInput<'a> {
     pub budget: u64,
     /// Units smaller than this are left to faults (a prefetch call costs more).
     pub min_prefetch_bytes: u64,
+    /// Kernels ahead within which a unit that no forecast uses may be evicted to bring in a
+    /// predicted one early (half the forecast's horizon is usual: the victim is needed, if at
+    /// all, beyond the horizon, so this leaves it at least the other half).
+    pub early_reach: u64,
     /// Units marked read-mostly now (their device copies are duplicates).
     pub read_mostly: &'a FxHashSet<Unit>,
     /// Units mapped remotely now: served where they are, neither fetched nor evicted.
@@ -221,7 +225,15 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         };
         victims.extend(skipped);
         let Some((p @ (class, next, _), unit)) = victim else { return false };
-        if class != 1 && early.is_some_and(|(j, rival)| next <= j || next <= rival) {
+        // Early, a victim must be needed after everything used in between (`rival`). One never
+        // predicted is needed beyond the forecast, if at all: it is evicted early only for a use
+        // within `early_reach`, which leaves it that margin (evicting it for any use in the
+        // forecast moved 4% more on resnet50-train at 50%, where it came back soon after).
+        let too_soon = |(j, rival): (u64, u64)| match class {
+            1 => j > input.now.saturating_add(input.early_reach),
+            _ => next <= j || next <= rival,
+        };
+        if early.is_some_and(too_soon) {
             victims.push((p, unit));
             return false;
         }
@@ -404,6 +416,17 @@ mod tests {
         resident: &[u64],
         budget_units: u64,
     ) -> Plan {
+        run_reaching(now, current, predicted, resident, budget_units, u64::MAX)
+    }
+
+    fn run_reaching(
+        now: u64,
+        current: &[UnitUse],
+        predicted: &[UnitUse],
+        resident: &[u64],
+        budget_units: u64,
+        early_reach: u64,
+    ) -> Plan {
         let resident: FxHashMap<Unit, (u64, u64)> = resident.iter().map(|&r| (unit(r), (MB2, 0))).collect();
         plan(&PlanInput {
             now,
@@ -415,6 +438,7 @@ mod tests {
             unit_bytes: &|_| MB2,
             budget: budget_units * MB2,
             min_prefetch_bytes: 1,
+            early_reach,
             read_mostly: &FxHashSet::default(),
             remote: &FxHashSet::default(),
             evicted_before_reuse: &FxHashSet::default(),
@@ -440,6 +464,7 @@ mod tests {
             unit_bytes: &small,
             budget: MB2 + 8192,
             min_prefetch_bytes: 256 << 10,
+            early_reach: u64::MAX,
             read_mostly: &FxHashSet::default(),
             remote: &FxHashSet::default(),
             evicted_before_reuse: &FxHashSet::default(),
@@ -483,6 +508,22 @@ mod tests {
         assert_eq!(p.evict, vec![(unit(2), Reason::FarthestNextUse(None))]);
         let fetched: Vec<_> = p.prefetch.iter().map(|(u, ow, _)| (u.0 .0, *ow)).collect();
         assert_eq!(fetched, vec![(3, false), (1, true)], "1 is only populated: its old data is dead");
+    }
+
+    #[test]
+    fn unpredicted_data_is_evicted_early_only_within_the_reach() {
+        // As above with a reach of 1 kernel: 1's rewrite at 12 is 2 kernels ahead, so the
+        // unpredicted 2 is not evicted for it yet (it is needed beyond the forecast, if at all,
+        // and the reach is the margin it keeps); with a reach of 2 it is.
+        let dead = UnitUse { overwrite: true, writes: true, certain: true, ..use_(1, 12) };
+        let predicted = [dead, use_(4, 11), use_(4, 14)];
+        let p = run_reaching(10, &[use_(3, 10)], &predicted, &[1, 2, 4], 3, 1);
+        assert_eq!(p.discard, vec![(unit(1), Reason::Dead)]);
+        assert!(p.evict.is_empty(), "{p:?}");
+        let fetched: Vec<_> = p.prefetch.iter().map(|(u, _, _)| u.0 .0).collect();
+        assert_eq!(fetched, vec![3]);
+        let p = run_reaching(10, &[use_(3, 10)], &predicted, &[1, 2, 4], 3, 2);
+        assert_eq!(p.evict, vec![(unit(2), Reason::FarthestNextUse(None))]);
     }
 
     #[test]
@@ -530,6 +571,7 @@ mod tests {
             unit_bytes: &|_| MB2,
             budget: 3 * MB2,
             min_prefetch_bytes: 1,
+            early_reach: u64::MAX,
             read_mostly: &FxHashSet::default(),
             remote: &FxHashSet::default(),
             evicted_before_reuse: &FxHashSet::default(),
@@ -555,6 +597,7 @@ mod tests {
             unit_bytes: &|_| MB2,
             budget: 3 * MB2,
             min_prefetch_bytes: 1,
+            early_reach: u64::MAX,
             read_mostly: &FxHashSet::default(),
             remote: &FxHashSet::default(),
             evicted_before_reuse: &FxHashSet::default(),
@@ -590,6 +633,7 @@ mod tests {
             unit_bytes: &|_| MB2,
             budget: 2 * MB2,
             min_prefetch_bytes: 1,
+            early_reach: u64::MAX,
             read_mostly: &set(read_mostly),
             remote: &FxHashSet::default(),
             evicted_before_reuse: &set(evicted_before_reuse),

@@ -543,6 +543,7 @@ impl Advisor {
             unit_bytes: &|u| unit_bytes(sizes, u),
             budget: self.settings.budget,
             min_prefetch_bytes: self.settings.min_prefetch_bytes,
+            early_reach: self.settings.horizon / 2,
             read_mostly: &self.read_mostly,
             remote: &remote_now,
             evicted_before_reuse: &evicted_before,
