@@ -91,10 +91,11 @@ fn none_on_resnet_at_half_budget_is_within_2x_of_the_rough_estimate() {
 
 /// The placing policies against `none` and against each other, at every budget the issue
 /// names: never slower than `none`, within the budget, the advisor within 1.3x (50%) or 1.5x
-/// (25%) of the oracle's time, and at least 4.5x faster than `none` at 50%. (The issue asks for
-/// 5x. The simulator predicted 5.96x on ResNet until restores of staged data were charged
-/// what the CUDA backend's data-safe way of bringing them back costs on the H200, one prefetch
-/// range per 2 MiB block: 4.86x since; the H200 measured 4.2-4.5x.)
+/// (25%) of the oracle's time, and at least 5x faster than `none` at 50%, as the issue asks.
+/// (The simulator's ResNet fell to 4.86x when restores of staged data were charged what the
+/// H200's data-safe restore costs, and this asked 4.5x; 5.08x since the planner stopped
+/// evicting unforecast data for uses far ahead. On the H200 that commit ran 3.5-5.7x: `none`
+/// itself took 2.6-3.7 s between runs.)
 #[test]
 fn placing_policies_beat_none_hold_the_budget_and_the_advisor_tracks_the_oracle() {
     for name in ["resnet50-train.jsonl.gz", "transformer-decode.jsonl.gz"] {
@@ -120,7 +121,7 @@ fn placing_policies_beat_none_hold_the_budget_and_the_advisor_tracks_the_oracle(
             assert!(vs_oracle <= limit, "{name} at {pct}%: advisor {vs_oracle:.2}x the oracle");
             if pct == 50.0 {
                 let vs_none = none.time_ns as f64 / advisor.time_ns as f64;
-                assert!(vs_none >= 4.5, "{name} at 50%: advisor only {vs_none:.2}x faster than none");
+                assert!(vs_none >= 5.0, "{name} at 50%: advisor only {vs_none:.2}x faster than none");
             }
         }
     }
