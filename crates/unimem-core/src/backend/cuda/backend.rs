@@ -416,6 +416,31 @@ impl CudaBackend {
         self.dev.synchronize()
     }
 
+    /// Issues the pending discard of block `key` now (`h2d` waiting for its copy if need be),
+    /// and only that one: the others may wait for copies behind later kernels.
+    fn issue_discard_of(&mut self, key: (RegionId, u32)) -> Result<()> {
+        let Some(at) = self.pending_discards.iter().position(|p| p.blocks.contains(&key)) else {
+            return Ok(());
+        };
+        let p = self.pending_discards.remove(at).expect("just found");
+        self.issue_discard(p)
+    }
+
+    /// Issues one pending discard on `h2d`, after its copy.
+    fn issue_discard(&mut self, p: PendingDiscard) -> Result<()> {
+        if !p.copied.is_complete() {
+            self.h2d.wait(&p.copied).map_err(cuda_err("cuStreamWaitEvent", "discard after its copy"))?;
+        }
+        discard_batch(&self.dev, &p.ranges, &self.h2d)?;
+        let done =
+            Arc::new(self.h2d.record_event(None).map_err(cuda_err("cuEventRecord", "staged eviction"))?);
+        for key in p.blocks {
+            self.pending_blocks.remove(&key);
+            self.staged_done.insert(key, done.clone());
+        }
+        Ok(())
+    }
+
     /// Issues the pending discards whose copies are done (`all`: every one, `h2d` waiting for
     /// the copies still running), in order, on `h2d`; each block's stage-out ends with its
     /// discard there.
@@ -426,16 +451,7 @@ impl CudaBackend {
                 break;
             }
             let p = self.pending_discards.pop_front().expect("just seen");
-            if !copied {
-                self.h2d.wait(&p.copied).map_err(cuda_err("cuStreamWaitEvent", "discard after its copy"))?;
-            }
-            discard_batch(&self.dev, &p.ranges, &self.h2d)?;
-            let done =
-                Arc::new(self.h2d.record_event(None).map_err(cuda_err("cuEventRecord", "staged eviction"))?);
-            for key in p.blocks {
-                self.pending_blocks.remove(&key);
-                self.staged_done.insert(key, done.clone());
-            }
+            self.issue_discard(p)?;
         }
         Ok(())
     }
@@ -819,7 +835,7 @@ impl CudaBackend {
         what: &'static str,
     ) -> Result<()> {
         if self.pending_blocks.contains(&(id, b)) {
-            self.issue_discards(true)?;
+            self.issue_discard_of((id, b))?;
         }
         let Some(ev) = self.staged_done.remove(&(id, b)) else { return Ok(()) };
         if waited.insert(Arc::as_ptr(&ev)) && !ev.is_complete() {
