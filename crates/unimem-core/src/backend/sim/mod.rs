@@ -510,11 +510,13 @@ impl SimBackend {
             let bytes = n as u64 * PAGE_SIZE;
             // A prefetch's own call cost is charged by the prefetch; a restore for a kernel
             // makes its own call, which repopulates the discarded pages (per range, as any).
-            // Either way the CUDA backend repopulates one range per 2 MiB block.
+            // Either way the CUDA backend repopulates one range per 2 MiB block, and the batch
+            // call holds the host for each (the probe's "host time per block"); the copy in
+            // starts when the call returns.
             let call = if prefetch { 0 } else { self.cost.batch_range_ns };
-            let per_block = blocks.len() as u64 * self.cost.stage_h2d_block_ns;
-            let dur = call + per_block + CostModel::transfer_ns(bytes, self.cost.stage_h2d_rate_gbps);
-            let (start, end) = self.occupy_link(Direction::H2D, room_at, dur);
+            self.host_now += blocks.len() as u64 * self.cost.stage_h2d_block_ns;
+            let dur = call + CostModel::transfer_ns(bytes, self.cost.stage_h2d_rate_gbps);
+            let (start, end) = self.occupy_link(Direction::H2D, room_at.max(self.host_now), dur);
             let r = self.regions.get_mut(&id).expect("checked by caller");
             for b in blocks.clone() {
                 r.blocks[b].ready_ns = r.blocks[b].ready_ns.max(end);

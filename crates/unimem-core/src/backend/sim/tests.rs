@@ -486,8 +486,8 @@ fn staged_evictions_copy_at_the_copy_rate_on_the_shared_link() {
 
 /// Staged data a kernel needs that no prefetch brought back is restored for the kernel: the
 /// CUDA backend repopulates the discarded pages with a prefetch call, one range per 2 MiB block
-/// (`stage_h2d_block_ns` each), and copies the slots in, so the kernel waits for the call's
-/// cost and the blocks' as well as the copy.
+/// (`stage_h2d_block_ns` of host time each), and copies the slots in, so the kernel waits for
+/// the call's cost and the blocks' as well as the copy.
 #[test]
 fn a_kernel_waits_for_the_restore_of_staged_data_with_its_call() {
     let cost = CostModel::h200();
