@@ -94,8 +94,8 @@ fn none_on_resnet_at_half_budget_is_within_2x_of_the_rough_estimate() {
 /// (25%) of the oracle's time, and at least 5x faster than `none` at 50%, as the issue asks.
 /// (The simulator's ResNet fell to 4.86x when restores of staged data were charged what the
 /// H200's data-safe restore costs, and this asked 4.5x; 5.08x since the planner stopped
-/// evicting unforecast data for uses far ahead, 5.14x with the per-block cost on the host. On the H200 that commit ran 3.5-5.7x: `none`
-/// itself took 2.6-3.7 s between runs.)
+/// evicting unforecast data for uses far ahead (e229c28), 5.14x with the per-block cost on the
+/// host. On the H200, e229c28 ran 3.5-5.7x: `none` itself took 2.6-3.7 s between runs.)
 #[test]
 fn placing_policies_beat_none_hold_the_budget_and_the_advisor_tracks_the_oracle() {
     for name in ["resnet50-train.jsonl.gz", "transformer-decode.jsonl.gz"] {
