@@ -256,7 +256,7 @@ impl Recording {
 /// A stage-out's discard, issued on `h2d` once its copy (on `stage`) is done rather than on
 /// `stage` right behind it: on the H200 a discard beside a restore's repopulation made the two
 /// 1.5-15x slower than one after the other, while a stage-out without its discard ran beside a
-/// restore in 0.56-0.86x the time of the two in turn (`unimem probe`, "beside a restore"). On
+/// restore in 0.56-0.97x the time of the two in turn (`unimem probe`, "beside a restore"). On
 /// `h2d` a discard never runs beside a restore, and waits for nothing but its own copy.
 struct PendingDiscard {
     /// The end of the copies out.
