@@ -100,6 +100,9 @@ fn stage_rates(
             .map(|(i, &slot)| (buf.ptr(), buf.ptr() + i as u64 * SLOT_BYTES, slot, SLOT_BYTES))
             .collect()
     };
+    // Its blocks as (address, bytes) ranges, one per 2 MiB block, as the backend's restores go.
+    let pieces_of =
+        |buf: &ManagedBuffer| -> Vec<(u64, u64)> { runs_of(buf).iter().map(|r| (r.1, r.3)).collect() };
     let sync = |st: &CudaStream| st.synchronize().map_err(cuda_err("cuStreamSynchronize", "probe"));
     let stage_out = |buf: &ManagedBuffer, pool: &StagingPool, st: &CudaStream| -> Result<()> {
         pool.copy(runs_of(buf), true, st)?;
@@ -227,8 +230,7 @@ fn stage_rates(
         for run in runs_of(a) {
             pool.copy(vec![run], true, s)?;
         }
-        let pieces: Vec<(u64, u64)> = runs_of(a).iter().map(|r| (r.1, r.3)).collect();
-        discard_batch(dev, &pieces, s).map(|_| ())
+        discard_batch(dev, &pieces_of(a), s).map(|_| ())
     })?;
     note("staged eviction in 2 MiB pieces", gbps(bytes, t), "GB/s", None);
     sync(s)?;
@@ -237,7 +239,7 @@ fn stage_rates(
     // the same bytes as one range is the profile's `stage_h2d_block_ns`.
     let mut call_ns = 0;
     let t = timed(s, || {
-        let pieces: Vec<(u64, u64)> = runs_of(a).iter().map(|r| (r.1, r.3)).collect();
+        let pieces = pieces_of(a);
         call_ns = host_timed(|| prefetch_batch(dev, &pieces, Location::Device, s).map(|_| ()))?;
         for run in runs_of(a) {
             pool.copy(vec![run], false, s)?;
@@ -368,8 +370,7 @@ fn stage_rates(
     // Beside the backend's own way back (a batch prefetch with a range per block, then the
     // copies): whether a stage-out and a restore share one link or run both ways at once.
     let restore = |a: &ManagedBuffer| -> Result<()> {
-        let pieces: Vec<(u64, u64)> = runs_of(a).iter().map(|r| (r.1, r.3)).collect();
-        prefetch_batch(dev, &pieces, Location::Device, s)?;
+        prefetch_batch(dev, &pieces_of(a), Location::Device, s)?;
         pool.copy(runs_of(a), false, s)
     };
     let refill = |a: &ManagedBuffer| -> Result<()> {
@@ -406,7 +407,7 @@ fn stage_rates(
     sync(s)?;
     check(a, "a restore beside a stage-out without discard")?;
     refill(a)?;
-    let pieces: Vec<(u64, u64)> = runs_of(a).iter().map(|r| (r.1, r.3)).collect();
+    let pieces = pieces_of(a);
     prefetch_batch(dev, &pieces, Location::Device, s)?;
     sync(s)?;
     let t_copies = timed(s, || pool.copy(runs_of(a), false, s))?;
