@@ -701,12 +701,12 @@ impl CudaBackend {
             if r.blocks[b as usize].staged.is_none() {
                 return true;
             }
-            if self.pending_blocks.contains(&(id, b)) {
-                *need -= r.block_bytes(b as usize);
-                return false;
-            }
-            let Some(ev) = self.staged_done.get(&(id, b)) else { return true };
-            let unsettled = *running.entry(Arc::as_ptr(ev)).or_insert_with(|| !ev.is_complete());
+            // A discard still queued is a stage-out not done either.
+            let unsettled = self.pending_blocks.contains(&(id, b))
+                || self
+                    .staged_done
+                    .get(&(id, b))
+                    .is_some_and(|ev| *running.entry(Arc::as_ptr(ev)).or_insert_with(|| !ev.is_complete()));
             if unsettled {
                 *need -= r.block_bytes(b as usize);
             }
