@@ -75,7 +75,10 @@ pub fn run(cmd: &Command) -> Result<()> {
                 Nanos(t.kernel_stall_ns)
             );
             let causes: Vec<String> = t.by_cause.iter().map(|(c, b)| format!("{c} {}", Bytes(*b))).collect();
-            println!("bytes moved by cause: {}", causes.join(", "));
+            println!(
+                "bytes moved by cause: {}",
+                if causes.is_empty() { "none".into() } else { causes.join(", ") }
+            );
             if !t.hints.is_empty() {
                 let hints: Vec<String> =
                     t.hints.iter().map(|(h, (n, b))| format!("{h} {n} ({})", Bytes(*b))).collect();
@@ -85,8 +88,20 @@ pub fn run(cmd: &Command) -> Result<()> {
                     t.forecast_hits, t.forecast_misses, t.forecast_false_alarms
                 );
             }
+            // The driver's own thrashing reports (CUPTI only): shown where the log has any.
+            let driver_thrashing = t.thrashing > 0 || t.throttled_ns > 0 || !t.remote_mapped.is_empty();
+            if driver_thrashing {
+                let mapped: Vec<String> =
+                    t.remote_mapped.iter().map(|(c, b)| format!("{c} {}", Bytes(*b))).collect();
+                println!(
+                    "driver: {} thrashing reports, faults throttled {}, mapped remotely: {}",
+                    t.thrashing,
+                    Nanos(t.throttled_ns),
+                    if mapped.is_empty() { "nothing".to_string() } else { mapped.join(", ") }
+                );
+            }
             println!();
-            let mut table = output::Table::new(vec![
+            let mut columns = vec![
                 "region",
                 "name",
                 "faults",
@@ -96,10 +111,14 @@ pub fn run(cmd: &Command) -> Result<()> {
                 "refetched",
                 "fault stall",
                 "link time",
-            ]);
+            ];
+            if driver_thrashing {
+                columns.extend(["thrashing", "throttled", "mapped remotely"]);
+            }
+            let mut table = output::Table::new(columns);
             let ranked = s.by_cost();
             for (id, r) in ranked.iter().take(*top) {
-                table.row(vec![
+                let mut row = vec![
                     id.0.to_string(),
                     log.name_of(*id),
                     r.faults.to_string(),
@@ -109,7 +128,15 @@ pub fn run(cmd: &Command) -> Result<()> {
                     Bytes(r.refetched_bytes).to_string(),
                     Nanos(r.stall_ns).to_string(),
                     Nanos(r.transfer_ns).to_string(),
-                ]);
+                ];
+                if driver_thrashing {
+                    row.extend([
+                        r.thrashing.to_string(),
+                        Nanos(r.throttled_ns).to_string(),
+                        Bytes(r.remote_mapped_bytes).to_string(),
+                    ]);
+                }
+                table.row(row);
             }
             println!("{}", table.render());
             if ranked.len() > *top {

@@ -301,6 +301,34 @@ fn telemetry_logs_are_written_summarised_exported_and_plotted() {
     let plot = d.join("t.svg");
     let o = unimem(&["telemetry", "plot", log.to_str().unwrap(), plot.to_str().unwrap()]);
     assert!(o.status.success() && std::fs::read_to_string(&plot).unwrap().starts_with("<svg"));
+    // A log with the driver's thrashing reports (as CUPTI gives them) gets their columns.
+    let driver = d.join("driver.jsonl");
+    write(
+        &driver,
+        concat!(
+            r#"{"schema":"unimem-telemetry","version":4,"source":"cupti"}"#,
+            "\n",
+            r#"{"kind":"region","region":1,"bytes":4194304,"name":"kv","address":1099511627776}"#,
+            "\n",
+            r#"{"kind":"thrashing","region":1,"offset":0,"bytes":65536,"by":"cpu","at_ns":10}"#,
+            "\n",
+            r#"{"kind":"throttling","region":1,"offset":0,"by":"gpu","start_ns":20,"end_ns":3000020}"#,
+            "\n",
+            r#"{"kind":"remote_map","region":1,"offset":0,"bytes":4096,"cause":"thrashing","at_ns":40}"#,
+            "\n",
+        )
+        .as_bytes(),
+    );
+    let o = unimem(&["telemetry", "summarize", driver.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains(
+            "driver: 1 thrashing reports, faults throttled 3.00 ms, mapped remotely: thrashing 4.00 KiB"
+        ) && out.contains("mapped remotely")
+            && out.lines().any(|l| l.contains("kv") && l.contains("3.00 ms")),
+        "{out}"
+    );
     // A bad log: a clear error with the file and line, no panic.
     let bad = d.join("bad.jsonl");
     write(&bad, b"{\"schema\":\"unimem-telemetry\",\"version\":1}\n");

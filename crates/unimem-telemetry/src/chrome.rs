@@ -35,7 +35,10 @@ pub fn chrome_trace(log: &Log) -> serde_json::Value {
             MemEvent::Kernel { start_ns: t, .. } | MemEvent::Migration { start_ns: t, .. } => {
                 now = now.max(*t)
             }
-            MemEvent::Fault { at_ns, .. } => now = now.max(*at_ns),
+            MemEvent::Fault { at_ns, .. }
+            | MemEvent::Thrashing { at_ns, .. }
+            | MemEvent::RemoteMap { at_ns, .. }
+            | MemEvent::Throttling { start_ns: at_ns, .. } => now = now.max(*at_ns),
             _ => {}
         }
         match e {
@@ -60,6 +63,21 @@ pub fn chrome_trace(log: &Log) -> serde_json::Value {
                 "ph": "i", "s": "t", "name": format!("fault {}", log.name_of(*region)), "cat": "fault",
                 "pid": PID, "tid": TID_FAULTS, "ts": us(*at_ns),
                 "args": {"region": region.0, "offset": offset, "bytes": bytes, "by": by}
+            })),
+            MemEvent::Thrashing { region, offset, bytes, by, at_ns } => out.push(json!({
+                "ph": "i", "s": "t", "name": format!("thrashing {}", log.name_of(*region)), "cat": "thrashing",
+                "pid": PID, "tid": TID_FAULTS, "ts": us(*at_ns),
+                "args": {"region": region.0, "offset": offset, "bytes": bytes, "by": by}
+            })),
+            MemEvent::RemoteMap { region, offset, bytes, cause, at_ns } => out.push(json!({
+                "ph": "i", "s": "t", "name": format!("remote map {}", log.name_of(*region)), "cat": "remote_map",
+                "pid": PID, "tid": TID_FAULTS, "ts": us(*at_ns),
+                "args": {"region": region.0, "offset": offset, "bytes": bytes, "cause": cause}
+            })),
+            MemEvent::Throttling { region, offset, by, start_ns, end_ns } => out.push(json!({
+                "ph": "X", "name": format!("throttled {}", log.name_of(*region)), "cat": "throttling",
+                "pid": PID, "tid": TID_FAULTS, "ts": us(*start_ns), "dur": us(end_ns.saturating_sub(*start_ns)),
+                "args": {"region": region.0, "offset": offset, "by": by}
             })),
             MemEvent::Hint { hint, region, offset, bytes, reason, kernel } => out.push(json!({
                 "ph": "i", "s": "t", "name": format!("{hint} {}", log.name_of(*region)), "cat": "hint",

@@ -1,6 +1,6 @@
 //! The CUPTI source: the driver's unified-memory counters (bytes moved each way with their
-//! cause, CPU page faults, and GPU page faults on request) as [`MemEvent`]s, attributed to
-//! regions by address and time.
+//! cause, CPU page faults, thrashing, throttling and remote mapping, and GPU page faults on
+//! request) as [`MemEvent`]s, attributed to regions by address and time.
 //!
 //! CUPTI hands activity records to two C callbacks with no user data, so the records collect
 //! in one process-wide buffer; [`CuptiSource`] is a handle on it (one per process). Start it
@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use std::collections::HashMap;
 
 use cudarc::cupti::sys;
-use unimem_core::backend::{Direction, MemEvent, MigrationCause};
+use unimem_core::backend::{Direction, MemEvent, MigrationCause, RemoteMapCause};
 use unimem_core::replay::EventSink;
 use unimem_core::{Accessor, Error, RegionId, Result};
 
@@ -108,7 +108,7 @@ pub struct CuptiSource {
 }
 
 impl CuptiSource {
-    /// Starts collecting the unified-memory counters the log uses, GPU page faults included.
+    /// Starts collecting every unified-memory counter the log uses, GPU page faults included.
     /// Fails with a clear error where CUPTI is missing or another source is active.
     pub fn start(device: u32) -> Result<Self> {
         Self::start_with(device, true)
@@ -116,8 +116,7 @@ impl CuptiSource {
 
     /// Starts collecting the unified-memory counters `device` supports, GPU page faults only if
     /// `gpu_faults`: the driver logs every fault group then, which cost a faulting replay on
-    /// the H200 13-14% in all, against 4-9% for migrations by cause and CPU faults alone
-    /// (docs/benchmarks.md).
+    /// the H200 13-14% in all, against 4-9% without them (docs/benchmarks.md).
     pub fn start_with(device: u32, gpu_faults: bool) -> Result<Self> {
         // SAFETY: only tries to load the library.
         if !unsafe { sys::is_culib_present() } {
@@ -137,8 +136,12 @@ impl CuptiSource {
             K::CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_DTOH,
             K::CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_CPU_PAGE_FAULT_COUNT,
             K::CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_GPU_PAGE_FAULT,
-            // Thrashing, throttling and remote-map records have no event kind here yet;
-            // enabling them would cost the driver work for records that are dropped.
+            // Collecting any counter costs the driver the same (on the H200, each kind alone,
+            // even these three that a replay never triggers, slowed an advisor replay as much as
+            // all of them: docs/benchmarks.md), so these cost nothing beyond the others.
+            K::CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_THRASHING,
+            K::CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_THROTTLING,
+            K::CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_REMOTE_MAP,
         ];
         let mut kinds = Vec::new();
         let wanted = wanted
@@ -219,7 +222,9 @@ pub fn sink_for<S: EventSink + Send + 'static>(
 /// The records as events: times through `clock` (CUPTI's clock to the events' clock), regions
 /// by `find` (address and time -> region and offset); records whose address belongs to no
 /// region are skipped. Migration flags carry the cause; a CPU fault's `value` is the faulting
-/// PC, so it counts one fault.
+/// PC, so it counts one fault. Thrashing and throttling flags say whether the CPU is the
+/// processor concerned (`CUPTI_ACTIVITY_FLAG_THRASHING_IN_CPU`, `..._THROTTLING_IN_CPU`, both
+/// bit 0); remote-map flags carry the cause.
 pub fn to_events(
     records: &[UmRecord],
     clock: &dyn Fn(u64) -> u64,
@@ -234,6 +239,15 @@ pub fn to_events(
         1 => MigrationCause::Prefetch,
         4 => MigrationCause::Eviction,
         _ => MigrationCause::Fault,
+    };
+    let in_cpu = |flags: u32| if flags & 1 != 0 { Accessor::Host } else { Accessor::Device };
+    let remote_cause = |flags: u32| match flags {
+        1 => RemoteMapCause::Coherence,
+        2 => RemoteMapCause::Thrashing,
+        3 => RemoteMapCause::Policy,
+        4 => RemoteMapCause::OutOfMemory,
+        5 => RemoteMapCause::Eviction,
+        _ => RemoteMapCause::Unknown,
     };
     let mut out = Vec::new();
     for r in records {
@@ -261,7 +275,22 @@ pub fn to_events(
             k if k == K::CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_CPU_PAGE_FAULT_COUNT as u32 => {
                 MemEvent::Fault { region, offset, bytes: 0, by: Accessor::Host, at_ns: start_ns }
             }
-            _ => continue, // thrashing, throttling, remote map: no event kind of their own yet
+            k if k == K::CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_THRASHING as u32 => {
+                MemEvent::Thrashing { region, offset, bytes: r.value, by: in_cpu(r.flags), at_ns: start_ns }
+            }
+            k if k == K::CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_THROTTLING as u32 => {
+                MemEvent::Throttling { region, offset, by: in_cpu(r.flags), start_ns, end_ns }
+            }
+            k if k == K::CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_REMOTE_MAP as u32 => {
+                MemEvent::RemoteMap {
+                    region,
+                    offset,
+                    bytes: r.value,
+                    cause: remote_cause(r.flags),
+                    at_ns: start_ns,
+                }
+            }
+            _ => continue, // peer-to-peer transfers: one device here
         };
         out.push(event);
     }
@@ -453,5 +482,85 @@ mod tests {
         // After every tenant's release, the last one keeps the record (pooled pages moving).
         t.released(b, 900);
         assert_eq!(t.find(1 << 30, 1000), Some((b, 0)));
+    }
+
+    #[test]
+    fn every_counter_kind_decodes_with_its_flags() {
+        use sys::CUpti_ActivityUnifiedMemoryCounterKind as K;
+        let rec = |kind: K, value, flags, address| UmRecord {
+            kind: kind as u32,
+            value,
+            start: 100,
+            end: 250,
+            address,
+            flags,
+        };
+        let base = 1u64 << 30;
+        let records = [
+            rec(K::CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_HTOD, 4096, 1, base),
+            rec(K::CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_DTOH, 8192, 4, base + 4096),
+            rec(K::CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_HTOD, 4096, 2, base),
+            rec(K::CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_GPU_PAGE_FAULT, 3, 0, base),
+            rec(K::CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_CPU_PAGE_FAULT_COUNT, 0xdead_beef, 0, base),
+            rec(K::CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_THRASHING, 65536, 1, base + 8192),
+            rec(K::CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_THRASHING, 4096, 0, base),
+            rec(K::CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_THROTTLING, 0, 0, base),
+            rec(K::CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_REMOTE_MAP, 2 << 20, 2, base),
+            rec(K::CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_REMOTE_MAP, 4096, 9, base),
+            rec(K::CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_DTOD, 4096, 0, base),
+            rec(K::CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_HTOD, 4096, 1, 1 << 20),
+        ];
+        let r = RegionId(7);
+        let find = |a: u64, _| (a >= base && a < base + (4 << 20)).then(|| (r, a - base));
+        let events = to_events(&records, &|t| t + 1000, &find);
+        let migration = |offset, bytes, dir, cause| MemEvent::Migration {
+            region: r,
+            offset,
+            bytes,
+            dir,
+            cause,
+            start_ns: 1100,
+            end_ns: 1250,
+        };
+        assert_eq!(
+            events,
+            vec![
+                migration(0, 4096, Direction::H2D, MigrationCause::Prefetch),
+                migration(4096, 8192, Direction::D2H, MigrationCause::Eviction),
+                migration(0, 4096, Direction::H2D, MigrationCause::Fault),
+                MemEvent::Fault { region: r, offset: 0, bytes: 0, by: Accessor::Device, at_ns: 1100 },
+                MemEvent::Fault { region: r, offset: 0, bytes: 0, by: Accessor::Host, at_ns: 1100 },
+                MemEvent::Thrashing {
+                    region: r,
+                    offset: 8192,
+                    bytes: 65536,
+                    by: Accessor::Host,
+                    at_ns: 1100
+                },
+                MemEvent::Thrashing { region: r, offset: 0, bytes: 4096, by: Accessor::Device, at_ns: 1100 },
+                MemEvent::Throttling {
+                    region: r,
+                    offset: 0,
+                    by: Accessor::Device,
+                    start_ns: 1100,
+                    end_ns: 1250
+                },
+                MemEvent::RemoteMap {
+                    region: r,
+                    offset: 0,
+                    bytes: 2 << 20,
+                    cause: RemoteMapCause::Thrashing,
+                    at_ns: 1100
+                },
+                MemEvent::RemoteMap {
+                    region: r,
+                    offset: 0,
+                    bytes: 4096,
+                    cause: RemoteMapCause::Unknown,
+                    at_ns: 1100
+                },
+            ],
+            "device-to-device records and addresses outside every region are skipped"
+        );
     }
 }

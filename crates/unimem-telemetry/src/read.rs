@@ -46,7 +46,8 @@ pub struct Log {
 }
 
 /// Record kinds of the schema, for error messages.
-const KINDS: &str = "region, freed, fault, migration, populate, drop, released, kernel, hint, forecast";
+const KINDS: &str =
+    "region, freed, fault, migration, populate, drop, released, thrashing, throttling, remote_map, kernel, hint, forecast";
 
 impl Log {
     /// Reads a log file.
@@ -114,7 +115,8 @@ impl Log {
                     }
                 }
                 Some(
-                    "fault" | "migration" | "populate" | "drop" | "released" | "kernel" | "hint" | "forecast",
+                    "fault" | "migration" | "populate" | "drop" | "released" | "thrashing" | "throttling"
+                    | "remote_map" | "kernel" | "hint" | "forecast",
                 ) => {
                     let e: MemEvent = serde_json::from_value(v).map_err(|e| err(n, e.to_string()))?;
                     log.events.push(e);

@@ -17,8 +17,14 @@ pub struct RegionSummary {
     pub d2h_bytes: u64,
     /// Of `d2h_bytes`, moved by eviction.
     pub evicted_bytes: u64,
-    /// Bytes moved to the device again after the region had been moved out: thrashing.
+    /// Bytes moved to the device again after the region had been moved out.
     pub refetched_bytes: u64,
+    /// Thrashing the driver reported on it (events; CUPTI only).
+    pub thrashing: u64,
+    /// Time the driver held back faults on it because it thrashed (CUPTI only).
+    pub throttled_ns: u64,
+    /// Bytes the driver mapped remotely instead of moving (CUPTI only).
+    pub remote_mapped_bytes: u64,
     /// Time kernels waited for its fault-driven migrations.
     pub stall_ns: u64,
     /// Nanoseconds its transfers occupied the link.
@@ -42,6 +48,12 @@ pub struct Totals {
     pub populated_device_bytes: u64,
     /// Bytes dropped without a transfer.
     pub dropped_bytes: u64,
+    /// Thrashing the driver reported (events).
+    pub thrashing: u64,
+    /// Time the driver held back faults on thrashing pages.
+    pub throttled_ns: u64,
+    /// Bytes the driver mapped remotely, by cause (`thrashing`, `policy`, ...).
+    pub remote_mapped: BTreeMap<String, u64>,
     /// Kernels and the time they stalled.
     pub kernels: u64,
     /// Sum of kernel stalls.
@@ -124,6 +136,20 @@ impl Summary {
             }
             MemEvent::Populate { .. } | MemEvent::Released { .. } => {}
             MemEvent::Drop { bytes, .. } => self.totals.dropped_bytes += bytes,
+            MemEvent::Thrashing { region, .. } => {
+                self.regions.entry(region).or_default().thrashing += 1;
+                self.totals.thrashing += 1;
+            }
+            MemEvent::Throttling { region, start_ns, end_ns, .. } => {
+                let ns = end_ns.saturating_sub(start_ns);
+                self.regions.entry(region).or_default().throttled_ns += ns;
+                self.totals.throttled_ns += ns;
+            }
+            MemEvent::RemoteMap { region, bytes, cause, .. } => {
+                self.regions.entry(region).or_default().remote_mapped_bytes += bytes;
+                let name = serde_json::to_value(cause).ok().and_then(|v| v.as_str().map(String::from));
+                *self.totals.remote_mapped.entry(name.unwrap_or_default()).or_default() += bytes;
+            }
             MemEvent::Kernel { stall_ns, .. } => {
                 self.totals.kernels += 1;
                 self.totals.kernel_stall_ns += stall_ns;
@@ -141,10 +167,11 @@ impl Summary {
         }
     }
 
-    /// Regions by transfer time, most expensive first.
+    /// Regions by the time their transfers took plus the time the driver throttled their
+    /// faults, most expensive first.
     pub fn by_cost(&self) -> Vec<(RegionId, RegionSummary)> {
         let mut v: Vec<_> = self.regions.iter().map(|(k, v)| (*k, *v)).collect();
-        v.sort_by_key(|(id, r)| (std::cmp::Reverse(r.transfer_ns), *id));
+        v.sort_by_key(|(id, r)| (std::cmp::Reverse(r.transfer_ns + r.throttled_ns), *id));
         v
     }
 }

@@ -73,6 +73,18 @@ impl EventSink for TracingSink {
                 MemEvent::Released { region, at_ns } => tracing::trace!(
                     target: "unimem::telemetry", region = region.0, name = %self.name(*region), at_ns, "released"
                 ),
+                MemEvent::Thrashing { region, offset, bytes, by, at_ns } => tracing::debug!(
+                    target: "unimem::telemetry", region = region.0, name = %self.name(*region), offset, bytes,
+                    by = ?by, at_ns, "thrashing"
+                ),
+                MemEvent::Throttling { region, offset, by, start_ns, end_ns } => tracing::debug!(
+                    target: "unimem::telemetry", region = region.0, name = %self.name(*region), offset,
+                    by = ?by, start_ns, end_ns, "throttling"
+                ),
+                MemEvent::RemoteMap { region, offset, bytes, cause, at_ns } => tracing::debug!(
+                    target: "unimem::telemetry", region = region.0, name = %self.name(*region), offset, bytes,
+                    cause = ?cause, at_ns, "remote map"
+                ),
                 MemEvent::Drop { region, bytes, from, .. } => tracing::trace!(
                     target: "unimem::telemetry", region = region.0, name = %self.name(*region), bytes, from = ?from, "drop"
                 ),

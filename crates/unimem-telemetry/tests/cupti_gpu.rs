@@ -87,4 +87,42 @@ fn cupti_bytes_match_known_amounts_and_collecting_cost_is_measured() {
     let cause = |name: &str| s.totals.by_cause.iter().find(|(c, _)| c == name).map_or(0, |c| c.1);
     assert!(within(cause("prefetch"), 512 * MIB), "A in, B in and out by prefetch: {:?}", s.totals.by_cause);
     assert!(within(cause("fault"), 64 * MIB), "C by faults: {:?}", s.totals.by_cause);
+
+    // Thrashing: the GPU and the CPU write the same 16 pages in turn, 300 times; the driver
+    // notices the pages moving back and forth and reports it (thrashing, and throttling or
+    // remote mapping, as its policy decides).
+    let mut d = ManagedBuffer::alloc(&dev, 2 * MIB).unwrap();
+    fill(&mut d, 5);
+    let hot = 64 * 1024;
+    let stream = dev.new_stream().unwrap();
+    source.drain().unwrap();
+    let t0 = std::time::Instant::now();
+    for i in 0..300u32 {
+        k.touch(&stream, &[(d.ptr(), hot, TouchMode::Write)], 4096, 0).unwrap();
+        stream.synchronize().unwrap();
+        // SAFETY: the kernel is done (synchronised above).
+        let bytes = unsafe { d.host_bytes() };
+        bytes[..hot as usize].iter_mut().step_by(4096).for_each(|b| *b = i as u8);
+    }
+    let ping_pong_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let records = source.drain().unwrap();
+    let find = |addr: u64, _t: u64| {
+        (addr >= d.ptr() && addr < d.ptr() + d.len()).then(|| (RegionId(4), addr - d.ptr()))
+    };
+    let events = to_events(&records, &|t| t, &find);
+    let s = Summary::of(&events);
+    let r = s.regions.get(&RegionId(4)).copied().unwrap_or_default();
+    let mut kinds = std::collections::BTreeMap::new();
+    for r in &records {
+        *kinds.entry((r.kind, r.flags)).or_insert(0u64) += 1;
+    }
+    eprintln!(
+        "CUPTI thrashing: 300 turns in {ping_pong_ms:.1} ms; {} records, (kind, flags) -> count {kinds:?}; region {r:?}; remote maps {:?}",
+        records.len(),
+        s.totals.remote_mapped
+    );
+    assert!(
+        r.thrashing > 0 || r.throttled_ns > 0 || r.remote_mapped_bytes > 0,
+        "the driver reported no thrashing, throttling or remote mapping: {r:?}"
+    );
 }

@@ -150,15 +150,17 @@ fn bad_logs_are_clear_errors() {
     let e = err(cut);
     assert!(e.starts_with("bad.jsonl:") && e.contains("truncated"), "{e}");
     // Wrong schema version, wrong schema.
-    let e = err(&good.replacen("\"version\":3", "\"version\":7", 1));
+    let e = err(&good.replacen("\"version\":4", "\"version\":7", 1));
     assert!(
-        e.contains("bad.jsonl:1:") && e.contains("version 7") && e.contains("reads versions 2 to 3"),
+        e.contains("bad.jsonl:1:") && e.contains("version 7") && e.contains("reads versions 2 to 4"),
         "{e}"
     );
     assert!(err(&good.replacen("unimem-telemetry", "other", 1)).contains("is not `unimem-telemetry`"));
-    // A version 2 log (no addresses, no releases) still reads.
-    let v2 = good.replacen("\"version\":3", "\"version\":2", 1);
-    assert!(Log::parse(v2.as_bytes(), "v2.jsonl").is_ok());
+    // Version 2 (no addresses, no releases) and 3 (no driver thrashing events) logs still read.
+    for v in [2, 3] {
+        let old = good.replacen("\"version\":4", &format!("\"version\":{v}"), 1);
+        assert!(Log::parse(old.as_bytes(), "old.jsonl").is_ok(), "version {v}");
+    }
     // Unknown event kind, with its line.
     let mut lines: Vec<&str> = good.lines().collect();
     lines.insert(3, r#"{"kind":"teleport","region":1}"#);
@@ -171,6 +173,54 @@ fn bad_logs_are_clear_errors() {
     let e = err(&good.replacen("\"dir\":\"h2d\"", "\"dir\":\"sideways\"", 1));
     assert!(e.contains("sideways"), "{e}");
     assert!(err("").contains("empty file"));
+}
+
+#[test]
+fn driver_thrashing_throttling_and_remote_maps_read_summarise_and_export() {
+    use unimem_core::backend::{MemEvent, RemoteMapCause};
+    use unimem_core::{Accessor, RegionId};
+    let r = RegionId(4);
+    let events = vec![
+        MemEvent::Thrashing { region: r, offset: 0, bytes: 2 << 20, by: Accessor::Device, at_ns: 1_000 },
+        MemEvent::Throttling { region: r, offset: 0, by: Accessor::Host, start_ns: 1_500, end_ns: 4_000 },
+        MemEvent::RemoteMap {
+            region: r,
+            offset: 0,
+            bytes: 2 << 20,
+            cause: RemoteMapCause::Thrashing,
+            at_ns: 5_000,
+        },
+        MemEvent::RemoteMap {
+            region: r,
+            offset: 4096,
+            bytes: 4096,
+            cause: RemoteMapCause::Policy,
+            at_ns: 6_000,
+        },
+    ];
+    let mut log = EventLog::new(Vec::new(), "cupti").unwrap();
+    log.write_region(r, 4 << 20, Some("kv"), 1 << 40).unwrap();
+    events.iter().for_each(|e| log.write(e).unwrap());
+    let text = String::from_utf8(log.finish().unwrap()).unwrap();
+    assert!(text.contains(r#""kind":"remote_map""#) && text.contains(r#""cause":"thrashing""#), "{text}");
+    let back = Log::parse(text.as_bytes(), "mem").unwrap();
+    assert_eq!(back.events, events);
+    let s = Summary::of(&back.events);
+    let region = s.regions[&r];
+    assert_eq!(
+        (region.thrashing, region.throttled_ns, region.remote_mapped_bytes),
+        (1, 2_500, (2 << 20) + 4096)
+    );
+    assert_eq!(s.totals.thrashing, 1);
+    assert_eq!(s.totals.remote_mapped.get("thrashing"), Some(&(2 << 20)));
+    assert_eq!(s.totals.remote_mapped.get("policy"), Some(&4096));
+    let trace = chrome_trace(&back);
+    let cats: Vec<&str> =
+        trace["traceEvents"].as_array().unwrap().iter().filter_map(|e| e["cat"].as_str()).collect();
+    assert_eq!(cats, ["thrashing", "throttling", "remote_map", "remote_map"]);
+    let throttled =
+        trace["traceEvents"].as_array().unwrap().iter().find(|e| e["cat"] == "throttling").unwrap();
+    assert_eq!((throttled["ph"].as_str(), throttled["dur"].as_f64()), (Some("X"), Some(2.5)));
 }
 
 /// A `Write` the test keeps a handle on while the runtime's engine owns the log.

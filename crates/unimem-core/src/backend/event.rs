@@ -30,6 +30,24 @@ pub enum MigrationCause {
     Staging,
 }
 
+/// Why the driver mapped pages remotely instead of moving them (CUPTI's remote-map causes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RemoteMapCause {
+    /// To keep the processors' views coherent.
+    Coherence,
+    /// The pages thrashed, so they stay where they are and are mapped.
+    Thrashing,
+    /// A placement the program asked for (preferred location, accessed-by).
+    Policy,
+    /// The destination had no memory to spare.
+    OutOfMemory,
+    /// The pages were being evicted.
+    Eviction,
+    /// The source gave no cause.
+    Unknown,
+}
+
 /// One thing that happened in the memory system, with its time on the backend clock.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
@@ -119,6 +137,49 @@ pub enum MemEvent {
         /// The region.
         region: RegionId,
         /// When the last work issued before the free completed.
+        at_ns: u64,
+    },
+    /// The driver found pages moving back and forth between the processors (CUPTI's thrashing
+    /// counter; the simulator does not report it).
+    Thrashing {
+        /// The region.
+        region: RegionId,
+        /// Offset of the first page concerned.
+        offset: u64,
+        /// Bytes concerned.
+        bytes: u64,
+        /// The processor whose accesses thrash (CUPTI flags thrashing in the CPU; otherwise the
+        /// GPU).
+        by: Accessor,
+        /// When it was detected.
+        at_ns: u64,
+    },
+    /// The driver held back a processor's faults on pages that thrash (CUPTI's throttling
+    /// counter).
+    Throttling {
+        /// The region.
+        region: RegionId,
+        /// Offset of the first page concerned.
+        offset: u64,
+        /// The processor held back (CPU where CUPTI flags it, otherwise the GPU).
+        by: Accessor,
+        /// Start of the throttling.
+        start_ns: u64,
+        /// End of the throttling.
+        end_ns: u64,
+    },
+    /// The driver mapped pages for remote access instead of moving them (CUPTI's remote-map
+    /// counter).
+    RemoteMap {
+        /// The region.
+        region: RegionId,
+        /// Offset of the first page mapped.
+        offset: u64,
+        /// Bytes mapped.
+        bytes: u64,
+        /// Why.
+        cause: RemoteMapCause,
+        /// When.
         at_ns: u64,
     },
     /// A kernel ran.

@@ -8,7 +8,7 @@ pub mod sim;
 
 use std::fmt;
 
-pub use event::{BackendStats, Direction, MemEvent, MigrationCause};
+pub use event::{BackendStats, Direction, MemEvent, MigrationCause, RemoteMapCause};
 
 use crate::access::RangeAccess;
 use crate::error::Result;
