@@ -69,6 +69,28 @@ fn place(buf: &ManagedBuffer, to: Location, stream: &CudaStream) -> Result<()> {
     stream.synchronize().map_err(cuda_err("cuStreamSynchronize", "probe"))
 }
 
+/// Plain device memory (`cuMemAlloc`), freed on drop: the probe's control for copies that
+/// involve no unified memory.
+struct DeviceMemory(u64);
+
+impl DeviceMemory {
+    fn alloc(bytes: u64) -> Result<Self> {
+        let mut ptr = 0u64;
+        // SAFETY: one out-pointer; the context is current (the probe's device is open).
+        unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes as usize) }
+            .result()
+            .map_err(cuda_err("cuMemAlloc", format!("{bytes} bytes for the probe")))?;
+        Ok(Self(ptr))
+    }
+}
+
+impl Drop for DeviceMemory {
+    fn drop(&mut self) {
+        // SAFETY: allocated by cuMemAlloc above; callers synchronise before dropping.
+        unsafe { sys::cuMemFree_v2(self.0) };
+    }
+}
+
 /// Staged evictions, as the CUDA backend makes them: device-resident data copied into pinned
 /// slots and its pages discarded; back to the device by repopulating the pages (prefetch) and
 /// copying in; back to the host by a CPU copy into the discarded pages; and a staged eviction
@@ -419,6 +441,84 @@ fn stage_rates(
     note("  the restore's copies alone beside it", t_both as f64 / (t_copies + t_out) as f64, "x", None);
     sync(s)?;
     check(a, "restore copies beside a staged eviction")?;
+    // The copy engines alone, both ways at once: into `a`'s pages and out of `e`'s, both
+    // resident on the device (no discard, no prefetch); then the same between the pinned slots
+    // and plain device memory, which tells the link's duplex from what unified memory adds.
+    kernels.touch(s, &[(e.ptr(), bytes, TouchMode::Write)], 4096, 0)?;
+    sync(s)?;
+    let copies_both_ways = |into: &[Run], out: &[Run]| -> Result<f64> {
+        let t_in = timed(s, || pool.copy(into.to_vec(), false, s))?;
+        let t_out = timed(s2, || pool_e.copy(out.to_vec(), true, s2))?;
+        sync(s2)?;
+        let t_both = timed(s, || {
+            let fork = s.record_event(None).map_err(cuda_err("cuEventRecord", "duplex"))?;
+            s2.wait(&fork).map_err(cuda_err("cuStreamWaitEvent", "duplex"))?;
+            pool_e.copy(out.to_vec(), true, s2)?;
+            pool.copy(into.to_vec(), false, s)?;
+            let join = s2.record_event(None).map_err(cuda_err("cuEventRecord", "duplex"))?;
+            s.wait(&join).map_err(cuda_err("cuStreamWaitEvent", "duplex"))
+        })?;
+        Ok(t_both as f64 / (t_in + t_out) as f64)
+    };
+    let managed = copies_both_ways(&runs_of(a), &runs_e)?;
+    note("copy engines both ways at once, managed pages in place: time / in turn", managed, "x", None);
+    sync(s)?;
+    check(a, "copies into resident pages beside copies out")?;
+    let plain = DeviceMemory::alloc(2 * bytes)?;
+    let plain_runs = |base: u64| -> Vec<Run> {
+        slots
+            .iter()
+            .enumerate()
+            .map(|(i, &slot)| (base, base + i as u64 * SLOT_BYTES, slot, SLOT_BYTES))
+            .collect()
+    };
+    let plain_out: Vec<Run> = slots_e
+        .iter()
+        .enumerate()
+        .map(|(i, &slot)| (plain.0 + bytes, plain.0 + bytes + i as u64 * SLOT_BYTES, slot, SLOT_BYTES))
+        .collect();
+    let t = copies_both_ways(&plain_runs(plain.0), &plain_out)?;
+    note("  the same with plain device memory (cuMemAlloc)", t, "x", None);
+    sync(s)?;
+    drop(plain);
+    // Whether the unified-memory calls of a stage-out and a restore hold the calling thread
+    // until the copies queued before them on their stream are done: a discard behind `e`'s
+    // copies out, a batch prefetch (repopulation) behind copies into `a`; each against the
+    // same call on an idle stream, in milliseconds of host time beside the copies' own time.
+    let t_copy = timed(s2, || pool_e.copy(runs_e.clone(), true, s2))?;
+    sync(s2)?;
+    let idle = host_timed(|| discard_batch(dev, &[(e.ptr(), bytes)], s2).map(|_| ()))?;
+    sync(s2)?;
+    kernels.touch(s, &[(e.ptr(), bytes, TouchMode::Write)], 4096, 0)?;
+    sync(s)?;
+    pool_e.copy(runs_e.clone(), true, s2)?;
+    let behind = host_timed(|| discard_batch(dev, &[(e.ptr(), bytes)], s2).map(|_| ()))?;
+    sync(s2)?;
+    note("copies out of the device, their time", t_copy as f64 / 1e6, "ms", None);
+    note("  a discard call after them (host time): idle stream", idle as f64 / 1e6, "ms", None);
+    note("  the same, behind the copies on its stream", behind as f64 / 1e6, "ms", None);
+    let restore_behind = |queued: bool| -> Result<u64> {
+        stage_out(a, &pool, s)?;
+        kernels.touch(s, &[(e.ptr(), bytes, TouchMode::Write)], 4096, 0)?;
+        sync(s)?;
+        if queued {
+            pool_e.copy(runs_e.clone(), true, s)?;
+        }
+        let held = host_timed(|| prefetch_batch(dev, &pieces_of(a), Location::Device, s).map(|_| ()))?;
+        pool.copy(runs_of(a), false, s)?;
+        sync(s)?;
+        Ok(held)
+    };
+    let idle = restore_behind(false)?;
+    let behind = restore_behind(true)?;
+    note(
+        "  a batch prefetch repopulating 2 MiB blocks (host time): idle stream",
+        idle as f64 / 1e6,
+        "ms",
+        None,
+    );
+    note("  the same, behind the copies on its stream", behind as f64 / 1e6, "ms", None);
+    check(a, "a restore behind copies")?;
     for slot in slots_e {
         pool_e.release(slot, None);
     }
