@@ -106,7 +106,9 @@ pub fn replay_one(
         Some(path) => {
             let file = std::fs::File::create(path).map_err(|e| Error::io(path.display(), e))?;
             let mut source = format!("unimem replay {} ({policy}, {})", reader.file(), backend.describe());
-            if backend.event_clock_origin().is_some() {
+            if backend.event_clock_origin().is_some() && !config.telemetry.cupti {
+                source += "; without CUPTI (telemetry.cupti = false): kernels, staged copies and hints only";
+            } else if backend.event_clock_origin().is_some() {
                 source += if config.telemetry.gpu_fault_records {
                     "; CUPTI with GPU fault records"
                 } else {
@@ -126,6 +128,7 @@ pub fn replay_one(
     // see faults.
     let gpu_faults = config.telemetry.gpu_fault_records;
     let mut sink = match log {
+        Some(log) if !config.telemetry.cupti => Some(Box::new(log) as Box<dyn replay::EventSink + Send>),
         Some(log) => Some(unimem_telemetry::cupti::sink_for(log, backend.as_ref(), gpu_faults)?),
         None if undeclared_every > 0 && policy_impl.wants_feedback() && !backend.records_faults() => {
             Some(unimem_telemetry::cupti::sink_for(NoLog, backend.as_ref(), gpu_faults)?)

@@ -232,12 +232,23 @@ pub struct Config {
 }
 
 /// Telemetry settings.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TelemetryConfig {
+    /// On a GPU, collect the driver's unified-memory counters with CUPTI (faults, migrations,
+    /// thrashing). Off, a GPU log has only what the runtime itself times and decides (kernels
+    /// with their stalls, staged copies, hints, forecasts), at no measurable cost: CUPTI's
+    /// collection slows the driver's calls (docs/telemetry.md, "Cost").
+    pub cupti: bool,
     /// On a GPU, ask CUPTI for a record per GPU page fault group, besides the migrations (by
     /// cause) and CPU faults: per-region fault counts, at a cost (see docs/telemetry.md).
     pub gpu_fault_records: bool,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        Self { cupti: true, gpu_fault_records: false }
+    }
 }
 
 impl Default for Config {
