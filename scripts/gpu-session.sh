@@ -1,9 +1,14 @@
 #!/bin/bash
-# On the GPU machine: the GPU tests (unimem-core's and CUPTI's), then the sample replays,
-# logs under $OUT. Usage: bash scripts/gpu-session.sh [replay runs]
+# On the GPU machine: this lending's calibration profile (`unimem probe --out`), the GPU tests
+# (unimem-core's and CUPTI's), then the sample replays, logs under $OUT. Compare them with the
+# simulator calibrated on the same lending (the fault-driven rate moves 2x between lendings):
+#   python3 scripts/sim-vs-real.py $OUT/profile.toml $OUT/gpu-replays-*.jsonl
+# Usage: bash scripts/gpu-session.sh [replay runs]
 set -uo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
 rc=0
+timeout 300 .gpu/bin/unimem probe --size 2GiB --out "$OUT/profile.toml" > "$OUT/probe.txt" 2>&1 || rc=1
+grep -E "fault-driven H2D rate  " "$OUT/probe.txt"
 for t in .gpu/bin/gpu-* .gpu/bin/cupti_gpu-* .gpu/bin/cupti_feedback_gpu-*; do
   echo "== $t"
   "$t" --include-ignored --test-threads=1 --nocapture > "$OUT/$(basename "${t%-*}").log" 2>&1 || rc=1
