@@ -465,19 +465,16 @@ fn stage_rates(
     sync(s)?;
     check(a, "copies into resident pages beside copies out")?;
     let plain = DeviceMemory::alloc(2 * bytes)?;
-    let plain_runs = |base: u64| -> Vec<Run> {
+    // One 2 MiB run per slot, at consecutive blocks from `base` (the first half of `plain`
+    // for the copies in, the second for the copies out).
+    let plain_runs = |base: u64, slots: &[Slot]| -> Vec<Run> {
         slots
             .iter()
             .enumerate()
             .map(|(i, &slot)| (base, base + i as u64 * SLOT_BYTES, slot, SLOT_BYTES))
             .collect()
     };
-    let plain_out: Vec<Run> = slots_e
-        .iter()
-        .enumerate()
-        .map(|(i, &slot)| (plain.0 + bytes, plain.0 + bytes + i as u64 * SLOT_BYTES, slot, SLOT_BYTES))
-        .collect();
-    let t = copies_both_ways(&plain_runs(plain.0), &plain_out)?;
+    let t = copies_both_ways(&plain_runs(plain.0, &slots), &plain_runs(plain.0 + bytes, &slots_e))?;
     note("  the same with plain device memory (cuMemAlloc)", t, "x", None);
     sync(s)?;
     drop(plain);
