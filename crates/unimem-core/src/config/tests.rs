@@ -60,6 +60,16 @@ fn file_then_env_layers_with_provenance() {
 }
 
 #[test]
+fn telemetry_keys_default_and_layer() {
+    let d = Config::default().telemetry;
+    assert!(d.cupti && !d.gpu_fault_records, "CUPTI on, GPU fault records off by default");
+    let f = file("[telemetry]\ngpu_fault_records = true\n");
+    let loaded = Config::load(Some(f.path()), env(&[("UNIMEM_TELEMETRY_CUPTI", "false")])).unwrap();
+    assert!(!loaded.config.telemetry.cupti && loaded.config.telemetry.gpu_fault_records);
+    assert_eq!(loaded.sources["telemetry.cupti"], Source::Env("UNIMEM_TELEMETRY_CUPTI".into()));
+}
+
+#[test]
 fn config_env_var_names_the_file() {
     let f = file("budget = \"50%\"\n");
     let loaded = Config::load(None, env(&[("UNIMEM_CONFIG", f.path().to_str().unwrap())])).unwrap();
