@@ -9,7 +9,7 @@ export LD_LIBRARY_PATH=/usr/local/cuda/targets/x86_64-linux/lib:${LD_LIBRARY_PAT
 rc=0
 timeout 300 .gpu/bin/unimem probe --size 2GiB --out "$OUT/profile.toml" > "$OUT/probe.txt" 2>&1 || rc=1
 grep -E "fault-driven H2D rate  " "$OUT/probe.txt"
-for t in .gpu/bin/gpu-* .gpu/bin/cupti_gpu-* .gpu/bin/cupti_feedback_gpu-*; do
+for t in .gpu/bin/gpu-* .gpu/bin/cupti_gpu-* .gpu/bin/cupti_feedback_gpu-* .gpu/bin/telemetry_gpu-*; do
   echo "== $t"
   "$t" --include-ignored --test-threads=1 --nocapture > "$OUT/$(basename "${t%-*}").log" 2>&1 || rc=1
   grep -E "^test |test result|panicked|x floor|GB/s|learn_from_faults|CUPTI cost" "$OUT/$(basename "${t%-*}").log" | tail -30
