@@ -126,12 +126,12 @@ pub fn replay_one(
     // policy learning from faults) and when the replay is over. With accesses hidden from the
     // policy, a GPU replay collects them for the policy even without a log: the backend cannot
     // see faults.
-    let gpu_faults = config.telemetry.gpu_fault_records;
     let mut sink = match log {
-        Some(log) if !config.telemetry.cupti => Some(Box::new(log) as Box<dyn replay::EventSink + Send>),
-        Some(log) => Some(unimem_telemetry::cupti::sink_for(log, backend.as_ref(), gpu_faults)?),
+        Some(log) => Some(unimem_telemetry::cupti::sink_for(log, backend.as_ref(), &config.telemetry)?),
         None if undeclared_every > 0 && policy_impl.wants_feedback() && !backend.records_faults() => {
-            Some(unimem_telemetry::cupti::sink_for(NoLog, backend.as_ref(), gpu_faults)?)
+            // The policy learns from CUPTI's faults whatever the log would have collected.
+            let settings = unimem_core::config::TelemetryConfig { cupti: true, ..config.telemetry.clone() };
+            Some(unimem_telemetry::cupti::sink_for(NoLog, backend.as_ref(), &settings)?)
         }
         None => None,
     };

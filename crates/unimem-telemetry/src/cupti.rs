@@ -205,17 +205,21 @@ pub fn shared(gpu_faults: bool) -> Result<&'static CuptiSource> {
         .map_err(|e| Error::InvalidArgument(format!("telemetry on a GPU needs CUPTI: {e}")))
 }
 
-/// The sink for telemetry written to `inner` from `backend`: `inner` itself on the simulator
-/// (its events are complete); on a GPU a [`CuptiSink`] around it, fed by the shared CUPTI
-/// collection ([`shared`]), which must start before the memory it observes is allocated.
+/// The sink for telemetry written to `inner` from `backend`, as `settings` ask: `inner` itself
+/// on the simulator (its events are complete) and on a GPU with `cupti` off (the backend's own
+/// events only); otherwise a [`CuptiSink`] around it, fed by the shared CUPTI collection
+/// ([`shared`], GPU fault records if `gpu_fault_records`), which must start before the memory
+/// it observes is allocated.
 pub fn sink_for<S: EventSink + Send + 'static>(
     inner: S,
     backend: &dyn unimem_core::MemoryBackend,
-    gpu_faults: bool,
+    settings: &unimem_core::config::TelemetryConfig,
 ) -> Result<Box<dyn EventSink + Send>> {
     Ok(match backend.event_clock_origin() {
-        Some(origin) => Box::new(CuptiSink::new(inner, shared(gpu_faults)?, origin)?),
-        None => Box::new(inner),
+        Some(origin) if settings.cupti => {
+            Box::new(CuptiSink::new(inner, shared(settings.gpu_fault_records)?, origin)?)
+        }
+        _ => Box::new(inner),
     })
 }
 

@@ -38,7 +38,7 @@ pub fn runtime(budget: u64, policy: PolicyName) -> unimem_core::Result<Runtime> 
                 format!("{} ({policy}, {})", std::env::args().next().unwrap_or_default(), backend.describe());
             let log =
                 EventLog::new(std::io::BufWriter::new(file), &source).map_err(|e| Error::io(&path, e))?;
-            Some(unimem_telemetry::cupti::sink_for(log, backend.as_ref(), false)?)
+            Some(unimem_telemetry::cupti::sink_for(log, backend.as_ref(), &Config::default().telemetry)?)
         }
     };
     Runtime::with_telemetry(backend, policy, &Config::default(), sink)
