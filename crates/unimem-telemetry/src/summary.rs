@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use unimem_core::backend::{Direction, Location, MemEvent, MigrationCause};
+use unimem_core::backend::{Direction, Location, MemEvent, MigrationCause, RemoteMapCause};
 use unimem_core::{Accessor, RegionId};
 
 /// What happened to one region.
@@ -147,8 +147,15 @@ impl Summary {
             }
             MemEvent::RemoteMap { region, bytes, cause, .. } => {
                 self.regions.entry(region).or_default().remote_mapped_bytes += bytes;
-                let name = serde_json::to_value(cause).ok().and_then(|v| v.as_str().map(String::from));
-                *self.totals.remote_mapped.entry(name.unwrap_or_default()).or_default() += bytes;
+                let name = match cause {
+                    RemoteMapCause::Coherence => "coherence",
+                    RemoteMapCause::Thrashing => "thrashing",
+                    RemoteMapCause::Policy => "policy",
+                    RemoteMapCause::OutOfMemory => "out_of_memory",
+                    RemoteMapCause::Eviction => "eviction",
+                    RemoteMapCause::Unknown => "unknown",
+                };
+                *self.totals.remote_mapped.entry(name.to_string()).or_default() += bytes;
             }
             MemEvent::Kernel { stall_ns, .. } => {
                 self.totals.kernels += 1;
