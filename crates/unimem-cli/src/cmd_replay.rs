@@ -106,13 +106,13 @@ pub fn replay_one(
         Some(path) => {
             let file = std::fs::File::create(path).map_err(|e| Error::io(path.display(), e))?;
             let mut source = format!("unimem replay {} ({policy}, {})", reader.file(), backend.describe());
-            if backend.event_clock_origin().is_some() && !config.telemetry.cupti {
-                source += "; without CUPTI (telemetry.cupti = false): kernels, staged copies and hints only";
-            } else if backend.event_clock_origin().is_some() {
-                source += if config.telemetry.gpu_fault_records {
-                    "; CUPTI with GPU fault records"
-                } else {
-                    "; CUPTI without GPU fault records (telemetry.gpu_fault_records)"
+            if backend.event_clock_origin().is_some() {
+                source += match (config.telemetry.cupti, config.telemetry.gpu_fault_records) {
+                    (false, _) => {
+                        "; without CUPTI (telemetry.cupti = false): kernels, staged copies and hints only"
+                    }
+                    (true, true) => "; CUPTI with GPU fault records",
+                    (true, false) => "; CUPTI without GPU fault records (telemetry.gpu_fault_records)",
                 };
             }
             Some(
