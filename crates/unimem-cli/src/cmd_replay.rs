@@ -44,19 +44,26 @@ pub fn resolve_budget(budget: Budget, stats: &TraceStats) -> u64 {
     budget.resolve(stats.peak_live_page_bytes)
 }
 
-/// The memory a replay runs in: the budget, and the trace's peak live (page-rounded) bytes.
+/// What a replay needs to know of its trace before it runs: the budget, the trace's peak live
+/// (page-rounded) bytes, and the regions holding data from before the trace.
 #[derive(Debug, Clone, Copy)]
-pub struct Sizes {
+pub struct Sizes<'a> {
     /// Device bytes the working set may use.
     pub budget: u64,
     /// The trace's peak live bytes: past the budget, what staging may have to hold at once.
     pub peak: u64,
+    /// Regions whose first access reads them (they start on the host).
+    pub pre_existing: &'a unimem_core::trace::RegionIds,
 }
 
-impl Sizes {
+impl<'a> Sizes<'a> {
     /// A budget against a trace's statistics.
-    pub fn of(budget: Budget, stats: &TraceStats) -> Self {
-        Self { budget: resolve_budget(budget, stats), peak: stats.peak_live_page_bytes }
+    pub fn of(budget: Budget, stats: &'a TraceStats) -> Self {
+        Self {
+            budget: resolve_budget(budget, stats),
+            peak: stats.peak_live_page_bytes,
+            pre_existing: &stats.pre_existing,
+        }
     }
 }
 
@@ -78,7 +85,7 @@ impl replay::EventSink for NoLog {
 /// Replays one trace (opened fresh by `open`) with one policy.
 pub fn replay_one(
     open: &dyn Fn() -> Result<TraceReader>,
-    sizes: Sizes,
+    sizes: Sizes<'_>,
     policy: PolicyName,
     config: &Config,
     show_progress: bool,
@@ -138,6 +145,7 @@ pub fn replay_one(
     let options = replay::Options {
         sink: sink.as_deref_mut().map(|s| s as &mut dyn replay::EventSink),
         undeclared_every,
+        pre_existing: Some(sizes.pre_existing),
     };
     let report = replay::run_with(reader, backend.as_mut(), policy_impl.as_mut(), &mut |_| {}, options);
     drop(progress);

@@ -65,7 +65,7 @@ fn the_advisor_learns_hidden_accesses_from_cuptis_faults() {
         let origin = gpu.event_clock_origin().expect("a GPU backend has an event clock");
         let mut sink = unimem_telemetry::cupti::CuptiSink::new(Counting::default(), source, origin).unwrap();
         // Every access hidden: the policy sees the kernels, not what they touch.
-        let options = replay::Options { sink: Some(&mut sink), undeclared_every: 1 };
+        let options = replay::Options { sink: Some(&mut sink), undeclared_every: 1, ..Default::default() };
         let reader = TraceReader::from_bytes("gpu", bytes).unwrap();
         let r = replay::run_with(reader, &mut gpu, &mut advisor, &mut |_| {}, options).unwrap();
         sink.close().unwrap();

@@ -125,8 +125,11 @@ impl Parsed {
 /// Finds the regions whose first access reads them: they hold data from before the trace
 /// (weights, inputs) and start on the host (trace-v1 semantics). It looks at events as they are
 /// read, before any policy acts on them, so a policy never sees such a region without its data.
-#[derive(Default)]
-struct PreExisting {
+struct PreExisting<'a> {
+    /// Every such region of the trace, when a first pass found them ([`Options::pre_existing`]):
+    /// each is put on the host as it is allocated, before the kernels around its first use are
+    /// queued (on a GPU, touching pages from the host waits for the device).
+    known: Option<&'a HashSet<u64>>,
     /// Regions read (allocated in the window) that no event has touched yet: id -> bytes.
     untouched: HashMap<u64, u64>,
     /// Regions known to start on the host whose `alloc` has not run yet.
@@ -135,9 +138,21 @@ struct PreExisting {
     allocated: HashSet<u64>,
 }
 
-impl PreExisting {
+impl<'a> PreExisting<'a> {
+    fn new(known: Option<&'a HashSet<u64>>) -> Self {
+        Self {
+            known,
+            untouched: HashMap::default(),
+            pending: HashMap::default(),
+            allocated: HashSet::default(),
+        }
+    }
+
     /// An event entered the window.
     fn on_read(&mut self, event: &TraceEvent, backend: &mut dyn MemoryBackend) -> Result<()> {
+        if self.known.is_some() {
+            return Ok(());
+        }
         if let TraceEvent::Alloc { id, bytes, .. } = event {
             self.untouched.insert(*id, *bytes);
         }
@@ -156,8 +171,14 @@ impl PreExisting {
         Ok(())
     }
 
-    /// A region's `alloc` ran.
-    fn on_alloc(&mut self, id: u64, backend: &mut dyn MemoryBackend) -> Result<()> {
+    /// Region `id` of `bytes` was allocated.
+    fn on_alloc(&mut self, id: u64, bytes: u64, backend: &mut dyn MemoryBackend) -> Result<()> {
+        if let Some(known) = self.known {
+            if known.contains(&id) {
+                backend.preload_host(ByteRange::whole(RegionId(id), bytes))?;
+            }
+            return Ok(());
+        }
         self.allocated.insert(id);
         if let Some(bytes) = self.pending.remove(&id) {
             backend.preload_host(ByteRange::whole(RegionId(id), bytes))?;
@@ -214,6 +235,11 @@ pub struct Options<'a> {
     /// multiple of `n`, while the backend still performs them: a program that did not declare
     /// everything it touches. The policy can only learn those from faults.
     pub undeclared_every: u64,
+    /// The regions whose first access reads them (data from before the trace, which starts on
+    /// the host), from a first pass over the trace ([`crate::trace::TraceStats::pre_existing`]).
+    /// Without it the replay finds them as their first access enters the policy's window, and
+    /// puts them on the host then: on a GPU that waits for the kernels queued before.
+    pub pre_existing: Option<&'a HashSet<u64>>,
 }
 
 /// The event as the policy sees it: without the accesses the program did not declare (`None`
@@ -257,7 +283,7 @@ fn replay_events(
     options: Options<'_>,
 ) -> Result<ReplayReport> {
     let wall = Instant::now();
-    let Options { mut sink, undeclared_every } = options;
+    let Options { mut sink, undeclared_every, pre_existing } = options;
     let mut protocol = protocol::Protocol::new(policy, backend, sink.is_some());
     let lookahead = policy.lookahead();
     // (index, the event, the part of it the policy sees where that differs)
@@ -265,7 +291,7 @@ fn replay_events(
     let mut read = 0u64;
     let mut exhausted = false;
     let mut ranges = Vec::new();
-    let mut pre = PreExisting::default();
+    let mut pre = PreExisting::new(pre_existing);
     let (mut floor, mut kernels) = (0u64, 0u64);
     // (step index, completion time at its start, compute floor at its start)
     let mut marks: Vec<(u64, u64, u64)> = Vec::new();
@@ -294,7 +320,7 @@ fn replay_events(
                     if let Some(sink) = sink.as_deref_mut() {
                         sink.region(RegionId(*id), *bytes, name.as_deref(), address)?;
                     }
-                    pre.on_alloc(*id, backend)?;
+                    pre.on_alloc(*id, *bytes, backend)?;
                 }
                 TraceEvent::Free { id } => {
                     pre.on_free(*id);

@@ -475,7 +475,7 @@ fn advisor_learns_undeclared_accesses_from_late_faults() {
             AdvisorSettings::from_config(budget, cost.prefetch_break_even_bytes(), &config.advisor);
         let mut advisor = Advisor::new(settings);
         let mut sink = LateSink { lag, ..LateSink::default() };
-        let options = Options { undeclared_every: 1, sink: Some(&mut sink) };
+        let options = Options { undeclared_every: 1, sink: Some(&mut sink), ..Options::default() };
         let r =
             run_with(reader_of(Synth::new(spec)), &mut backend, &mut advisor, &mut |_| {}, options).unwrap();
         (r, advisor.learned_bytes(), sink.looks)
@@ -549,7 +549,7 @@ fn resnet_learns_hidden_accesses_from_late_faults() {
             AdvisorSettings::from_config(budget, cost.prefetch_break_even_bytes(), &config.advisor);
         let mut advisor = Advisor::new(settings);
         let mut sink = LateSink { lag: 3, ..LateSink::default() };
-        let options = Options { undeclared_every: 2, sink: Some(&mut sink) };
+        let options = Options { undeclared_every: 2, sink: Some(&mut sink), ..Options::default() };
         run_with(TraceReader::open(path).unwrap(), &mut backend, &mut advisor, &mut |_| {}, options).unwrap()
     };
     let (blind, taught) = (run(false), run(true));
@@ -562,4 +562,119 @@ fn resnet_learns_hidden_accesses_from_late_faults() {
     assert_eq!(blind.learning, Learning::default());
     assert!(taught.learning.late_kernels > 100 && taught.learning.observed > 100, "{:?}", taught.learning);
     assert!(taught.time_ns * 13 < blind.time_ns * 10, "learning late pays on resnet50-train");
+}
+
+/// A simulator that notes the calls the replay makes that matter for data from before the
+/// trace: allocations, host preloads and launches, in order.
+struct CallLog {
+    sim: SimBackend,
+    calls: Vec<String>,
+}
+
+impl MemoryBackend for CallLog {
+    fn kind(&self) -> crate::backend::BackendKind {
+        self.sim.kind()
+    }
+    fn describe(&self) -> String {
+        self.sim.describe()
+    }
+    fn device_capacity(&self) -> u64 {
+        self.sim.device_capacity()
+    }
+    fn allocate(&mut self, id: RegionId, bytes: u64) -> Result<u64> {
+        self.calls.push(format!("alloc {}", id.0));
+        self.sim.allocate(id, bytes)
+    }
+    fn free(&mut self, id: RegionId) -> Result<()> {
+        self.sim.free(id)
+    }
+    fn advise(&mut self, range: ByteRange, advice: crate::backend::Advice) -> Result<()> {
+        self.sim.advise(range, advice)
+    }
+    fn prefetch(&mut self, ranges: &[ByteRange], to: crate::backend::Location) -> Result<()> {
+        self.sim.prefetch(ranges, to)
+    }
+    fn discard(&mut self, ranges: &[ByteRange]) -> Result<()> {
+        self.sim.discard(ranges)
+    }
+    fn launch(&mut self, kernel: &KernelLaunch<'_>) -> Result<()> {
+        self.calls.push(format!("launch {}", kernel.name));
+        self.sim.launch(kernel)
+    }
+    fn host_access(&mut self, accesses: &[RangeAccess]) -> Result<()> {
+        self.sim.host_access(accesses)
+    }
+    fn synchronize(&mut self) -> Result<u64> {
+        self.sim.synchronize()
+    }
+    fn completion_ns(&self) -> u64 {
+        self.sim.completion_ns()
+    }
+    fn residency(&self, range: ByteRange) -> Result<crate::backend::Residency> {
+        self.sim.residency(range)
+    }
+    fn device_resident_bytes(&self) -> u64 {
+        self.sim.device_resident_bytes()
+    }
+    fn stats(&self) -> crate::backend::BackendStats {
+        self.sim.stats()
+    }
+    fn record_events(&mut self, on: bool) {
+        self.sim.record_events(on)
+    }
+    fn drain_events(&mut self, out: &mut Vec<MemEvent>) {
+        self.sim.drain_events(out)
+    }
+    fn preload_host(&mut self, range: ByteRange) -> Result<()> {
+        self.calls.push(format!("preload {}", range.region.0));
+        self.sim.preload_host(range)
+    }
+    fn read(&mut self, id: RegionId, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.sim.read(id, offset, buf)
+    }
+    fn write(&mut self, id: RegionId, offset: u64, data: &[u8]) -> Result<()> {
+        self.sim.write(id, offset, data)
+    }
+    fn kernel_view(&mut self, id: RegionId, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.sim.kernel_view(id, offset, buf)
+    }
+    fn kernel_store(&mut self, id: RegionId, offset: u64, data: &[u8]) -> Result<()> {
+        self.sim.kernel_store(id, offset, data)
+    }
+}
+
+/// Data from before the trace goes to the host as its region is allocated when a first pass
+/// found it (the CLI's), and as its first read enters the window otherwise; the replay's
+/// result is the same either way on the simulator. On a GPU the first is what matters: a
+/// preload waits for the kernels queued before it, and ResNet's first step had 160 of them.
+#[test]
+fn data_from_before_the_trace_is_preloaded_at_allocation_when_known() {
+    let mib = 1 << 20;
+    let write = |id, len| TraceAccess { id, offset: 0, len, mode: crate::AccessMode::Write };
+    let kernel = |name: &str, acc| TraceEvent::Kernel { name: name.into(), dur_ns: 1000, acc };
+    let events = vec![
+        TraceEvent::Alloc { id: 1, bytes: 4 * mib, name: None },
+        TraceEvent::Alloc { id: 2, bytes: 4 * mib, name: None },
+        TraceEvent::Alloc { id: 3, bytes: 4 * mib, name: None },
+        kernel("k0", vec![write(2, 4 * mib)]),
+        kernel("k1", vec![read(1, 4 * mib), read(2, 4 * mib)]),
+        TraceEvent::Host { name: "h".into(), acc: vec![write(3, 4 * mib)] },
+    ];
+    let stats = crate::trace::TraceStats::compute(reader_of(events.clone())).unwrap();
+    assert_eq!(stats.pre_existing_regions, 1);
+    assert!(stats.pre_existing.contains(&1), "{:?}", stats.pre_existing);
+
+    let run = |known: Option<&crate::trace::RegionIds>| {
+        let mut backend = CallLog { sim: SimBackend::new(CostModel::h200(), 64 * mib), calls: Vec::new() };
+        let options = Options { pre_existing: known, ..Options::default() };
+        let r =
+            run_with(reader_of(events.clone()), &mut backend, &mut NoHints, &mut |_| {}, options).unwrap();
+        (r, backend.calls)
+    };
+    let (known, early) = run(Some(&stats.pre_existing));
+    let (found, late) = run(None);
+    assert_eq!(early, ["alloc 1", "preload 1", "alloc 2", "alloc 3", "launch k0", "launch k1"]);
+    assert_eq!(late, ["alloc 1", "alloc 2", "alloc 3", "launch k0", "preload 1", "launch k1"]);
+    assert_eq!((known.time_ns, known.h2d_bytes), (found.time_ns, found.h2d_bytes));
+    assert_eq!(known.h2d_bytes, 4 * mib, "region 1 came from the host");
 }

@@ -9,5 +9,5 @@ mod writer;
 
 pub use event::{TraceAccess, TraceEvent, TraceHeader};
 pub use reader::{TraceReader, MAX_LINE_BYTES};
-pub use stats::TraceStats;
+pub use stats::{RegionIds, TraceStats};
 pub use writer::TraceWriter;

@@ -1,12 +1,15 @@
 //! Whole-trace statistics in one streaming pass: sizes, compute floor, reuse.
 
-use rustc_hash::FxHashMap as HashMap;
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use serde::Serialize;
 
 use super::{TraceEvent, TraceReader};
 use crate::backend::page_round;
 use crate::error::Result;
+
+/// A set of region ids (trace ids).
+pub type RegionIds = HashSet<u64>;
 
 /// What a trace contains.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -44,6 +47,12 @@ pub struct TraceStats {
     /// Bytes accessed over the sizes of the regions accessed: how many times, on average, each
     /// byte is touched. High reuse is what keeping data resident pays for.
     pub reuse_factor: f64,
+    /// Regions whose first access reads them: they hold data from before the trace, which
+    /// starts on the host (`spec/trace-v1.md`).
+    pub pre_existing_regions: u64,
+    /// Their ids, for a replay to put that data on the host as they are allocated.
+    #[serde(skip)]
+    pub pre_existing: RegionIds,
 }
 
 impl TraceStats {
@@ -94,10 +103,14 @@ impl TraceStats {
                         *touched = true;
                         s.accessed_regions += 1;
                         accessed_region_bytes += *bytes;
+                        if a.mode.reads() {
+                            s.pre_existing.insert(a.id);
+                        }
                     }
                 }
             }
         }
+        s.pre_existing_regions = s.pre_existing.len() as u64;
         s.accesses_per_region =
             if s.accessed_regions == 0 { 0.0 } else { accesses as f64 / s.accessed_regions as f64 };
         let accessed: u64 = s.bytes_read.max(s.bytes_written);
