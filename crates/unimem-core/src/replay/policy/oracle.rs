@@ -60,6 +60,9 @@ pub struct Oracle {
     kernels: VecDeque<(u64, Vec<(Unit, bool)>)>,
     /// Every window kernel before this index has all its prefetchable units resident.
     cursor: u64,
+    /// Sets the scan fills for every kernel, kept so that their memory is reused (rebuilding
+    /// them took half the oracle's host time, which a GPU replay at full budget waits for).
+    scratch: [HashSet<Unit>; 2],
 }
 
 /// Units a batch of accesses touches, with whether every touch of the unit overwrites it.
@@ -89,6 +92,7 @@ impl Oracle {
             used: 0,
             kernels: VecDeque::new(),
             cursor: 0,
+            scratch: Default::default(),
         }
     }
 
@@ -304,20 +308,17 @@ impl Policy for Oracle {
         // The cursor makes this amortised: kernels before it were already placed.
         let stop_at = self.kernels.len().min(MAX_SCAN_KERNELS);
         let mut p = self.kernels.partition_point(|(j, _)| *j < self.cursor).min(stop_at);
-        let mut between: HashSet<Unit> = HashSet::default();
-        let mut pending = 0u64;
-        for (_, units) in self.kernels.range(..p).filter(|_| p < stop_at) {
-            for &(u, _) in units {
-                if between.insert(u) && !self.resident.contains_key(&u) {
-                    pending += self.unit_bytes(u);
-                }
-            }
-        }
+        // `between` (the units of the window's kernels before the one scanned) and `pending`
+        // are built when a first unit needs placing: at full budget most scans place nothing.
+        let [mut between, mut guard] = std::mem::take(&mut self.scratch);
+        let (mut built, mut pending) = (false, 0u64);
         'scan: while p < stop_at {
             let (j, future) = self.kernels[p].clone();
+            let at = p;
             p += 1;
-            let mut guard = protect.clone();
-            guard.extend(future.iter().map(|(u, _)| *u));
+            // The units to protect while making room for this kernel, built on first need (at
+            // full budget most scanned kernels have everything resident).
+            let mut guarded = false;
             let mut rival = None;
             for &(unit, ow) in &future {
                 let bytes = self.unit_bytes(unit);
@@ -327,6 +328,23 @@ impl Policy for Oracle {
                 {
                     continue;
                 }
+                if !built {
+                    between.clear();
+                    for (_, units) in self.kernels.range(..at) {
+                        for &(u, _) in units {
+                            if between.insert(u) && !self.resident.contains_key(&u) {
+                                pending += self.unit_bytes(u);
+                            }
+                        }
+                    }
+                    built = true;
+                }
+                if !guarded {
+                    guard.clear();
+                    guard.extend(protect.iter().copied());
+                    guard.extend(future.iter().map(|(u, _)| *u));
+                    guarded = true;
+                }
                 let rival = *rival.get_or_insert_with(|| {
                     // Every unit used in between is in the cache at j, resident now or not.
                     between.iter().map(|&u| self.next_use_after(u, j)).max().unwrap_or(0)
@@ -335,15 +353,19 @@ impl Policy for Oracle {
                     self.cursor = j;
                     break 'scan;
                 }
-                self.place(unit, ow, backend, &mut overwrite, &mut fetch)?;
+                if let Err(e) = self.place(unit, ow, backend, &mut overwrite, &mut fetch) {
+                    self.scratch = [between, guard];
+                    return Err(e);
+                }
             }
-            for &(u, _) in &future {
+            for &(u, _) in future.iter().filter(|_| built) {
                 if between.insert(u) && !self.resident.contains_key(&u) {
                     pending += self.unit_bytes(u);
                 }
             }
             self.cursor = j + 1;
         }
+        self.scratch = [between, guard];
 
         // Issue: dead data dropped, live data copied back, then the data coming in. The link
         // serialises them in this order, so the room exists before the prefetch lands.
