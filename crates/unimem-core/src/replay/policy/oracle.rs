@@ -62,6 +62,7 @@ pub struct Oracle {
     cursor: u64,
     /// Sets the scan fills for every kernel, kept so that their memory is reused (rebuilding
     /// them took half the oracle's host time, which a GPU replay at full budget waits for).
+    /// Only their capacity matters: the scan clears them before use.
     scratch: [HashSet<Unit>; 2],
 }
 
@@ -353,14 +354,13 @@ impl Policy for Oracle {
                     self.cursor = j;
                     break 'scan;
                 }
-                if let Err(e) = self.place(unit, ow, backend, &mut overwrite, &mut fetch) {
-                    self.scratch = [between, guard];
-                    return Err(e);
-                }
+                self.place(unit, ow, backend, &mut overwrite, &mut fetch)?;
             }
-            for &(u, _) in future.iter().filter(|_| built) {
-                if between.insert(u) && !self.resident.contains_key(&u) {
-                    pending += self.unit_bytes(u);
+            if built {
+                for &(u, _) in &future {
+                    if between.insert(u) && !self.resident.contains_key(&u) {
+                        pending += self.unit_bytes(u);
+                    }
                 }
             }
             self.cursor = j + 1;
