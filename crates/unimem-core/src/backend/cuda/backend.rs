@@ -2,8 +2,8 @@
 //!
 //! - Regions are `cuMemAllocManaged` buffers from a pool (freed regions keep their buffer for
 //!   reuse by size, because `cuMemFree` synchronises the device).
-//! - Three streams: kernels on `compute`, prefetches to the device on `h2d`, moves back and
-//!   discards on `d2h`. A prefetch records an event that the next kernel using the region waits
+//! - Streams: kernels on `compute`, prefetches to the device on `h2d`, moves back and
+//!   discards on `d2h` (and two for staged data, below). A prefetch records an event that the next kernel using the region waits
 //!   on, so a kernel waits for data in flight instead of faulting on it; moves back and
 //!   discards wait for the kernels issued before them.
 //! - A kernel is the NVRTC touch kernel: it touches every 4 KiB page of its ranges as their
@@ -18,9 +18,11 @@
 //! - **Staged evictions** (`stage_out`, when the backend has staging memory): a fourth stream,
 //!   `stage`, copies device-only blocks into pinned 2 MiB slots ([`StagingPool`]) after the
 //!   last kernel that touched them (an event after each kernel); their managed pages are
-//!   discarded on `h2d` once the copy is done ([`PendingDiscard`]). Whatever needs a staged block
-//!   next brings it back first: a prefetch or kernel repopulates the pages on `h2d` (after the
-//!   block's discard) and copies the slot in; a host access copies it on the CPU.
+//!   discarded on a fifth stream, `remap`, once the copy is done ([`PendingDiscard`]). Whatever
+//!   needs a staged block next brings it back first: a prefetch or kernel repopulates the pages
+//!   on `remap` (after the block's discard) and copies the slot in on `h2d`; a host access
+//!   copies it on the CPU. The driver's page-table work (discards, repopulations) thus never
+//!   runs beside itself, nor waits in a queue behind a copy it does not need.
 //! - Its clock is the host's monotonic clock since the backend opened, minus the time spent
 //!   preparing data that exists before the work (`preload_host`).
 //! - Fault and migration events need CUPTI (telemetry); the counters here come from the
@@ -48,6 +50,9 @@ use crate::backend::{
 use crate::config::Oversubscribe;
 use crate::error::{Error, Result};
 use crate::region::RegionId;
+
+/// A device address range as the driver's calls take it: (address, bytes).
+type DevRange = (u64, u64);
 
 /// What the backend knows of one 2 MiB block.
 #[derive(Debug, Clone, Copy, Default)]
@@ -98,8 +103,11 @@ pub struct CudaBackend {
     compute: Arc<CudaStream>,
     h2d: Arc<CudaStream>,
     d2h: Arc<CudaStream>,
-    /// Staged evictions: the copies into pinned memory (their discards go on `h2d`).
+    /// Staged evictions: the copies into pinned memory.
     stage: Arc<CudaStream>,
+    /// The driver's page-table work for staged blocks: their discards after their stage-out,
+    /// and their repopulation before their copy back (see [`PendingDiscard`]).
+    remap: Arc<CudaStream>,
     staging: StagingPool,
     /// The end of each staged block's stage-out (its copy and the discard of its pages):
     /// anything that writes the block's pages again waits for it.
@@ -174,7 +182,7 @@ enum Pending {
     /// One mark per stream, recorded at the free.
     Released {
         region: RegionId,
-        marks: [CudaEvent; 3],
+        marks: [CudaEvent; 4],
     },
     /// Copies through the staging buffers (CUPTI's unified-memory counters do not see them):
     /// (region, offset, bytes) of each block, timed together; they share the interval.
@@ -253,11 +261,12 @@ impl Recording {
     }
 }
 
-/// A stage-out's discard, issued on `h2d` once its copy (on `stage`) is done rather than on
+/// A stage-out's discard, issued on `remap` once its copy (on `stage`) is done rather than on
 /// `stage` right behind it: on the H200 a discard beside a restore's repopulation made the two
 /// 1.5-15x slower than one after the other, while a stage-out without its discard ran beside a
 /// restore in 0.56-0.97x the time of the two in turn (`unimem probe`, "beside a restore"). On
-/// `h2d` a discard never runs beside a restore, and waits for nothing but its own copy.
+/// `remap`, with the repopulations, a discard never runs beside one, and waits for nothing but
+/// its own copy.
 struct PendingDiscard {
     /// The end of the copies out.
     copied: Arc<CudaEvent>,
@@ -310,7 +319,7 @@ impl CudaBackend {
         let dev = CudaDevice::open(ordinal)?;
         let kernels = Kernels::load(&dev)?;
         let (compute, h2d, d2h) = (dev.new_stream()?, dev.new_stream()?, dev.new_stream()?);
-        let stage = dev.new_stream()?;
+        let (stage, remap) = (dev.new_stream()?, dev.new_stream()?);
         let staging = StagingPool::new(&dev, 0);
         // Warm up: the first launch loads the module lazily.
         kernels.touch(&compute, &[], 1, 0)?;
@@ -322,6 +331,7 @@ impl CudaBackend {
             h2d,
             d2h,
             stage,
+            remap,
             staging,
             staged_done: FxHashMap::default(),
             pending_discards: std::collections::VecDeque::new(),
@@ -416,7 +426,7 @@ impl CudaBackend {
         self.dev.synchronize()
     }
 
-    /// Issues the pending discard of block `key` now (`h2d` waiting for its copy if need be),
+    /// Issues the pending discard of block `key` now (`remap` waiting for its copy if need be),
     /// and only that one: the others may wait for copies behind later kernels.
     fn issue_discard_of(&mut self, key: (RegionId, u32)) -> Result<()> {
         let Some(at) = self.pending_discards.iter().position(|p| p.blocks.contains(&key)) else {
@@ -426,14 +436,14 @@ impl CudaBackend {
         self.issue_discard(p)
     }
 
-    /// Issues one pending discard on `h2d`, after its copy.
+    /// Issues one pending discard on `remap`, after its copy.
     fn issue_discard(&mut self, p: PendingDiscard) -> Result<()> {
         if !p.copied.is_complete() {
-            self.h2d.wait(&p.copied).map_err(cuda_err("cuStreamWaitEvent", "discard after its copy"))?;
+            self.remap.wait(&p.copied).map_err(cuda_err("cuStreamWaitEvent", "discard after its copy"))?;
         }
-        discard_batch(&self.dev, &p.ranges, &self.h2d)?;
+        discard_batch(&self.dev, &p.ranges, &self.remap)?;
         let done =
-            Arc::new(self.h2d.record_event(None).map_err(cuda_err("cuEventRecord", "staged eviction"))?);
+            Arc::new(self.remap.record_event(None).map_err(cuda_err("cuEventRecord", "staged eviction"))?);
         for key in p.blocks {
             self.pending_blocks.remove(&key);
             self.staged_done.insert(key, done.clone());
@@ -441,8 +451,8 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// Issues the pending discards whose copies are done (`all`: every one, `h2d` waiting for
-    /// the copies still running), in order, on `h2d`; each block's stage-out ends with its
+    /// Issues the pending discards whose copies are done (`all`: every one, `remap` waiting for
+    /// the copies still running), in order, on `remap`; each block's stage-out ends with its
     /// discard there.
     fn issue_discards(&mut self, all: bool) -> Result<()> {
         while let Some(p) = self.pending_discards.front() {
@@ -556,12 +566,16 @@ impl CudaBackend {
         (blocks, need)
     }
 
-    /// Moves (checked) ranges to the device on `h2d`, `list` being their addresses: makes room,
-    /// prefetches (which repopulates staged blocks' discarded pages on the device without a
-    /// transfer), then copies staged blocks back from their slots (after their stage-out).
-    /// Copying into the discarded pages first and prefetching after ran at 40 GB/s in `unimem
-    /// probe` but 3-8x slower than `none` in replays, where the pages were never populated on
-    /// the host: the copy lands them there. `explicit`: a prefetch the policy asked for (it
+    /// Moves (checked) ranges to the device, `list` being their addresses: makes room,
+    /// repopulates staged blocks' discarded pages on the device without a transfer (a prefetch
+    /// on `remap`), prefetches the rest on `h2d`, then copies staged blocks back from their
+    /// slots on `h2d` once their pages are there. Copying into the discarded pages first and
+    /// prefetching after ran at 40 GB/s in `unimem probe` but 3-8x slower than `none` in
+    /// replays, where the pages were never populated on the host: the copy lands them there.
+    /// The repopulation is not on `h2d`: queued there behind the copy before it, the driver ran
+    /// it (about 30 us per block) only once that copy was done, and the link idled meanwhile
+    /// (45% of ResNet's backward passes at 50% on the H200). On an idle stream the call does
+    /// the work on the spot, holding the host for it, while the copy before runs. `explicit`: a prefetch the policy asked for (it
     /// counts in the prefetch metrics), not a kernel's own need for staged data. Room is made
     /// outside the ranges and `keep` (the blocks of the kernel about to run).
     ///
@@ -586,26 +600,32 @@ impl CudaBackend {
         protect.extend(blocks.iter().copied());
         let site = if explicit { RoomSite::Prefetch } else { RoomSite::Restore };
         if self.make_room(need, &protect, site)? {
-            self.h2d.join(&self.d2h).map_err(cuda_err("cuStreamWaitEvent", "prefetch after evict"))?;
+            self.after_moves_back("prefetch after evict")?;
         }
         let mut staged: Vec<(RegionId, u32, Slot)> = Vec::new();
         let mut waited: FxHashSet<*const CudaEvent> = FxHashSet::default();
-        let h2d = [self.h2d.clone()];
+        let remap = [self.remap.clone()];
         for &(id, b) in &blocks {
             if let Some(slot) = self.regions[&id].blocks[b as usize].staged {
                 staged.push((id, b, slot));
-                self.after_stage_out(id, b, &h2d, &mut waited, "restore after staging")?;
+                self.after_stage_out(id, b, &remap, &mut waited, "restore after staging")?;
             }
         }
-        let owned: Vec<(u64, u64)>;
-        let list = if left_out || !staged.is_empty() {
-            owned = self.prefetch_list(ranges, &blocks, &staged);
-            &owned
+        let owned: (Vec<DevRange>, Vec<DevRange>);
+        let (repopulate, list) = if left_out || !staged.is_empty() {
+            owned = self.prefetch_lists(ranges, &blocks, &staged);
+            (&owned.0[..], &owned.1[..])
         } else {
-            list
+            (&[][..], list)
         };
         if !list.is_empty() {
             prefetch_batch(&self.dev, list, Location::Device, &self.h2d)?;
+        }
+        if !repopulate.is_empty() {
+            prefetch_batch(&self.dev, repopulate, Location::Device, &self.remap)?;
+            let there =
+                self.remap.record_event(None).map_err(cuda_err("cuEventRecord", "pages repopulated"))?;
+            self.h2d.wait(&there).map_err(cuda_err("cuStreamWaitEvent", "copy in after repopulation"))?;
         }
         if !staged.is_empty() {
             let runs = self.staged_runs(&staged);
@@ -648,17 +668,18 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// The prefetch of `ranges` restricted to `blocks`, where each block of `staged` is a range
-    /// of its own, whole: on the H200, prefetching discarded pages as one larger range and then
-    /// copying the staged data in lost the data (a 128 MiB region read back wrong in 6 of 8
-    /// rounds, none of 8 with one range per 2 MiB block, GPU test
-    /// `staged_data_survives_every_way_back`); the copy also covers the whole block.
-    fn prefetch_list(
+    /// The prefetch of `ranges` restricted to `blocks`, as (the repopulation of the blocks of
+    /// `staged`, the rest). Each staged block is a range of its own, whole: on the H200,
+    /// prefetching discarded pages as one larger range and then copying the staged data in lost
+    /// the data (a 128 MiB region read back wrong in 6 of 8 rounds, none of 8 with one range per
+    /// 2 MiB block, GPU test `staged_data_survives_every_way_back`); the copy also covers the
+    /// whole block.
+    fn prefetch_lists(
         &self,
         ranges: &[ByteRange],
         blocks: &FxHashSet<(RegionId, u32)>,
         staged: &[(RegionId, u32, Slot)],
-    ) -> Vec<(u64, u64)> {
+    ) -> (Vec<DevRange>, Vec<DevRange>) {
         let staged: FxHashSet<(RegionId, u32)> = staged.iter().map(|s| (s.0, s.1)).collect();
         let mut pieces: Vec<(RegionId, u64, u64, bool)> = Vec::new();
         let mut done: FxHashSet<(RegionId, u32)> = FxHashSet::default();
@@ -684,7 +705,17 @@ impl CudaBackend {
                 pieces.push((r.region, reg.buf.ptr() + lo, hi - lo, alone));
             }
         }
-        merge_pieces(pieces)
+        let (alone, rest): (Vec<_>, Vec<_>) = pieces.into_iter().partition(|p| p.3);
+        (merge_pieces(alone), merge_pieces(rest))
+    }
+
+    /// Makes the streams that bring data to the device (`h2d`, `remap`) wait for the moves back
+    /// and discards issued on `d2h`: a block's pages must have left before they come back.
+    fn after_moves_back(&self, what: &'static str) -> Result<()> {
+        for s in [&self.h2d, &self.remap] {
+            s.join(&self.d2h).map_err(cuda_err("cuStreamWaitEvent", what))?;
+        }
+        Ok(())
     }
 
     /// Takes out of `blocks` (and their bytes off `need`) the staged blocks whose stage-out is
@@ -1101,7 +1132,12 @@ impl MemoryBackend for CudaBackend {
             }
         }
         if let Some(rec) = self.recording.as_mut() {
-            let marks = [rec.mark(&self.compute)?, rec.mark(&self.h2d)?, rec.mark(&self.d2h)?];
+            let marks = [
+                rec.mark(&self.compute)?,
+                rec.mark(&self.h2d)?,
+                rec.mark(&self.d2h)?,
+                rec.mark(&self.remap)?,
+            ];
             rec.pending.push_back(Pending::Released { region: id, marks });
         }
         let mut blocks = r.blocks;
@@ -1183,7 +1219,7 @@ impl MemoryBackend for CudaBackend {
                         .join(&this.compute)
                         .map_err(cuda_err("cuStreamWaitEvent", "evict after kernels"))?;
                     prefetch_batch(&this.dev, &list, Location::Host, &this.d2h)?;
-                    this.h2d.join(&this.d2h).map_err(cuda_err("cuStreamWaitEvent", "order after evict"))?;
+                    this.after_moves_back("order after evict")?;
                     let (blocks, _) = this.missing(ranges.iter().map(|r| (r.region, r.offset, r.len)));
                     for (id, b) in blocks {
                         let r = &this.regions[&id];
@@ -1222,7 +1258,7 @@ impl MemoryBackend for CudaBackend {
             if !discard_batch(&this.dev, &list, &this.d2h)? {
                 return Ok(()); // no discard on this driver: the data simply stays (a hint)
             }
-            this.h2d.join(&this.d2h).map_err(cuda_err("cuStreamWaitEvent", "order after discard"))?;
+            this.after_moves_back("order after discard")?;
             let (blocks, _) = this.missing(ranges.iter().map(|r| (r.region, r.offset, r.len)));
             for (id, b) in blocks {
                 let r = &this.regions[&id];

@@ -787,6 +787,13 @@ impl MemoryBackend for SimBackend {
             let id = range.region;
             match to {
                 Location::Device => {
+                    if self.regions[&id].staged.count(s, e) == e - s {
+                        // All of it comes back from staging: the CUDA backend repopulates on a
+                        // stream of its own, so the call waits for nothing on the link.
+                        self.host_now += call_ns;
+                        self.restore_to_device(id, s, e, &protect, self.host_now, true);
+                        continue;
+                    }
                     self.restore_to_device(id, s, e, &protect, self.host_now, true);
                     let r = &self.regions[&id];
                     let missing = (e - s) - r.on_device.count(s, e);
