@@ -169,6 +169,10 @@ struct Recording {
 /// Kernel marks kept for stage-outs to wait on (`CudaBackend::kernel_marks`).
 const KERNEL_MARKS: usize = 4096;
 
+/// How long the kernel queued ahead of a repopulation runs, so that the driver finds the
+/// stream busy and defers the work instead of holding the host for it (see `bring_to_device`).
+const HOLD_NS: u64 = 20_000;
+
 /// Pending timed events looked at in one go (see `Recording::next_resolve_at`).
 const RESOLVE_BATCH: usize = 512;
 
@@ -572,10 +576,10 @@ impl CudaBackend {
     /// slots on `h2d` once their pages are there. Copying into the discarded pages first and
     /// prefetching after ran at 40 GB/s in `unimem probe` but 3-8x slower than `none` in
     /// replays, where the pages were never populated on the host: the copy lands them there.
-    /// The repopulation is not on `h2d`: queued there behind the copy before it, the driver ran
-    /// it (about 30 us per block) only once that copy was done, and the link idled meanwhile
-    /// (45% of ResNet's backward passes at 50% on the H200). On an idle stream the call does
-    /// the work on the spot, holding the host for it, while the copy before runs. `explicit`: a prefetch the policy asked for (it
+    /// The repopulation is not on `h2d`, where it queued behind the copy before it: on its own
+    /// stream the driver's work for the next restore is not ordered behind copies it does not
+    /// need. (On the H200 it still runs after the copy before it, about 30 us per block: the
+    /// driver serialises it with the copy engine, which the simulator models as link time.) `explicit`: a prefetch the policy asked for (it
     /// counts in the prefetch metrics), not a kernel's own need for staged data. Room is made
     /// outside the ranges and `keep` (the blocks of the kernel about to run).
     ///
@@ -622,6 +626,12 @@ impl CudaBackend {
             prefetch_batch(&self.dev, list, Location::Device, &self.h2d)?;
         }
         if !repopulate.is_empty() {
+            // On an idle stream the call does the repopulation on the spot, holding the host
+            // (27 us per block on the H200); queued behind work still running it returns at
+            // once and the driver does it when the stream gets there. A short kernel ahead of
+            // it on `remap` frees the host: ResNet's replay at 50% spent 244-276 ms in its
+            // policy with it, 370-408 without (one lending, two runs each).
+            self.kernels.touch_with_blocks(&self.remap, &[], 1, HOLD_NS, 1)?;
             prefetch_batch(&self.dev, repopulate, Location::Device, &self.remap)?;
             let there =
                 self.remap.record_event(None).map_err(cuda_err("cuEventRecord", "pages repopulated"))?;

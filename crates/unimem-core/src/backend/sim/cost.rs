@@ -89,8 +89,9 @@ pub struct CostModel {
     pub stage_host_rate_gbps: f64,
     /// Extra time per 2 MiB block of bringing staged data back to the device, which the CUDA
     /// backend repopulates one prefetch range per block (one larger range lost the data on the
-    /// H200): host time, the batch prefetch call holds the calling thread for it (`unimem
-    /// probe`). Profiles written before it was measured take the H200 figure.
+    /// H200): the driver's work, which on the H200 runs between the copies (`unimem probe`), so
+    /// the simulator charges it to the link. Profiles written before it was measured take the
+    /// H200 figure.
     #[serde(default = "h200_stage_h2d_block")]
     pub stage_h2d_block_ns: u64,
 }

@@ -510,12 +510,12 @@ impl SimBackend {
             let bytes = n as u64 * PAGE_SIZE;
             // A prefetch's own call cost is charged by the prefetch; a restore for a kernel
             // makes its own call, which repopulates the discarded pages (per range, as any).
-            // Either way the CUDA backend repopulates one range per 2 MiB block, and the batch
-            // call holds the host for each (the probe's "host time per block"); the copy in
-            // starts when the call returns.
+            // Either way the CUDA backend repopulates one range per 2 MiB block, which the
+            // driver does behind the copies before it (the probe's "time per block", between
+            // two restores' copies on the H200), then copies the data in.
             let call = if prefetch { 0 } else { self.cost.batch_range_ns };
-            self.host_now += blocks.len() as u64 * self.cost.stage_h2d_block_ns;
-            let dur = call + CostModel::transfer_ns(bytes, self.cost.stage_h2d_rate_gbps);
+            let per_block = blocks.len() as u64 * self.cost.stage_h2d_block_ns;
+            let dur = call + per_block + CostModel::transfer_ns(bytes, self.cost.stage_h2d_rate_gbps);
             let (start, end) = self.occupy_link(Direction::H2D, room_at.max(self.host_now), dur);
             let r = self.regions.get_mut(&id).expect("checked by caller");
             for b in blocks.clone() {
@@ -789,7 +789,8 @@ impl MemoryBackend for SimBackend {
                 Location::Device => {
                     if self.regions[&id].staged.count(s, e) == e - s {
                         // All of it comes back from staging: the CUDA backend repopulates on a
-                        // stream of its own, so the call waits for nothing on the link.
+                        // stream of its own, behind a short kernel, so the call holds the host
+                        // neither for the link nor for the driver's work.
                         self.host_now += call_ns;
                         self.restore_to_device(id, s, e, &protect, self.host_now, true);
                         continue;

@@ -486,7 +486,7 @@ fn staged_evictions_copy_at_the_copy_rate_on_the_shared_link() {
 
 /// Staged data a kernel needs that no prefetch brought back is restored for the kernel: the
 /// CUDA backend repopulates the discarded pages with a prefetch call, one range per 2 MiB block
-/// (`stage_h2d_block_ns` of host time each), and copies the slots in, so the kernel waits for
+/// (`stage_h2d_block_ns` each, the driver's work), and copies the slots in, so the kernel waits for
 /// the call's cost and the blocks' as well as the copy.
 #[test]
 fn a_kernel_waits_for_the_restore_of_staged_data_with_its_call() {
@@ -503,12 +503,12 @@ fn a_kernel_waits_for_the_restore_of_staged_data_with_its_call() {
     assert_eq!(t, cost.batch_range_ns + 32 * cost.stage_h2d_block_ns + copy, "one call, 32 blocks, the copy");
 }
 
-/// Prefetches of staged data queue their copies back to back: the CUDA backend repopulates the
-/// pages on a stream of its own, so the second call (its host time per block) runs while the
-/// first copy is on the link instead of after it (on the H200 the repopulation behind each
-/// copy left the link idle 40% of ResNet's backward passes).
+/// Prefetches of staged data hold the host only for their calls: the CUDA backend repopulates
+/// on a stream of its own behind a short kernel, so the driver does that work later, between
+/// the copies (on the H200 about 30 us per block after the copy before, whichever stream),
+/// and the second call is issued while the first restore is still on the link.
 #[test]
-fn prefetches_of_staged_data_repopulate_while_the_copy_before_runs() {
+fn prefetches_of_staged_data_repopulate_between_the_copies_without_holding_the_host() {
     let cost = CostModel::h200();
     let mut s = sim(1 << 30).with_staging(1 << 30);
     for id in [1, 2] {
@@ -519,10 +519,10 @@ fn prefetches_of_staged_data_repopulate_while_the_copy_before_runs() {
     let t0 = s.synchronize().unwrap();
     s.prefetch(&[whole(1, 128 * MIB)], Location::Device).unwrap();
     s.prefetch(&[whole(2, 128 * MIB)], Location::Device).unwrap();
+    let restore = 64 * cost.stage_h2d_block_ns + CostModel::transfer_ns(128 * MIB, cost.stage_h2d_rate_gbps);
+    assert!(s.host_now - t0 == 2 * cost.prefetch_call_ns, "the host: two calls, no waiting");
     let t = s.synchronize().unwrap() - t0;
-    let call = cost.prefetch_call_ns + 64 * cost.stage_h2d_block_ns;
-    let copy = CostModel::transfer_ns(128 * MIB, cost.stage_h2d_rate_gbps);
-    assert_eq!(t, (call + copy).max(2 * call) + copy, "the second call beside the first copy");
+    assert_eq!(t, cost.prefetch_call_ns + 2 * restore, "the restores back to back on the link");
     assert_eq!(s.residency(whole(2, 128 * MIB)).unwrap().device, 128 * MIB);
     assert!(read_back(&mut s, 2, (128 * MIB) as usize) == pattern(2, (128 * MIB) as usize));
 }
