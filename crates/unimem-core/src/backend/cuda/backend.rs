@@ -3,9 +3,9 @@
 //! - Regions are `cuMemAllocManaged` buffers from a pool (freed regions keep their buffer for
 //!   reuse by size, because `cuMemFree` synchronises the device).
 //! - Streams: kernels on `compute`, prefetches to the device on `h2d`, moves back and
-//!   discards on `d2h` (and two for staged data, below). A prefetch records an event that the next kernel using the region waits
-//!   on, so a kernel waits for data in flight instead of faulting on it; moves back and
-//!   discards wait for the kernels issued before them.
+//!   discards on `d2h` (and two for staged data, below). A prefetch records an event that the
+//!   next kernel using the region waits on, so a kernel waits for data in flight instead of
+//!   faulting on it; moves back and discards wait for the kernels issued before them.
 //! - A kernel is the NVRTC touch kernel: it touches every 4 KiB page of its ranges as their
 //!   mode says, then spins for the trace's `dur_ns`; time lost to faults adds on top.
 //! - **The budget is emulated in software.** The H200 has 141 GB; to behave like a GPU of
@@ -21,8 +21,8 @@
 //!   discarded on a fifth stream, `remap`, once the copy is done ([`PendingDiscard`]). Whatever
 //!   needs a staged block next brings it back first: a prefetch or kernel repopulates the pages
 //!   on `remap` (after the block's discard) and copies the slot in on `h2d`; a host access
-//!   copies it on the CPU. The driver's page-table work (discards, repopulations) thus never
-//!   runs beside itself, nor waits in a queue behind a copy it does not need.
+//!   copies it on the CPU. The driver's page-table work for staged data (discards,
+//!   repopulations) thus never runs beside itself, and is not queued behind copies.
 //! - Its clock is the host's monotonic clock since the backend opened, minus the time spent
 //!   preparing data that exists before the work (`preload_host`).
 //! - Fault and migration events need CUPTI (telemetry); the counters here come from the
@@ -576,12 +576,12 @@ impl CudaBackend {
     /// slots on `h2d` once their pages are there. Copying into the discarded pages first and
     /// prefetching after ran at 40 GB/s in `unimem probe` but 3-8x slower than `none` in
     /// replays, where the pages were never populated on the host: the copy lands them there.
-    /// The repopulation is not on `h2d`, where it queued behind the copy before it: on its own
-    /// stream the driver's work for the next restore is not ordered behind copies it does not
-    /// need. (On the H200 it still runs after the copy before it, about 30 us per block: the
-    /// driver serialises it with the copy engine, which the simulator models as link time.) `explicit`: a prefetch the policy asked for (it
-    /// counts in the prefetch metrics), not a kernel's own need for staged data. Room is made
-    /// outside the ranges and `keep` (the blocks of the kernel about to run).
+    /// The repopulation is not on `h2d`, where it queued behind the copy before it, but on
+    /// `remap`, ordered only after what it needs. (On the H200 the driver still runs it after
+    /// the copy before it, about 30 us per block, whichever stream it is on: the simulator
+    /// charges it to the link.) `explicit`: a prefetch the policy asked for (it counts in the
+    /// prefetch metrics), not a kernel's own need for staged data. Room is made outside the
+    /// ranges and `keep` (the blocks of the kernel about to run).
     ///
     /// A prefetch leaves out the staged blocks whose stage-out the device has not finished
     /// yet; the kernel that needs them restores them. On the H200, repopulating and copying
@@ -682,8 +682,9 @@ impl CudaBackend {
     /// `staged`, the rest). Each staged block is a range of its own, whole: on the H200,
     /// prefetching discarded pages as one larger range and then copying the staged data in lost
     /// the data (a 128 MiB region read back wrong in 6 of 8 rounds, none of 8 with one range per
-    /// 2 MiB block, GPU test `staged_data_survives_every_way_back`); the copy also covers the
-    /// whole block.
+    /// 2 MiB block, GPU test `staged_data_survives_every_way_back`; again 13 of 40 with the
+    /// repopulation on `remap` and the copy waiting for it); the copy also covers the whole
+    /// block.
     fn prefetch_lists(
         &self,
         ranges: &[ByteRange],

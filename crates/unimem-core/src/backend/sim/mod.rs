@@ -787,7 +787,7 @@ impl MemoryBackend for SimBackend {
             let id = range.region;
             match to {
                 Location::Device => {
-                    if self.regions[&id].staged.count(s, e) == e - s {
+                    if e > s && self.regions[&id].staged.count(s, e) == e - s {
                         // All of it comes back from staging: the CUDA backend repopulates on a
                         // stream of its own, behind a short kernel, so the call holds the host
                         // neither for the link nor for the driver's work.
