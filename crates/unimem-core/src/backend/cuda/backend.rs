@@ -171,7 +171,7 @@ const KERNEL_MARKS: usize = 4096;
 
 /// How long the kernel queued ahead of a repopulation runs, so that the driver finds the
 /// stream busy and defers the work instead of holding the host for it (see `bring_to_device`).
-const HOLD_NS: u64 = 20_000;
+pub(super) const HOLD_NS: u64 = 20_000;
 
 /// Pending timed events looked at in one go (see `Recording::next_resolve_at`).
 const RESOLVE_BATCH: usize = 512;

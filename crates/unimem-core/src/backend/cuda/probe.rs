@@ -277,6 +277,25 @@ fn stage_rates(
         note("  per block beyond one range", per_block, "ns", Some(default.stage_h2d_block_ns as f64));
     // Whether that cost holds the calling thread (driver work in the call) or the stream.
     note("  the batch prefetch call's host time per block", call_ns as f64 / blocks as f64, "ns", None);
+    // The same behind a short kernel, as the CUDA backend queues it: finding the stream busy,
+    // the driver defers the work instead of doing it in the call.
+    place(a, Location::Device, s)?;
+    stage_out(a, &pool, s)?;
+    sync(s)?;
+    let mut held_ns = 0;
+    let t = timed(s, || {
+        let pieces = pieces_of(a);
+        kernels.touch_with_blocks(s, &[], 1, super::backend::HOLD_NS, 1)?;
+        held_ns = host_timed(|| prefetch_batch(dev, &pieces, Location::Device, s).map(|_| ()))?;
+        for run in runs_of(a) {
+            pool.copy(vec![run], false, s)?;
+        }
+        Ok(())
+    })?;
+    note("back in 2 MiB pieces behind a short kernel", gbps(bytes, t), "GB/s", None);
+    sync(s)?;
+    check(a, "2 MiB pieces behind a short kernel")?;
+    note("  the batch prefetch call's host time per block", held_ns as f64 / blocks as f64, "ns", None);
 
     // Back to the host, two ways: a CPU copy into the discarded pages, and populating them on
     // the host first (discard and prefetch to the host) then the CPU copy.
