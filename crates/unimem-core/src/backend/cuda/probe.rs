@@ -257,44 +257,42 @@ fn stage_rates(
     note("staged eviction in 2 MiB pieces", gbps(bytes, t), "GB/s", None);
     sync(s)?;
     // Back the way the CUDA backend brings staged data back: one batch prefetch with a range per
-    // block (one larger range lost the data), then the copies. What each block costs beyond
-    // the same bytes as one range is the profile's `stage_h2d_block_ns`.
-    let mut call_ns = 0;
-    let t = timed(s, || {
-        let pieces = pieces_of(a);
-        call_ns = host_timed(|| prefetch_batch(dev, &pieces, Location::Device, s).map(|_| ()))?;
-        for run in runs_of(a) {
-            pool.copy(vec![run], false, s)?;
-        }
-        Ok(())
-    })?;
+    // block (one larger range lost the data), then the copies; `hold`: behind a short kernel, as
+    // the backend queues it. Returns (the time, the prefetch call's host time); checks the data.
+    let back_by_block = |a: &mut ManagedBuffer, hold: bool, what: &str| -> Result<(u64, u64)> {
+        let mut call_ns = 0;
+        let t = timed(s, || {
+            let pieces = pieces_of(a);
+            if hold {
+                kernels.touch_with_blocks(s, &[], 1, super::backend::HOLD_NS, 1)?;
+            }
+            call_ns = host_timed(|| prefetch_batch(dev, &pieces, Location::Device, s).map(|_| ()))?;
+            for run in runs_of(a) {
+                pool.copy(vec![run], false, s)?;
+            }
+            Ok(())
+        })?;
+        sync(s)?;
+        check(a, what)?;
+        Ok((t, call_ns))
+    };
+    let (t, call_ns) = back_by_block(a, false, "2 MiB pieces")?;
     note("back to the device in 2 MiB pieces (one batch prefetch, copies)", gbps(bytes, t), "GB/s", None);
-    sync(s)?;
-    check(a, "2 MiB pieces")?;
+    // What each block costs beyond the same bytes as one range is the profile's
+    // `stage_h2d_block_ns`.
     let blocks = (bytes / SLOT_BYTES).max(1);
     let per_block = (t as f64 - bytes as f64 / h2d.max(1e-9)).max(0.0) / blocks as f64;
     let block_ns =
         note("  per block beyond one range", per_block, "ns", Some(default.stage_h2d_block_ns as f64));
     // Whether that cost holds the calling thread (driver work in the call) or the stream.
     note("  the batch prefetch call's host time per block", call_ns as f64 / blocks as f64, "ns", None);
-    // The same behind a short kernel, as the CUDA backend queues it: finding the stream busy,
-    // the driver defers the work instead of doing it in the call.
+    // The same behind a short kernel: finding the stream busy, the driver defers the work
+    // instead of doing it in the call.
     place(a, Location::Device, s)?;
     stage_out(a, &pool, s)?;
     sync(s)?;
-    let mut held_ns = 0;
-    let t = timed(s, || {
-        let pieces = pieces_of(a);
-        kernels.touch_with_blocks(s, &[], 1, super::backend::HOLD_NS, 1)?;
-        held_ns = host_timed(|| prefetch_batch(dev, &pieces, Location::Device, s).map(|_| ()))?;
-        for run in runs_of(a) {
-            pool.copy(vec![run], false, s)?;
-        }
-        Ok(())
-    })?;
+    let (t, held_ns) = back_by_block(a, true, "2 MiB pieces behind a short kernel")?;
     note("back in 2 MiB pieces behind a short kernel", gbps(bytes, t), "GB/s", None);
-    sync(s)?;
-    check(a, "2 MiB pieces behind a short kernel")?;
     note("  the batch prefetch call's host time per block", held_ns as f64 / blocks as f64, "ns", None);
 
     // Back to the host, two ways: a CPU copy into the discarded pages, and populating them on
