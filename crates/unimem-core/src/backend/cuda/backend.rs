@@ -608,11 +608,12 @@ impl CudaBackend {
         }
         let mut staged: Vec<(RegionId, u32, Slot)> = Vec::new();
         let mut waited: FxHashSet<*const CudaEvent> = FxHashSet::default();
-        let remap = [self.remap.clone()];
         for &(id, b) in &blocks {
             if let Some(slot) = self.regions[&id].blocks[b as usize].staged {
                 staged.push((id, b, slot));
-                self.after_stage_out(id, b, &remap, &mut waited, "restore after staging")?;
+                // Its discard is issued now if still pending; the repopulation follows it on
+                // `remap`, so no stream has to wait for the stage-out's end.
+                self.after_stage_out(id, b, &[], &mut waited, "restore after staging")?;
             }
         }
         let owned: (Vec<DevRange>, Vec<DevRange>);
