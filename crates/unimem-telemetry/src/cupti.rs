@@ -357,6 +357,15 @@ impl Tenancy {
         }
     }
 
+    /// Region `id` moved from its buffer to `address` at `at_ns` (see
+    /// [`MemEvent::Relocated`]): its old tenancy ends there, a new one of its size begins.
+    pub fn relocated(&mut self, id: RegionId, address: u64, at_ns: u64) {
+        let Some(&(base, i)) = self.by_region.get(&id) else { return };
+        let Some(bytes) = self.tenants.get(&base).and_then(|l| l.get(i)).map(|t| t.bytes) else { return };
+        self.released(id, at_ns);
+        self.allocated(id, address, bytes);
+    }
+
     /// The region holding `address` at `t_ns`, and the offset into it.
     pub fn find(&self, address: u64, t_ns: u64) -> Option<(RegionId, u64)> {
         // Live buffers do not overlap, so the nearest base at or below the address that holds
@@ -440,8 +449,10 @@ impl<S: EventSink> EventSink for CuptiSink<'_, S> {
 
     fn events(&mut self, events: &[MemEvent]) -> Result<()> {
         for e in events {
-            if let MemEvent::Released { region, at_ns } = *e {
-                self.tenancy.released(region, at_ns);
+            match *e {
+                MemEvent::Released { region, at_ns } => self.tenancy.released(region, at_ns),
+                MemEvent::Relocated { region, to, at_ns, .. } => self.tenancy.relocated(region, to, at_ns),
+                _ => {}
             }
         }
         self.inner.events(events)

@@ -134,7 +134,7 @@ impl Summary {
             MemEvent::Populate { bytes, on: Location::Device, .. } => {
                 self.totals.populated_device_bytes += bytes
             }
-            MemEvent::Populate { .. } | MemEvent::Released { .. } => {}
+            MemEvent::Populate { .. } | MemEvent::Released { .. } | MemEvent::Relocated { .. } => {}
             MemEvent::Drop { bytes, .. } => self.totals.dropped_bytes += bytes,
             MemEvent::Thrashing { region, .. } => {
                 self.regions.entry(region).or_default().thrashing += 1;

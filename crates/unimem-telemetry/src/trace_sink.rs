@@ -73,6 +73,10 @@ impl EventSink for TracingSink {
                 MemEvent::Released { region, at_ns } => tracing::trace!(
                     target: "unimem::telemetry", region = region.0, name = %self.name(*region), at_ns, "released"
                 ),
+                MemEvent::Relocated { region, from, to, at_ns } => tracing::debug!(
+                    target: "unimem::telemetry", region = region.0, name = %self.name(*region), from, to, at_ns,
+                    "relocated"
+                ),
                 MemEvent::Thrashing { region, offset, bytes, by, at_ns } => tracing::debug!(
                     target: "unimem::telemetry", region = region.0, name = %self.name(*region), offset, bytes,
                     by = ?by, at_ns, "thrashing"

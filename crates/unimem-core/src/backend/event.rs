@@ -139,6 +139,20 @@ pub enum MemEvent {
         /// When the last work issued before the free completed.
         at_ns: u64,
     },
+    /// A region whose data was all staged came back into another buffer (a GPU backend's
+    /// restore into pooled device memory): from `at_ns` on, its data is at `to`, and `from`
+    /// belongs to whichever region the pool gives it to next.
+    Relocated {
+        /// The region.
+        region: RegionId,
+        /// Its address before.
+        from: u64,
+        /// Its address now.
+        to: u64,
+        /// When the host issued the move (the region's earlier work at `from` was done before
+        /// its data was staged out).
+        at_ns: u64,
+    },
     /// The driver found pages moving back and forth between the processors (CUPTI's thrashing
     /// counter; the simulator does not report it).
     Thrashing {
