@@ -103,7 +103,7 @@ fn stage_rates(
     kernels: &Kernels,
     (s, s2): (&CudaStream, &CudaStream),
     note: &mut dyn FnMut(&'static str, f64, &'static str, Option<f64>) -> f64,
-) -> Result<(f64, f64, f64, u64)> {
+) -> Result<(f64, f64, f64, u64, f64)> {
     let default = CostModel::h200();
     let bytes = a.len();
     let mut pool = StagingPool::new(dev, bytes);
@@ -294,6 +294,28 @@ fn stage_rates(
     let (t, held_ns) = back_by_block(a, true, "2 MiB pieces behind a short kernel")?;
     note("back in 2 MiB pieces behind a short kernel", gbps(bytes, t), "GB/s", None);
     note("  the batch prefetch call's host time per block", held_ns as f64 / blocks as f64, "ns", None);
+    // Back into another buffer whose pages are on the device, as the backend relocates a
+    // wholly staged region into a pooled buffer of its size: the copies alone.
+    let mut other = ManagedBuffer::alloc(dev, bytes)?;
+    kernels.touch(s, &[(other.ptr(), bytes, TouchMode::Write)], 4096, 0)?;
+    place(a, Location::Device, s)?;
+    stage_out(a, &pool, s)?;
+    sync(s)?;
+    let into_other: Vec<Run> = runs_of(a)
+        .into_iter()
+        .map(|(_, d, slot, len)| (other.ptr(), d - a.ptr() + other.ptr(), slot, len))
+        .collect();
+    let t = timed(s, || pool.copy(into_other, false, s))?;
+    let relocated = note(
+        "back into another buffer's pages on the device (relocation)",
+        gbps(bytes, t),
+        "GB/s",
+        Some(default.stage_h2d_resident_rate_gbps),
+    );
+    note("    a kernel's first read after it / its second", resident(&other)?, "x", None);
+    sync(s)?;
+    check(&mut other, "a relocation")?;
+    drop(other);
 
     // Back to the host, two ways: a CPU copy into the discarded pages, and populating them on
     // the host first (discard and prefetch to the host) then the CPU copy.
@@ -541,7 +563,7 @@ fn stage_rates(
     for slot in slots {
         pool.release(slot, None);
     }
-    Ok((d2h, h2d, host, block_ns.round() as u64))
+    Ok((d2h, h2d, host, block_ns.round() as u64, relocated))
 }
 
 /// Runs every measurement on `dev` with buffers of `bytes` (rounded down to 2 MiB, at most
@@ -814,16 +836,18 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
         );
     }
 
-    let (stage_d2h, stage_h2d, stage_host, stage_h2d_block) = if dev.capabilities().discard_batch {
-        stage_rates(dev, &mut a, &kernels, (&s, &s2), &mut note)?
-    } else {
-        (
-            default.stage_d2h_rate_gbps,
-            default.stage_h2d_rate_gbps,
-            default.stage_host_rate_gbps,
-            default.stage_h2d_block_ns,
-        )
-    };
+    let (stage_d2h, stage_h2d, stage_host, stage_h2d_block, stage_h2d_resident) =
+        if dev.capabilities().discard_batch {
+            stage_rates(dev, &mut a, &kernels, (&s, &s2), &mut note)?
+        } else {
+            (
+                default.stage_d2h_rate_gbps,
+                default.stage_h2d_rate_gbps,
+                default.stage_host_rate_gbps,
+                default.stage_h2d_block_ns,
+                default.stage_h2d_resident_rate_gbps,
+            )
+        };
 
     // GPU first touch of fresh memory: population by faults (not measured in h200-facts.md).
     let c = ManagedBuffer::alloc(dev, bytes)?;
@@ -956,6 +980,7 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
         stage_h2d_rate_gbps: stage_h2d,
         stage_host_rate_gbps: stage_host,
         stage_h2d_block_ns: stage_h2d_block,
+        stage_h2d_resident_rate_gbps: stage_h2d_resident,
     };
     profile.validate("probe")?;
     Ok(ProbeReport {

@@ -94,6 +94,11 @@ pub struct CostModel {
     /// H200 figure.
     #[serde(default = "h200_stage_h2d_block")]
     pub stage_h2d_block_ns: u64,
+    /// Rate of copying staged data into device-resident pages of another buffer (the CUDA
+    /// backend's restore of a wholly staged region into a pooled buffer: no repopulation).
+    /// Profiles written before it was measured take the H200 figure.
+    #[serde(default = "h200_stage_h2d_resident")]
+    pub stage_h2d_resident_rate_gbps: f64,
 }
 
 fn h200_unset_read_mostly() -> u64 {
@@ -114,6 +119,10 @@ fn h200_stage_host() -> f64 {
 
 fn h200_stage_h2d_block() -> u64 {
     CostModel::h200().stage_h2d_block_ns
+}
+
+fn h200_stage_h2d_resident() -> f64 {
+    CostModel::h200().stage_h2d_resident_rate_gbps
 }
 
 impl Default for CostModel {
@@ -159,6 +168,7 @@ impl CostModel {
             ("stage_d2h_rate_gbps", self.stage_d2h_rate_gbps),
             ("stage_h2d_rate_gbps", self.stage_h2d_rate_gbps),
             ("stage_host_rate_gbps", self.stage_host_rate_gbps),
+            ("stage_h2d_resident_rate_gbps", self.stage_h2d_resident_rate_gbps),
         ];
         for (key, v) in rates {
             if !(v.is_finite() && v > 0.0) {
