@@ -500,6 +500,26 @@ mod tests {
     }
 
     #[test]
+    fn a_relocated_region_is_found_at_its_new_address_from_the_move_on() {
+        let mut t = Tenancy::default();
+        let (a, d) = (RegionId(1), RegionId(4));
+        let (old, new) = (1u64 << 30, (1u64 << 30) + (64 << 20));
+        t.allocated(a, old, 4 << 20);
+        t.allocated(d, new, 4 << 20);
+        t.released(d, 300); // freed: its buffer waits in the pool
+        t.relocated(a, new, 700);
+        assert_eq!(t.find(new + 8, 200), Some((d, 8)), "before d's release: d");
+        assert_eq!(t.find(new + 8, 800), Some((a, 8)), "after the move: a");
+        assert_eq!(t.find(old + 8, 600), Some((a, 8)), "before the move: a, at its old address");
+        t.allocated(RegionId(5), old, 4 << 20);
+        assert_eq!(t.find(old + 8, 800), Some((RegionId(5), 8)), "the old buffer's next tenant");
+        t.released(a, 900);
+        assert_eq!(t.find(new + 8, 850), Some((a, 8)), "the free releases the new tenancy");
+        t.relocated(RegionId(9), new, 1000); // unknown: nothing changes
+        assert_eq!(t.find(new + 8, 1100), Some((a, 8)));
+    }
+
+    #[test]
     fn every_counter_kind_decodes_with_its_flags() {
         use sys::CUpti_ActivityUnifiedMemoryCounterKind as K;
         let rec = |kind: K, value, flags, address| UmRecord {
