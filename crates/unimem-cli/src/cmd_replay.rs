@@ -104,6 +104,8 @@ pub fn replay_one(
         staging,
         staging.min(sizes.peak.saturating_sub(budget_bytes)),
     )?;
+    // A replay finds data by region, never by an address it kept: restores may relocate.
+    backend.allow_relocation(config.replay.relocate);
     let mut policy_impl = replay::make_policy(policy, backend.device_capacity(), config, &cost);
     let reader = open()?;
     let (consumed, total) = reader.progress();

@@ -440,6 +440,85 @@ mod backend {
         assert!(wrong.is_empty(), "staged data lost: {wrong:?}");
     }
 
+    /// With relocation allowed, a region whose every block is staged comes back into a pooled
+    /// buffer of its size whose pages are on the device (a kernel's restore, and a prefetch's
+    /// of half of it, the kernel bringing the rest), with its data, resident, and reported
+    /// (`Relocated`); its old buffer, still being
+    /// discarded, serves the next region of that size without losing that region's data; and
+    /// the budget holds.
+    #[test]
+    fn wholly_staged_regions_come_back_into_pooled_pages_with_their_data() {
+        use unimem_core::backend::MemEvent;
+        let size = 128 * MIB;
+        let budget = 512 * MIB;
+        let mut b = CudaBackend::open(0, budget, Oversubscribe::Deny)
+            .unwrap()
+            .with_staging(1024 * MIB, 1024 * MIB)
+            .unwrap();
+        b.allow_relocation(true);
+        b.record_events(true);
+        let mut wrong = Vec::new();
+        let mut relocated = 0;
+        for round in 0..12u64 {
+            let (x, y, z) =
+                (RegionId(1000 + round * 3), RegionId(1001 + round * 3), RegionId(1002 + round * 3));
+            let (wx, wy) = (ByteRange::whole(x, size), ByteRange::whole(y, size));
+            let data = pattern(round as u32 + 11, size);
+            b.allocate(x, size).unwrap();
+            b.prefetch(&[wx], Location::Device).unwrap();
+            b.kernel_store(x, 0, &data).unwrap();
+            // A buffer of the same size, on the device, freed into the pool.
+            b.allocate(y, size).unwrap();
+            b.prefetch(&[wy], Location::Device).unwrap();
+            read_kernel(&mut b, y, size);
+            let pooled = b.buffer(y).unwrap().ptr();
+            b.free(y).unwrap();
+            let old = b.buffer(x).unwrap().ptr();
+            if round % 2 == 0 {
+                b.launch(&KernelLaunch { name: "long", dur_ns: 20_000_000, accesses: &[] }).unwrap();
+            }
+            b.stage_out(&[wx]).unwrap();
+            if round % 3 == 0 {
+                // A prefetch of half of it moves it; the other half keeps its new pages.
+                b.synchronize().unwrap();
+                b.prefetch(&[ByteRange { region: x, offset: 0, len: size / 2 }], Location::Device).unwrap();
+                let r = b.residency(wx).unwrap();
+                assert_eq!((r.device, r.staged), (size / 2, size / 2), "round {round}: half back");
+            }
+            read_kernel(&mut b, x, size); // a kernel's restore where no prefetch brought it
+            assert_eq!(b.residency(wx).unwrap().device, size, "round {round}: back on the device");
+            if b.buffer(x).unwrap().ptr() == pooled {
+                relocated += 1;
+            }
+            // The old buffer goes to the next region of the size: its data must survive the
+            // old buffer's discard.
+            let other = pattern(round as u32 + 101, size);
+            b.allocate(z, size).unwrap();
+            b.kernel_store(z, 0, &other).unwrap();
+            read_kernel(&mut b, z, size);
+            b.synchronize().unwrap();
+            for (id, want) in [(x, &data), (z, &other)] {
+                let mut seen = vec![0u8; size as usize];
+                b.read(id, 0, &mut seen).unwrap();
+                let bad = seen.chunks(4096).zip(want.chunks(4096)).filter(|(a, b)| a != b).count();
+                if bad > 0 {
+                    wrong.push(format!("round {round}, region {id}: {bad} of {} pages", size / 4096));
+                }
+            }
+            assert_ne!(old, b.buffer(x).unwrap().ptr(), "round {round}: moved");
+            b.free(x).unwrap();
+            b.free(z).unwrap();
+        }
+        assert!(wrong.is_empty(), "data lost: {wrong:?}");
+        assert_eq!(relocated, 12, "every round relocated into the pooled buffer");
+        let mut events = Vec::new();
+        b.drain_events(&mut events);
+        let moves = events.iter().filter(|e| matches!(e, MemEvent::Relocated { .. })).count();
+        assert_eq!(moves, 12, "one Relocated event per round");
+        let s = b.stats();
+        assert!(s.peak_device_bytes <= budget, "{s:?}");
+    }
+
     /// Recording, the backend times kernels on the device (a resident kernel takes about its
     /// `dur_ns`, one that faults longer, the excess its stall) and reports when a freed
     /// region's work finished, after that work's kernel.

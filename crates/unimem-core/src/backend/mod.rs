@@ -201,6 +201,12 @@ pub trait MemoryBackend: Send {
         0
     }
 
+    /// Lets the backend bring staged data back at another address: a GPU backend may restore
+    /// a region whose data is all staged into pooled device memory ([`MemEvent::Relocated`]).
+    /// Only for a caller that finds data by region, never by an address it kept (the replay);
+    /// off by default. The simulator models what it saves.
+    fn allow_relocation(&mut self, _on: bool) {}
+
     /// Launches a kernel on the compute stream.
     fn launch(&mut self, kernel: &KernelLaunch<'_>) -> Result<()>;
 

@@ -102,6 +102,10 @@ pub struct ReplayConfig {
     pub policies: Vec<PolicyName>,
     /// Events the oracle looks ahead (its memory is bounded by this window).
     pub oracle_lookahead: u64,
+    /// On the CUDA backend, a region whose data is all staged may come back into a pooled
+    /// buffer of its size whose pages are on the device (at another address), instead of its
+    /// own discarded pages being repopulated first.
+    pub relocate: bool,
 }
 
 /// A placement the advisor may use besides migrating data.
@@ -259,7 +263,11 @@ impl Default for Config {
             oversubscribe: Oversubscribe::Deny,
             staging: Staging::Percent(100.0),
             sim: SimConfig { profile: String::new() },
-            replay: ReplayConfig { policies: vec![PolicyName::Advisor], oracle_lookahead: 65_536 },
+            replay: ReplayConfig {
+                policies: vec![PolicyName::Advisor],
+                oracle_lookahead: 65_536,
+                relocate: true,
+            },
             advisor: AdvisorConfig::default(),
             telemetry: TelemetryConfig::default(),
             log: LogConfig { level: "warn".into() },

@@ -11,6 +11,7 @@ mod backend;
 mod device;
 mod kernels;
 mod managed;
+mod pool;
 pub mod probe;
 mod staging;
 

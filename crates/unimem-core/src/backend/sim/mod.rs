@@ -79,6 +79,9 @@ struct SimRegion {
     blocks: Vec<Block>,
     host_data: PageStore,
     dev_data: PageStore,
+    /// Device pages of a pooled buffer the region took over while its data was staged (a
+    /// relocation, see [`SimBackend::relocatable_pages`]) that no restore has used yet.
+    spare: usize,
 }
 
 impl SimRegion {
@@ -174,6 +177,9 @@ pub struct SimBackend {
     /// Freed allocations by size: a runtime pools managed buffers by size, and an allocation
     /// no pooled buffer serves costs the host a `cuMemAllocManaged`.
     pooled_buffers: HashMap<u64, u32>,
+    /// Restores may bring a wholly staged region back into a pooled buffer of its size
+    /// ([`MemoryBackend::allow_relocation`]).
+    relocate: bool,
     /// (stamp, region, block) of every block with device pages, oldest migration first.
     lrm: BTreeSet<(u64, RegionId, u32)>,
     next_stamp: u64,
@@ -206,6 +212,7 @@ impl SimBackend {
             device_bytes: 0,
             pool_bytes: 0,
             pooled_buffers: HashMap::default(),
+            relocate: false,
             lrm: BTreeSet::new(),
             next_stamp: 1,
             stats: BackendStats::default(),
@@ -339,6 +346,12 @@ impl SimBackend {
         self.stats.peak_device_bytes = self.stats.peak_device_bytes.max(self.device_bytes);
         // The pool holds only memory the working set does not need.
         self.pool_bytes = self.pool_bytes.min(self.capacity.saturating_sub(self.device_bytes));
+    }
+
+    /// Pages taken over from the pool that no restore used go back to it.
+    fn release_spare(&mut self, pages: usize) {
+        let bytes = pages as u64 * PAGE_SIZE;
+        self.pool_bytes = (self.pool_bytes + bytes).min(self.capacity.saturating_sub(self.device_bytes));
     }
 
     /// Device pages leaving the working set without a transfer go back to the pool.
@@ -487,11 +500,19 @@ impl SimBackend {
         prefetch: bool,
     ) -> (usize, u64) {
         let runs = self.regions[&id].staged.runs(s, e);
+        let taken = self.relocatable_pages(id);
+        self.pool_bytes -= taken as u64 * PAGE_SIZE;
+        self.regions.get_mut(&id).expect("checked by caller").spare += taken;
         let mut pages = 0;
         let mut done = earliest;
         for (rs, re) in runs {
             let n = re - rs;
             let room_at = self.make_room(n as u64 * PAGE_SIZE, protect, earliest);
+            // Pages of a pooled buffer taken over (the region relocated into it) are on the
+            // device already: no repopulation, and the copy lands in resident pages.
+            let spare = &mut self.regions.get_mut(&id).expect("checked by caller").spare;
+            let resident = (*spare).min(n);
+            *spare -= resident;
             let r = self.regions.get_mut(&id).expect("checked by caller");
             if !r.host_data.is_empty() {
                 let (host_data, dev_data) = (&mut r.host_data, &mut r.dev_data);
@@ -514,8 +535,13 @@ impl SimBackend {
             // driver does behind the copies before it (the probe's "time per block", between
             // two restores' copies on the H200), then copies the data in.
             let call = if prefetch { 0 } else { self.cost.batch_range_ns };
-            let per_block = blocks.len() as u64 * self.cost.stage_h2d_block_ns;
-            let dur = call + per_block + CostModel::transfer_ns(bytes, self.cost.stage_h2d_rate_gbps);
+            let repopulated = blocks.len() - resident / PAGES_PER_BLOCK;
+            let per_block = repopulated as u64 * self.cost.stage_h2d_block_ns;
+            let resident_bytes = resident as u64 * PAGE_SIZE;
+            let dur = call
+                + per_block
+                + CostModel::transfer_ns(bytes - resident_bytes, self.cost.stage_h2d_rate_gbps)
+                + CostModel::transfer_ns(resident_bytes, self.cost.stage_h2d_resident_rate_gbps);
             let (start, end) = self.occupy_link(Direction::H2D, room_at.max(self.host_now), dur);
             let r = self.regions.get_mut(&id).expect("checked by caller");
             for b in blocks.clone() {
@@ -536,6 +562,21 @@ impl SimBackend {
             done = done.max(end);
         }
         (pages, done)
+    }
+
+    /// Device pages region `id` takes over from the pool as a restore begins, when relocation
+    /// is allowed: as the CUDA backend, a region whose every page is staged moves into a
+    /// pooled buffer of its size, whose pages on the device (the pool's, at most) need no
+    /// repopulation, for this restore and the region's next ones. The pool here is not kept by
+    /// size: a pooled buffer of the size is assumed to hold its share of the pool's pages.
+    fn relocatable_pages(&self, id: RegionId) -> usize {
+        let r = &self.regions[&id];
+        let staged = r.spare == 0 && r.staged.count(0, r.pages) == r.pages;
+        let pooled = self.pooled_buffers.get(&r.bytes).is_some_and(|&n| n > 0);
+        if !(self.relocate && staged && pooled) {
+            return 0;
+        }
+        ((self.pool_bytes / PAGE_SIZE) as usize).min(r.pages)
     }
 
     /// Brings the staged pages of `s..e` back to the host (the copy engine copies them into
@@ -564,6 +605,10 @@ impl SimBackend {
         }
         let n = r.staged.remove(s, e);
         self.staged_bytes -= n as u64 * PAGE_SIZE;
+        // Pages taken over for data now dead go back to the pool.
+        let back = r.spare.min(n);
+        r.spare -= back;
+        self.release_spare(back);
         n
     }
 
@@ -681,6 +726,7 @@ impl MemoryBackend for SimBackend {
             blocks: vec![Block::default(); pages.div_ceil(PAGES_PER_BLOCK)],
             host_data: PageStore::default(),
             dev_data: PageStore::default(),
+            spare: 0,
         };
         match self.pooled_buffers.get_mut(&bytes) {
             Some(n) if *n > 0 => *n -= 1,
@@ -706,6 +752,7 @@ impl MemoryBackend for SimBackend {
         // The runtime pools managed memory: a free does not synchronise the device, and the
         // region's device pages go back to the pool.
         self.note_device_released(r.on_device.count(0, r.pages));
+        self.release_spare(r.spare);
         for (b, blk) in r.blocks.iter().enumerate() {
             if blk.stamp != 0 {
                 self.lrm.remove(&(blk.stamp, id, b as u32));
@@ -983,6 +1030,10 @@ impl MemoryBackend for SimBackend {
 
     fn staging_capacity(&self) -> u64 {
         self.staging_capacity
+    }
+
+    fn allow_relocation(&mut self, on: bool) {
+        self.relocate = on;
     }
 
     fn launch(&mut self, kernel: &KernelLaunch<'_>) -> Result<()> {

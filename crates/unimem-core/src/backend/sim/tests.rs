@@ -503,6 +503,69 @@ fn a_kernel_waits_for_the_restore_of_staged_data_with_its_call() {
     assert_eq!(t, cost.batch_range_ns + 32 * cost.stage_h2d_block_ns + copy, "one call, 32 blocks, the copy");
 }
 
+/// With relocation allowed, a wholly staged region that a kernel needs back comes into a pooled
+/// buffer of its size with pages on the device, as the CUDA backend's: no repopulation per
+/// block, the copy at the rate into resident pages; without a pooled buffer of the size, or
+/// with relocation off, the restore repopulates as before.
+#[test]
+fn a_wholly_staged_region_comes_back_into_pooled_pages_without_repopulation() {
+    let cost = CostModel::h200();
+    let restore_time = |relocate: bool, same_size: bool| {
+        let mut s = sim(1 << 30).with_staging(1 << 30);
+        s.allow_relocation(relocate);
+        s.allocate(RegionId(1), 64 * MIB).unwrap();
+        s.kernel_write(RegionId(1), 0, &pattern(3, (64 * MIB) as usize)).unwrap();
+        let other = if same_size { 64 * MIB } else { 96 * MIB };
+        s.allocate(RegionId(2), other).unwrap();
+        s.kernel_write(RegionId(2), 0, &pattern(4, other as usize)).unwrap();
+        s.free(RegionId(2)).unwrap();
+        s.stage_out(&[whole(1, 64 * MIB)]).unwrap();
+        let t0 = s.synchronize().unwrap();
+        let acc = [RangeAccess { region: RegionId(1), offset: 0, len: 64 * MIB, mode: AccessMode::Read }];
+        s.launch(&KernelLaunch { name: "r", dur_ns: 0, accesses: &acc }).unwrap();
+        let t = s.synchronize().unwrap() - t0;
+        assert_eq!(s.residency(whole(1, 64 * MIB)).unwrap().device, 64 * MIB);
+        assert!(read_back(&mut s, 1, (64 * MIB) as usize) == pattern(3, (64 * MIB) as usize));
+        t
+    };
+    let repopulated = cost.batch_range_ns
+        + 32 * cost.stage_h2d_block_ns
+        + CostModel::transfer_ns(64 * MIB, cost.stage_h2d_rate_gbps);
+    let relocated = cost.batch_range_ns + CostModel::transfer_ns(64 * MIB, cost.stage_h2d_resident_rate_gbps);
+    assert_eq!(restore_time(true, true), relocated);
+    assert_eq!(restore_time(false, true), repopulated, "relocation off");
+    assert_eq!(restore_time(true, false), repopulated, "no pooled buffer of its size");
+}
+
+/// A relocated region brought back in two parts (a prefetch of half of it, then a kernel
+/// needing the rest) copies both into the pooled buffer's pages: no repopulation for either.
+#[test]
+fn the_rest_of_a_relocated_region_comes_back_into_its_new_pages() {
+    let cost = CostModel::h200();
+    let mut s = sim(1 << 30).with_staging(1 << 30);
+    s.allow_relocation(true);
+    for id in [1, 2] {
+        s.allocate(RegionId(id), 64 * MIB).unwrap();
+        s.kernel_write(RegionId(id), 0, &pattern(id as u8, (64 * MIB) as usize)).unwrap();
+    }
+    s.free(RegionId(2)).unwrap();
+    s.stage_out(&[whole(1, 64 * MIB)]).unwrap();
+    let t0 = s.synchronize().unwrap();
+    let half = ByteRange { region: RegionId(1), offset: 0, len: 32 * MIB };
+    s.prefetch(&[half], Location::Device).unwrap();
+    assert_eq!(s.residency(whole(1, 64 * MIB)).unwrap().staged, 32 * MIB);
+    let acc = [RangeAccess { region: RegionId(1), offset: 0, len: 64 * MIB, mode: AccessMode::Read }];
+    s.launch(&KernelLaunch { name: "r", dur_ns: 0, accesses: &acc }).unwrap();
+    let t = s.synchronize().unwrap() - t0;
+    let copy = CostModel::transfer_ns(32 * MIB, cost.stage_h2d_resident_rate_gbps);
+    assert_eq!(
+        t,
+        cost.prefetch_call_ns + copy + cost.batch_range_ns + copy,
+        "two calls, two copies, no blocks"
+    );
+    assert!(read_back(&mut s, 1, (64 * MIB) as usize) == pattern(1, (64 * MIB) as usize));
+}
+
 /// Prefetches of staged data hold the host only for their calls: the CUDA backend repopulates
 /// on a stream of its own behind a short kernel, so the driver does that work later, between
 /// the copies (on the H200 about 30 us per block after the copy before, whichever stream),
