@@ -11,9 +11,9 @@ use unimem_core::RegionId;
 /// Schema name in the header.
 pub const SCHEMA: &str = "unimem-telemetry";
 /// Schema version in the header. Version 3 added `address` to region records and the
-/// `released` event, version 4 the `thrashing`, `throttling` and `remote_map` events; readers
-/// read versions 2 to 4 and reject others.
-pub const SCHEMA_VERSION: u64 = 4;
+/// `released` event, version 4 the `thrashing`, `throttling` and `remote_map` events, version 5
+/// the `relocated` event; readers read versions 2 to 5 and reject others.
+pub const SCHEMA_VERSION: u64 = 5;
 /// The oldest version readers accept (a subset of the current one).
 pub const OLDEST_READABLE_VERSION: u64 = 2;
 

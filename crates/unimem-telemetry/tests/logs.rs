@@ -150,15 +150,16 @@ fn bad_logs_are_clear_errors() {
     let e = err(cut);
     assert!(e.starts_with("bad.jsonl:") && e.contains("truncated"), "{e}");
     // Wrong schema version, wrong schema.
-    let e = err(&good.replacen("\"version\":4", "\"version\":7", 1));
+    let e = err(&good.replacen("\"version\":5", "\"version\":7", 1));
     assert!(
-        e.contains("bad.jsonl:1:") && e.contains("version 7") && e.contains("reads versions 2 to 4"),
+        e.contains("bad.jsonl:1:") && e.contains("version 7") && e.contains("reads versions 2 to 5"),
         "{e}"
     );
     assert!(err(&good.replacen("unimem-telemetry", "other", 1)).contains("is not `unimem-telemetry`"));
-    // Version 2 (no addresses, no releases) and 3 (no driver thrashing events) logs still read.
-    for v in [2, 3] {
-        let old = good.replacen("\"version\":4", &format!("\"version\":{v}"), 1);
+    // Version 2 (no addresses, no releases), 3 (no driver thrashing events) and 4 (no
+    // relocations) logs still read.
+    for v in [2, 3, 4] {
+        let old = good.replacen("\"version\":5", &format!("\"version\":{v}"), 1);
         assert!(Log::parse(old.as_bytes(), "old.jsonl").is_ok(), "version {v}");
     }
     // Unknown event kind, with its line.
