@@ -47,7 +47,8 @@ pub struct Log {
 
 /// Record kinds of the schema, for error messages.
 const KINDS: &str =
-    "region, freed, fault, migration, populate, drop, released, thrashing, throttling, remote_map, kernel, hint, forecast";
+    "region, freed, fault, migration, populate, drop, released, relocated, thrashing, throttling, remote_map, kernel, \
+     hint, forecast";
 
 impl Log {
     /// Reads a log file.
@@ -115,8 +116,8 @@ impl Log {
                     }
                 }
                 Some(
-                    "fault" | "migration" | "populate" | "drop" | "released" | "thrashing" | "throttling"
-                    | "remote_map" | "kernel" | "hint" | "forecast",
+                    "fault" | "migration" | "populate" | "drop" | "released" | "relocated" | "thrashing"
+                    | "throttling" | "remote_map" | "kernel" | "hint" | "forecast",
                 ) => {
                     let e: MemEvent = serde_json::from_value(v).map_err(|e| err(n, e.to_string()))?;
                     log.events.push(e);

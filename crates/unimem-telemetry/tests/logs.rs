@@ -224,6 +224,26 @@ fn driver_thrashing_throttling_and_remote_maps_read_summarise_and_export() {
     assert_eq!((throttled["ph"].as_str(), throttled["dur"].as_f64()), (Some("X"), Some(2.5)));
 }
 
+/// A GPU replay's log with relocations (the CUDA backend's `relocated` events) reads back,
+/// summarises and exports (a reader without the kind refused the log on the H200).
+#[test]
+fn relocations_read_summarise_and_export() {
+    use unimem_core::backend::MemEvent;
+    use unimem_core::RegionId;
+    let r = RegionId(7);
+    let events =
+        vec![MemEvent::Relocated { region: r, from: 1 << 40, to: (1 << 40) + (64 << 20), at_ns: 2_000 }];
+    let mut log = EventLog::new(Vec::new(), "cuda").unwrap();
+    log.write_region(r, 4 << 20, Some("act"), 1 << 40).unwrap();
+    events.iter().for_each(|e| log.write(e).unwrap());
+    let text = String::from_utf8(log.finish().unwrap()).unwrap();
+    assert!(text.contains(r#""kind":"relocated""#), "{text}");
+    let back = Log::parse(text.as_bytes(), "mem").unwrap();
+    assert_eq!(back.events, events);
+    assert_eq!(Summary::of(&back.events).totals.h2d_bytes, 0);
+    assert!(chrome_trace(&back)["traceEvents"].is_array());
+}
+
 /// A `Write` the test keeps a handle on while the runtime's engine owns the log.
 #[derive(Clone, Default)]
 struct SharedBuf(Arc<std::sync::Mutex<Vec<u8>>>);
