@@ -95,7 +95,9 @@ fn none_on_resnet_at_half_budget_is_within_2x_of_the_rough_estimate() {
 /// (The simulator's ResNet fell to 4.86x when restores of staged data were charged what the
 /// H200's data-safe restore costs, and this asked 4.5x; 5.08x since the planner stopped
 /// evicting unforecast data for uses far ahead (e229c28), 5.14x with the per-block cost on the
-/// host. On the H200, e229c28 ran 3.5-5.7x: `none` itself took 2.6-3.7 s between runs.)
+/// host; 7.34x since a wholly staged region comes back into a pooled buffer's resident pages.
+/// On the H200, e229c28 ran 3.5-5.7x and 80c942b 4.6-5.3x: `none` itself took 2.3-3.7 s
+/// between runs.)
 #[test]
 fn placing_policies_beat_none_hold_the_budget_and_the_advisor_tracks_the_oracle() {
     for name in ["resnet50-train.jsonl.gz", "transformer-decode.jsonl.gz"] {
