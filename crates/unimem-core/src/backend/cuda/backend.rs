@@ -715,7 +715,8 @@ impl CudaBackend {
         explicit: bool,
     ) -> Result<FxHashSet<(RegionId, u32)>> {
         let mut in_place = FxHashSet::default();
-        if !self.relocate {
+        // Spare pages belong to staged blocks only: nothing staged, nothing to do.
+        if !self.relocate || self.staging.in_use() == 0 {
             return Ok(in_place);
         }
         let mut asked: BTreeMap<RegionId, FxHashSet<usize>> = BTreeMap::new();
