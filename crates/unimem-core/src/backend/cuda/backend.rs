@@ -747,7 +747,8 @@ impl CudaBackend {
         }
         // A prefetch leaves out blocks still being staged out (`leave_unsettled`); their new
         // pages would wait outside the account for a kernel's restore.
-        if explicit && (0..r.blocks.len() as u32).any(|b| self.unsettled(id, b)) {
+        let mut running = FxHashMap::default();
+        if explicit && (0..r.blocks.len() as u32).any(|b| self.unsettled(id, b, &mut running)) {
             return Ok(());
         }
         let Some(entry) = self.pool.take_resident(r.bytes) else { return Ok(()) };
@@ -787,10 +788,15 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// Whether block `b` of `id` is staged and its stage-out (copy, then discard) not done.
-    fn unsettled(&self, id: RegionId, b: u32) -> bool {
+    /// Whether the stage-out of block `b` of `id` (its copy, then its discard) is not done: a
+    /// discard still queued is a stage-out not done either. `running` keeps the answer per
+    /// stage-out event (its blocks share it): one query each.
+    fn unsettled(&self, id: RegionId, b: u32, running: &mut FxHashMap<*const CudaEvent, bool>) -> bool {
         self.pending_blocks.contains(&(id, b))
-            || self.staged_done.get(&(id, b)).is_some_and(|ev| !ev.is_complete())
+            || self
+                .staged_done
+                .get(&(id, b))
+                .is_some_and(|ev| *running.entry(Arc::as_ptr(ev)).or_insert_with(|| !ev.is_complete()))
     }
 
     /// The prefetch of `ranges` restricted to `blocks`, as (the repopulation of the blocks of
@@ -852,20 +858,14 @@ impl CudaBackend {
         if self.staged_done.is_empty() && self.pending_blocks.is_empty() {
             return false;
         }
-        // One query per stage-out (its blocks share the event).
-        let mut running: FxHashMap<*const CudaEvent, bool> = FxHashMap::default();
+        let mut running = FxHashMap::default();
         let before = blocks.len();
         blocks.retain(|&(id, b)| {
             let r = &self.regions[&id];
             if r.blocks[b as usize].staged.is_none() {
                 return true;
             }
-            // A discard still queued is a stage-out not done either.
-            let unsettled = self.pending_blocks.contains(&(id, b))
-                || self
-                    .staged_done
-                    .get(&(id, b))
-                    .is_some_and(|ev| *running.entry(Arc::as_ptr(ev)).or_insert_with(|| !ev.is_complete()));
+            let unsettled = self.unsettled(id, b, &mut running);
             if unsettled {
                 *need -= r.block_bytes(b as usize);
             }
