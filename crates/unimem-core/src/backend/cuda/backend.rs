@@ -754,19 +754,14 @@ impl CudaBackend {
         let Some(entry) = self.pool.take_resident(r.bytes) else { return Ok(()) };
         // The old buffer's stage-out ends with its discards (issued now where pending): the
         // copies in wait for them (they follow the copies out), the buffer's next user too.
+        let (h2d, mut waited) = ([self.h2d.clone()], FxHashSet::default());
         let mut after: Vec<Arc<CudaEvent>> = Vec::new();
         for b in 0..r.blocks.len() as u32 {
-            if self.pending_blocks.contains(&(id, b)) {
-                self.issue_discard_of((id, b))?;
-            }
-            if let Some(ev) = self.staged_done.remove(&(id, b)) {
+            if let Some(ev) = self.after_stage_out(id, b, &h2d, &mut waited, "copy in after the stage-out")? {
                 if !after.iter().any(|e| Arc::ptr_eq(e, &ev)) {
                     after.push(ev);
                 }
             }
-        }
-        for ev in after.iter().filter(|ev| !ev.is_complete()) {
-            self.h2d.wait(ev).map_err(cuda_err("cuStreamWaitEvent", "copy in after the stage-out"))?;
         }
         let (buf, pages) = self.reuse(entry)?;
         let r = self.regions.get_mut(&id).expect("checked");
@@ -988,6 +983,7 @@ impl CudaBackend {
 
     /// Makes `streams` wait for the stage-out of block `b` of `id` where one is still queued
     /// (its copy and the discard of its pages), once per event (`waited`), and forgets it.
+    /// Returns the end of that stage-out, if the block had one.
     fn after_stage_out(
         &mut self,
         id: RegionId,
@@ -995,17 +991,17 @@ impl CudaBackend {
         streams: &[Arc<CudaStream>],
         waited: &mut FxHashSet<*const CudaEvent>,
         what: &'static str,
-    ) -> Result<()> {
+    ) -> Result<Option<Arc<CudaEvent>>> {
         if self.pending_blocks.contains(&(id, b)) {
             self.issue_discard_of((id, b))?;
         }
-        let Some(ev) = self.staged_done.remove(&(id, b)) else { return Ok(()) };
+        let Some(ev) = self.staged_done.remove(&(id, b)) else { return Ok(None) };
         if waited.insert(Arc::as_ptr(&ev)) && !ev.is_complete() {
             for s in streams {
                 s.wait(&ev).map_err(cuda_err("cuStreamWaitEvent", what))?;
             }
         }
-        Ok(())
+        Ok(Some(ev))
     }
 
     /// Runs one kernel on the compute stream: waits for its data in flight, makes room as the
