@@ -348,17 +348,17 @@ impl SimBackend {
         self.pool_bytes = self.pool_bytes.min(self.capacity.saturating_sub(self.device_bytes));
     }
 
-    /// Pages taken over from the pool that no restore used go back to it.
-    fn release_spare(&mut self, pages: usize) {
+    /// Device pages outside the working set go (back) to the pool, which holds only what the
+    /// working set leaves free: pages taken over for a relocation that no restore used.
+    fn pool_pages(&mut self, pages: usize) {
         let bytes = pages as u64 * PAGE_SIZE;
         self.pool_bytes = (self.pool_bytes + bytes).min(self.capacity.saturating_sub(self.device_bytes));
     }
 
     /// Device pages leaving the working set without a transfer go back to the pool.
     fn note_device_released(&mut self, pages: usize) {
-        let bytes = pages as u64 * PAGE_SIZE;
-        self.device_bytes -= bytes;
-        self.pool_bytes = (self.pool_bytes + bytes).min(self.capacity.saturating_sub(self.device_bytes));
+        self.device_bytes -= pages as u64 * PAGE_SIZE;
+        self.pool_pages(pages);
     }
 
     /// Re-stamps blocks that just received device pages (least-recently-migrated order).
@@ -608,7 +608,7 @@ impl SimBackend {
         // Pages taken over for data now dead go back to the pool.
         let back = r.spare.min(n);
         r.spare -= back;
-        self.release_spare(back);
+        self.pool_pages(back);
         n
     }
 
@@ -752,7 +752,7 @@ impl MemoryBackend for SimBackend {
         // The runtime pools managed memory: a free does not synchronise the device, and the
         // region's device pages go back to the pool.
         self.note_device_released(r.on_device.count(0, r.pages));
-        self.release_spare(r.spare);
+        self.pool_pages(r.spare);
         for (b, blk) in r.blocks.iter().enumerate() {
             if blk.stamp != 0 {
                 self.lrm.remove(&(blk.stamp, id, b as u32));
