@@ -661,8 +661,10 @@ fn data_from_before_the_trace_is_preloaded_at_allocation_when_known() {
         TraceEvent::Host { name: "h".into(), acc: vec![write(3, 4 * mib)] },
     ];
     let stats = crate::trace::TraceStats::compute(reader_of(events.clone())).unwrap();
-    assert_eq!(stats.pre_existing_regions, 1);
+    assert_eq!(stats.pre_existing.len(), 1);
     assert!(stats.pre_existing.contains(&1), "{:?}", stats.pre_existing);
+    let json = serde_json::to_value(&stats).unwrap();
+    assert_eq!(json["pre_existing_regions"], 1, "reports give the number: {json}");
 
     let run = |known: Option<&crate::trace::RegionIds>| {
         let mut backend = CallLog { sim: SimBackend::new(CostModel::h200(), 64 * mib), calls: Vec::new() };

@@ -11,6 +11,11 @@ use crate::error::Result;
 /// A set of region ids (trace ids).
 pub type RegionIds = HashSet<u64>;
 
+/// Serialises a set as its size.
+fn count<S: serde::Serializer>(set: &RegionIds, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_u64(set.len() as u64)
+}
+
 /// What a trace contains.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct TraceStats {
@@ -48,10 +53,9 @@ pub struct TraceStats {
     /// byte is touched. High reuse is what keeping data resident pays for.
     pub reuse_factor: f64,
     /// Regions whose first access reads them: they hold data from before the trace, which
-    /// starts on the host (`spec/trace-v1.md`).
-    pub pre_existing_regions: u64,
-    /// Their ids, for a replay to put that data on the host as they are allocated.
-    #[serde(skip)]
+    /// starts on the host (`spec/trace-v1.md`). Their ids, for a replay to put that data on
+    /// the host as they are allocated; reports give their number (`pre_existing_regions`).
+    #[serde(rename = "pre_existing_regions", serialize_with = "count")]
     pub pre_existing: RegionIds,
 }
 
@@ -110,7 +114,6 @@ impl TraceStats {
                 }
             }
         }
-        s.pre_existing_regions = s.pre_existing.len() as u64;
         s.accesses_per_region =
             if s.accessed_regions == 0 { 0.0 } else { accesses as f64 / s.accessed_regions as f64 };
         let accessed: u64 = s.bytes_read.max(s.bytes_written);
