@@ -6,7 +6,9 @@
 pub mod identity;
 pub mod plan;
 pub mod predict;
+pub mod residency;
 
 pub use identity::{Identity, RegionKey};
-pub use plan::{plan, Placements, Plan, PlanInput, Reason, Unit, UnitUse};
+pub use plan::{plan, Placements, Plan, PlanInput, Planner, Reason, Unit, UnitUse};
 pub use predict::{Markov, Observation, Periodic, Prediction, Predictor, Score, Sequential, Tournament};
+pub use residency::Residency;

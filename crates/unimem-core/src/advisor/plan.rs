@@ -20,6 +20,7 @@ use std::collections::BinaryHeap;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
+use super::residency::Residency;
 use crate::region::RegionId;
 
 /// A 2 MiB block of a region.
@@ -115,9 +116,7 @@ pub struct PlanInput<'a> {
     pub predicted: &'a [UnitUse],
     /// Units on the device now: (bytes, kernel of last use). Among units with the same
     /// prediction (often none), the least recently used is evicted first.
-    pub resident: &'a FxHashMap<Unit, (u64, u64)>,
-    /// The total bytes of `resident` (the caller keeps it; summing it for every kernel cost).
-    pub resident_bytes: u64,
+    pub resident: &'a Residency,
     /// Device bytes that regions not allocated yet are predicted to need, by the kernel
     /// (`at`, bytes): an early prefetch must leave room for them as for any use in between.
     pub reserve: &'a [(u64, u64)],
@@ -165,190 +164,320 @@ fn priority(next: Option<&(u64, bool)>, last_use: u64) -> Priority {
 
 type Priority = (u8, u64, u64);
 
-/// Plans hints for the kernel about to run. See the module documentation.
+/// Plans hints for the kernel about to run. See the module documentation. A caller that
+/// plans every kernel keeps a [`Planner`] instead, which reuses its working memory.
 pub fn plan(input: &PlanInput<'_>) -> Plan {
-    if nothing_to_do(input) {
-        return Plan::default();
-    }
-    let mut out = Plan::default();
-    // Future uses per unit, soonest first.
-    let mut future: FxHashMap<Unit, Vec<(u64, bool)>> = FxHashMap::default();
-    let mut by_kernel: Vec<UnitUse> = input.predicted.iter().copied().filter(|u| u.at >= input.now).collect();
-    by_kernel.sort_by(|a, b| a.at.cmp(&b.at).then(a.unit.cmp(&b.unit)));
-    for u in &by_kernel {
-        // A predicted overwrite does not prove the data dead: count it as a plain use.
-        future.entry(u.unit).or_default().push((u.at, u.overwrite && u.certain));
-    }
-    let next_after = |unit: Unit, j: u64| -> u64 {
-        match future.get(&unit).and_then(|v| v.iter().find(|(at, _)| *at > j)) {
-            Some(&(at, false)) => at,
-            _ => NEVER, // not predicted again, or overwritten first: dead until then
+    Planner::default().plan(input)
+}
+
+/// The planner with its working memory kept between kernels. It never copies the residency
+/// nor ranks all of it: what it changes sits in an overlay (`added`, `removed`), and victims
+/// come from a heap of the predicted units merged with the unpredicted ones in the account's
+/// age order ([`Victims`]). Copying and ranking the whole residency for every kernel (over a
+/// thousand units at a 50% budget) was most of the planner's host time.
+#[derive(Debug, Default)]
+pub struct Planner {
+    /// Uses at or after the kernel about to run, by kernel (then unit).
+    by_kernel: Vec<UnitUse>,
+    /// The same uses grouped by unit, soonest first: (unit, kernel, certain overwrite).
+    uses: Vec<(Unit, u64, bool)>,
+    /// Where each unit's uses sit in `uses`: (start, count).
+    future: FxHashMap<Unit, (u32, u32)>,
+    /// Units this plan brings to the device, and resident units it evicts.
+    added: FxHashMap<Unit, (u64, u64)>,
+    removed: FxHashSet<Unit>,
+    /// Predicted victims by priority (a heap's storage, kept between plans).
+    victims: Vec<(Priority, Unit)>,
+    /// Units of the kernel about to run.
+    protect: FxHashSet<Unit>,
+    /// Units that may not be evicted for the predicted kernel being placed.
+    guard: FxHashSet<Unit>,
+    /// Units placed by this plan.
+    planned: FxHashSet<Unit>,
+    /// Units predicted for the kernels before the one being placed.
+    between: FxHashSet<Unit>,
+}
+
+/// A unit's uses (from [`Planner::future`]) in the grouped list.
+fn uses_of<'u>(
+    future: &FxHashMap<Unit, (u32, u32)>,
+    uses: &'u [(Unit, u64, bool)],
+    unit: Unit,
+) -> &'u [(Unit, u64, bool)] {
+    future.get(&unit).map_or(&[], |&(start, n)| &uses[start as usize..(start + n) as usize])
+}
+
+/// Eviction candidates in priority order, as a heap over the whole residency would give them:
+/// the predicted units (and any pushed back) in a heap, merged with the unpredicted units,
+/// whose priority is their age, streamed from the account's age order. Only the units the
+/// planner was resident with are candidates: what the plan itself brings in is either the
+/// kernel about to run (protected) or predicted sooner than any use it would make room for.
+struct Victims<I: Iterator<Item = (Unit, u64)>> {
+    heap: BinaryHeap<(Priority, Unit)>,
+    unpredicted: std::iter::Peekable<I>,
+}
+
+impl<I: Iterator<Item = (Unit, u64)>> Victims<I> {
+    fn pop(&mut self) -> Option<(Priority, Unit)> {
+        let streamed = self.unpredicted.peek().map(|&(u, last)| (priority(None, last), u));
+        match (self.heap.peek(), streamed) {
+            (Some(h), Some(s)) if *h > s => self.heap.pop(),
+            (_, Some(s)) => {
+                self.unpredicted.next();
+                Some(s)
+            }
+            (_, None) => self.heap.pop(),
         }
-    };
+    }
 
-    let mut resident: FxHashMap<Unit, (u64, u64)> = input.resident.clone();
-    let mut used: u64 = input.resident_bytes;
-    let protect: FxHashSet<Unit> = input.current.iter().map(|u| u.unit).collect();
+    fn push(&mut self, v: (Priority, Unit)) {
+        self.heap.push(v);
+    }
+}
 
-    // Victims by priority. Priorities do not change during one plan, so the heap is built
-    // once, at the first eviction (many kernels need none); guarded units popped on the way
-    // are pushed back.
-    let mut victims: Option<BinaryHeap<(Priority, Unit)>> = None;
-    let heap_of = |resident: &FxHashMap<Unit, (u64, u64)>| -> BinaryHeap<(Priority, Unit)> {
-        resident
-            .iter()
-            .map(|(&u, &(_, last))| (priority(future.get(&u).and_then(|v| v.first()), last), u))
-            .collect()
-    };
+impl Planner {
+    /// A planner with empty working memory.
+    pub fn new() -> Self {
+        Self::default()
+    }
 
-    // Evicts the highest-priority unit outside `guard`; with `early = (j, rival)`, only one
-    // Belady would evict by kernel j anyway. Returns false when none qualifies.
-    let evict_one = |resident: &mut FxHashMap<Unit, (u64, u64)>,
-                     victims: &mut Option<BinaryHeap<(Priority, Unit)>>,
-                     used: &mut u64,
-                     out: &mut Plan,
-                     guard: &FxHashSet<Unit>,
-                     early: Option<(u64, u64)>|
-     -> bool {
-        let victims = victims.get_or_insert_with(|| heap_of(resident));
-        let mut skipped = Vec::new();
-        let victim = loop {
-            match victims.pop() {
-                None => break None,
-                Some(v) if !resident.contains_key(&v.1) => continue, // evicted already
-                Some(v) if guard.contains(&v.1) => skipped.push(v),
-                // A unit too small to prefetch back is not worth a migration call out either
-                // (dropping dead data is): the driver evicts it if it ever must.
-                Some(v) if v.0 .0 != 2 && (input.unit_bytes)(v.1) < input.min_prefetch_bytes => continue,
-                Some(v) => break Some(v),
+    /// Plans hints for the kernel about to run (see the module documentation); the same
+    /// result as [`plan`].
+    pub fn plan(&mut self, input: &PlanInput<'_>) -> Plan {
+        if nothing_to_do(input) {
+            return Plan::default();
+        }
+        let Planner { by_kernel, uses, future, added, removed, victims, protect, guard, planned, between } =
+            self;
+        let mut out = Plan::default();
+        // Future uses per unit, soonest first.
+        by_kernel.clear();
+        by_kernel.extend(input.predicted.iter().copied().filter(|u| u.at >= input.now));
+        by_kernel.sort_by(|a, b| a.at.cmp(&b.at).then(a.unit.cmp(&b.unit)));
+        uses.clear();
+        // A predicted overwrite does not prove the data dead: count it as a plain use.
+        uses.extend(by_kernel.iter().map(|u| (u.unit, u.at, u.overwrite && u.certain)));
+        // Stable: each unit's uses stay in kernel order.
+        uses.sort_by_key(|u| u.0);
+        future.clear();
+        for (i, u) in uses.iter().enumerate() {
+            future.entry(u.0).or_insert((i as u32, 0)).1 += 1;
+        }
+        let (future, uses) = (&*future, &uses[..]);
+        let next_after = |unit: Unit, j: u64| -> u64 {
+            match uses_of(future, uses, unit).iter().find(|u| u.1 > j) {
+                Some(&(_, at, false)) => at,
+                _ => NEVER, // not predicted again, or overwritten first: dead until then
             }
         };
-        victims.extend(skipped);
-        let Some((p @ (class, next, _), unit)) = victim else { return false };
-        // Early, a victim must be needed after everything used in between (`rival`). One never
-        // predicted is needed beyond the forecast, if at all: it is evicted early only for a use
-        // within `early_reach`, which leaves it that margin (evicting it for any use in the
-        // forecast moved 4% more on resnet50-train at 50%, where it came back soon after).
-        let too_soon = |(j, rival): (u64, u64)| match class {
-            1 => j > input.now.saturating_add(input.early_reach),
-            _ => next <= j || next <= rival,
+
+        added.clear();
+        removed.clear();
+        let base = input.resident;
+        let is_resident = |added: &FxHashMap<Unit, (u64, u64)>, removed: &FxHashSet<Unit>, u: &Unit| {
+            added.contains_key(u) || (base.contains_key(u) && !removed.contains(u))
         };
-        if early.is_some_and(too_soon) {
-            victims.push((p, unit));
-            return false;
-        }
-        *used -= resident.remove(&unit).map_or(0, |v| v.0);
-        if class == 2 && input.placements.discard {
-            out.discard.push((unit, Reason::Dead));
-        } else {
-            out.evict.push((unit, Reason::FarthestNextUse((next != NEVER).then_some(next))));
-        }
-        true
-    };
+        let mut used: u64 = base.bytes();
+        protect.clear();
+        protect.extend(input.current.iter().map(|u| u.unit));
 
-    // Placements of the kernel about to run: duplicates it writes collapse first, and what it
-    // overwrites that would only be evicted before its reuse is written remotely.
-    let mut planned: FxHashSet<Unit> = FxHashSet::default();
-    for u in input.current {
-        if u.writes && input.read_mostly.contains(&u.unit) && !out.collapse.iter().any(|c| c.0 == u.unit) {
-            out.collapse.push((u.unit, Reason::WrittenNow));
-        }
-        // Only data with no device pages: memory recycled from the pool would have to be
-        // discarded first, and a discard holds the host far longer than it saves.
-        if input.placements.remote
-            && u.overwrite
-            && u.certain
-            && !resident.contains_key(&u.unit)
-            && !input.remote.contains(&u.unit)
-            && input.evicted_before_reuse.contains(&u.unit)
-            && planned.insert(u.unit)
-        {
-            out.remote.push((u.unit, Reason::EvictedBeforeReuse));
-        }
-    }
+        // Victims by priority. Priorities do not change during one plan, so the heap is built
+        // once, at the first eviction (many kernels need none); guarded units popped on the way
+        // are pushed back.
+        let unpredicted = base.by_age().filter(|(u, _)| !future.contains_key(u)).peekable();
+        let mut victims = Victims { heap: BinaryHeap::from(std::mem::take(victims)), unpredicted };
+        let mut built = false;
+        let mut skipped = Vec::new();
+        let mut evict_one = |removed: &mut FxHashSet<Unit>,
+                             used: &mut u64,
+                             out: &mut Plan,
+                             guard: &FxHashSet<Unit>,
+                             early: Option<(u64, u64)>|
+         -> bool {
+            if !built {
+                for (&u, &(start, _)) in future {
+                    if let Some((_, last)) = base.get(&u) {
+                        let (_, at, dead) = uses[start as usize];
+                        victims.push((priority(Some(&(at, dead)), last), u));
+                    }
+                }
+                built = true;
+            }
+            skipped.clear();
+            let victim = loop {
+                match victims.pop() {
+                    None => break None,
+                    Some(v) if removed.contains(&v.1) => continue, // evicted already
+                    // The kernel about to run is guarded throughout: not pushed back, or every
+                    // later call would pop it again.
+                    Some(v) if protect.contains(&v.1) => continue,
+                    Some(v) if guard.contains(&v.1) => skipped.push(v),
+                    // A unit too small to prefetch back is not worth a migration call out either
+                    // (dropping dead data is): the driver evicts it if it ever must.
+                    Some(v) if v.0 .0 != 2 && (input.unit_bytes)(v.1) < input.min_prefetch_bytes => continue,
+                    Some(v) => break Some(v),
+                }
+            };
+            for v in skipped.drain(..) {
+                victims.push(v);
+            }
+            let Some((p @ (class, next, _), unit)) = victim else { return false };
+            // Early, a victim must be needed after everything used in between (`rival`). One never
+            // predicted is needed beyond the forecast, if at all: it is evicted early only for a use
+            // within `early_reach`, which leaves it that margin (evicting it for any use in the
+            // forecast moved 4% more on resnet50-train at 50%, where it came back soon after).
+            let too_soon = |(j, rival): (u64, u64)| match class {
+                1 => j > input.now.saturating_add(input.early_reach),
+                _ => next <= j || next <= rival,
+            };
+            if early.is_some_and(too_soon) {
+                victims.push((p, unit));
+                return false;
+            }
+            // Candidates are units the plan found resident: their bytes are the account's.
+            if removed.insert(unit) {
+                *used -= base.get(&unit).map_or(0, |v| v.0);
+            }
+            if class == 2 && input.placements.discard {
+                out.discard.push((unit, Reason::Dead));
+            } else {
+                out.evict.push((unit, Reason::FarthestNextUse((next != NEVER).then_some(next))));
+            }
+            true
+        };
 
-    // Over the budget already (a new region recycled device-resident memory from the pool):
-    // back within it, or the driver makes the room, migrating behind the kernel (on the H200
-    // 0.31 GB of ResNet's replay at 50%, instead of staging).
-    while used > input.budget {
-        if !evict_one(&mut resident, &mut victims, &mut used, &mut out, &protect, None) {
-            break;
+        // Placements of the kernel about to run: duplicates it writes collapse first, and what it
+        // overwrites that would only be evicted before its reuse is written remotely.
+        planned.clear();
+        for u in input.current {
+            if u.writes && input.read_mostly.contains(&u.unit) && !out.collapse.iter().any(|c| c.0 == u.unit)
+            {
+                out.collapse.push((u.unit, Reason::WrittenNow));
+            }
+            // Only data with no device pages: memory recycled from the pool would have to be
+            // discarded first, and a discard holds the host far longer than it saves.
+            if input.placements.remote
+                && u.overwrite
+                && u.certain
+                && !is_resident(added, removed, &u.unit)
+                && !input.remote.contains(&u.unit)
+                && input.evicted_before_reuse.contains(&u.unit)
+                && planned.insert(u.unit)
+            {
+                out.remote.push((u.unit, Reason::EvictedBeforeReuse));
+            }
         }
-    }
 
-    // The kernel about to run: its units must fit, whatever it evicts.
-    for u in input.current {
-        if resident.contains_key(&u.unit) || input.remote.contains(&u.unit) || !planned.insert(u.unit) {
-            continue;
-        }
-        let bytes = (input.unit_bytes)(u.unit);
-        while used + bytes > input.budget {
-            if !evict_one(&mut resident, &mut victims, &mut used, &mut out, &protect, None) {
+        // Over the budget already (a new region recycled device-resident memory from the pool):
+        // back within it, or the driver makes the room, migrating behind the kernel (on the H200
+        // 0.31 GB of ResNet's replay at 50%, instead of staging).
+        while used > input.budget {
+            if !evict_one(removed, &mut used, &mut out, protect, None) {
                 break;
             }
         }
-        resident.insert(u.unit, (bytes, input.now));
-        used += bytes;
-        if bytes >= input.min_prefetch_bytes {
-            out.prefetch.push((u.unit, u.overwrite, Reason::NeededNow));
-        }
-    }
 
-    // Predicted units, soonest first, as early as Belady allows.
-    let mut between: FxHashSet<Unit> = FxHashSet::default();
-    let mut pending = 0u64;
-    let mut reserve: Vec<(u64, u64)> = input.reserve.iter().copied().filter(|r| r.0 > input.now).collect();
-    reserve.sort_unstable();
-    let mut reserved = 0;
-    let mut i = 0;
-    while i < by_kernel.len() {
-        let j = by_kernel[i].at;
-        // Regions created up to kernel j need their room by then too.
-        while reserved < reserve.len() && reserve[reserved].0 <= j {
-            pending += reserve[reserved].1;
-            reserved += 1;
-        }
-        let end = by_kernel[i..].iter().position(|u| u.at != j).map_or(by_kernel.len(), |n| i + n);
-        let kernel = &by_kernel[i..end];
-        let mut guard = protect.clone();
-        guard.extend(kernel.iter().map(|u| u.unit));
-        // The latest next use among the units in between (NEVER, the largest, if one has none).
-        let rival = between.iter().map(|&u| next_after(u, j)).max().unwrap_or(0);
-        for u in kernel {
-            let bytes = (input.unit_bytes)(u.unit);
-            if resident.contains_key(&u.unit)
-                || planned.contains(&u.unit)
+        // The kernel about to run: its units must fit, whatever it evicts.
+        for u in input.current {
+            if is_resident(added, removed, &u.unit)
                 || input.remote.contains(&u.unit)
-                || bytes < input.min_prefetch_bytes
+                || !planned.insert(u.unit)
             {
                 continue;
             }
-            let mut fits = true;
-            while used + pending + bytes > input.budget {
-                if !evict_one(&mut resident, &mut victims, &mut used, &mut out, &guard, Some((j, rival))) {
-                    fits = false;
+            let bytes = (input.unit_bytes)(u.unit);
+            while used + bytes > input.budget {
+                if !evict_one(removed, &mut used, &mut out, protect, None) {
                     break;
                 }
             }
-            if !fits {
-                return with_duplicates(out, input);
-            }
-            planned.insert(u.unit);
-            resident.insert(u.unit, (bytes, input.now));
+            added.insert(u.unit, (bytes, input.now));
             used += bytes;
-            // Only a declared overwrite may skip copying the old data in: a predicted one may be
-            // wrong, and populating instead of migrating would then lose the data.
-            let populate_only = u.overwrite && u.certain;
-            out.prefetch.push((u.unit, populate_only, Reason::Predicted { at: j, confidence: u.confidence }));
-        }
-        for u in kernel {
-            if between.insert(u.unit) && !resident.contains_key(&u.unit) {
-                pending += (input.unit_bytes)(u.unit);
+            if bytes >= input.min_prefetch_bytes {
+                out.prefetch.push((u.unit, u.overwrite, Reason::NeededNow));
             }
         }
-        i = end;
+
+        // Predicted units, soonest first, as early as Belady allows.
+        between.clear();
+        let mut pending = 0u64;
+        let mut reserve: Vec<(u64, u64)> =
+            input.reserve.iter().copied().filter(|r| r.0 > input.now).collect();
+        reserve.sort_unstable();
+        let mut reserved = 0;
+        let mut i = 0;
+        'kernels: while i < by_kernel.len() {
+            let j = by_kernel[i].at;
+            // Regions created up to kernel j need their room by then too.
+            while reserved < reserve.len() && reserve[reserved].0 <= j {
+                pending += reserve[reserved].1;
+                reserved += 1;
+            }
+            let end = by_kernel[i..].iter().position(|u| u.at != j).map_or(by_kernel.len(), |n| i + n);
+            let kernel = &by_kernel[i..end];
+            guard.clone_from(protect);
+            guard.extend(kernel.iter().map(|u| u.unit));
+            // The latest next use among the units in between (NEVER, the largest, if one has none),
+            // worked out only if something must make room for kernel j, and then once: a scan of
+            // every unit in between for every forecast kernel was most of a plan's work on long
+            // forecasts. The scan stops at NEVER.
+            let mut rival: Option<u64> = None;
+            let between_now = &*between;
+            let mut rival_of = || {
+                *rival.get_or_insert_with(|| {
+                    let mut latest = 0;
+                    for &u in between_now.iter() {
+                        latest = latest.max(next_after(u, j));
+                        if latest == NEVER {
+                            break;
+                        }
+                    }
+                    latest
+                })
+            };
+            for u in kernel {
+                let bytes = (input.unit_bytes)(u.unit);
+                if is_resident(added, removed, &u.unit)
+                    || planned.contains(&u.unit)
+                    || input.remote.contains(&u.unit)
+                    || bytes < input.min_prefetch_bytes
+                {
+                    continue;
+                }
+                let mut fits = true;
+                while used + pending + bytes > input.budget {
+                    if !evict_one(removed, &mut used, &mut out, guard, Some((j, rival_of()))) {
+                        fits = false;
+                        break;
+                    }
+                }
+                if !fits {
+                    break 'kernels;
+                }
+                planned.insert(u.unit);
+                added.insert(u.unit, (bytes, input.now));
+                used += bytes;
+                // Only a declared overwrite may skip copying the old data in: a predicted one may be
+                // wrong, and populating instead of migrating would then lose the data.
+                let populate_only = u.overwrite && u.certain;
+                out.prefetch.push((
+                    u.unit,
+                    populate_only,
+                    Reason::Predicted { at: j, confidence: u.confidence },
+                ));
+            }
+            for u in kernel {
+                if between.insert(u.unit) && !is_resident(added, removed, &u.unit) {
+                    pending += (input.unit_bytes)(u.unit);
+                }
+            }
+            i = end;
+        }
+        let mut heap = victims.heap.into_vec();
+        heap.clear();
+        self.victims = heap;
+        with_duplicates(out, input)
     }
-    with_duplicates(out, input)
 }
 
 /// Whether the plan is empty without working it out: the residency is within the budget,
@@ -358,7 +487,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
 /// case once a working set fits, and it spares the per-kernel copy of the residency (the
 /// planner's host time delays kernel launches on a GPU).
 fn nothing_to_do(input: &PlanInput<'_>) -> bool {
-    input.resident_bytes <= input.budget
+    input.resident.bytes() <= input.budget
         && input.current.iter().all(|u| {
             input.resident.contains_key(&u.unit) && !(u.writes && input.read_mostly.contains(&u.unit))
         })
@@ -427,13 +556,12 @@ mod tests {
         budget_units: u64,
         early_reach: u64,
     ) -> Plan {
-        let resident: FxHashMap<Unit, (u64, u64)> = resident.iter().map(|&r| (unit(r), (MB2, 0))).collect();
+        let resident: Residency = resident.iter().map(|&r| (unit(r), (MB2, 0))).collect();
         plan(&PlanInput {
             now,
             current,
             predicted,
             resident: &resident,
-            resident_bytes: resident.values().map(|v| v.0).sum(),
             reserve: &[],
             unit_bytes: &|_| MB2,
             budget: budget_units * MB2,
@@ -452,14 +580,13 @@ mod tests {
     #[test]
     fn small_units_are_not_evicted() {
         let small = |u: Unit| if u.0 .0 >= 10 { 4096 } else { MB2 };
-        let resident: FxHashMap<Unit, (u64, u64)> =
+        let resident: Residency =
             [(unit(10), (4096, 0)), (unit(11), (4096, 0)), (unit(1), (MB2, 0))].into_iter().collect();
         let p = plan(&PlanInput {
             now: 5,
             current: &[use_(2, 5)],
             predicted: &[use_(1, 9), use_(10, 20), use_(11, 30)],
             resident: &resident,
-            resident_bytes: resident.values().map(|v| v.0).sum(),
             reserve: &[],
             unit_bytes: &small,
             budget: MB2 + 8192,
@@ -559,14 +686,13 @@ mod tests {
 
     #[test]
     fn without_predictions_the_least_recently_used_goes() {
-        let resident: FxHashMap<Unit, (u64, u64)> =
+        let resident: Residency =
             [(unit(1), (MB2, 5)), (unit(2), (MB2, 3)), (unit(3), (MB2, 9))].into_iter().collect();
         let p = plan(&PlanInput {
             now: 10,
             current: &[use_(4, 10)],
             predicted: &[],
             resident: &resident,
-            resident_bytes: resident.values().map(|v| v.0).sum(),
             reserve: &[],
             unit_bytes: &|_| MB2,
             budget: 3 * MB2,
@@ -586,13 +712,12 @@ mod tests {
         // Room for 3 units, none used. Unit 7 is predicted at kernel 5, but a region that does
         // not exist yet is predicted to need 3 units at kernel 2: prefetching 7 now would only
         // force an eviction at kernel 2, so it waits.
-        let resident = FxHashMap::default();
+        let resident = Residency::new();
         let p = plan(&PlanInput {
             now: 0,
             current: &[],
             predicted: &[use_(7, 5)],
             resident: &resident,
-            resident_bytes: resident.values().map(|v| v.0).sum(),
             reserve: &[(2, 3 * MB2)],
             unit_bytes: &|_| MB2,
             budget: 3 * MB2,
@@ -620,7 +745,7 @@ mod tests {
         read_mostly: &[u64],
         evicted_before_reuse: &[u64],
     ) -> Plan {
-        let resident: FxHashMap<Unit, (u64, u64)> =
+        let resident: Residency =
             resident.iter().enumerate().map(|(i, &r)| (unit(r), (MB2, i as u64))).collect();
         let set = |v: &[u64]| v.iter().map(|&r| unit(r)).collect::<FxHashSet<_>>();
         plan(&PlanInput {
@@ -628,7 +753,6 @@ mod tests {
             current,
             predicted,
             resident: &resident,
-            resident_bytes: resident.values().map(|v| v.0).sum(),
             reserve: &[],
             unit_bytes: &|_| MB2,
             budget: 2 * MB2,

@@ -13,8 +13,8 @@ use super::units::{
 };
 use super::Policy;
 use crate::advisor::{
-    plan, Identity, Observation, Placements, Plan, PlanInput, Prediction, Predictor, Reason, RegionKey,
-    Tournament, Unit, UnitUse,
+    Identity, Observation, Placements, Plan, PlanInput, Planner, Prediction, Predictor, Reason, RegionKey,
+    Residency, Tournament, Unit, UnitUse,
 };
 use crate::backend::{page_round, Advice, Location, MemoryBackend, BLOCK_SIZE};
 use crate::config::{AdvisorConfig, PlacementName};
@@ -95,10 +95,12 @@ pub struct Advisor {
     settings: AdvisorSettings,
     identity: Identity,
     predictor: Tournament,
+    /// The planner, with its working memory.
+    planner: Planner,
     sizes: Sizes,
     by_key: FxHashMap<RegionKey, RegionId>,
     /// Units on the device: (bytes, kernel of last use), and their total.
-    resident: Account,
+    resident: Residency,
     /// Units marked read-mostly.
     read_mostly: FxHashSet<Unit>,
     /// Units mapped remotely, with the kernel that wrote them.
@@ -118,6 +120,8 @@ pub struct Advisor {
     next_adopt: u64,
     kernel: u64,
     predictions: Vec<Prediction>,
+    /// Scratch for `before_kernel`: the uses of the kernel about to run and of the forecast.
+    uses: (Vec<UnitUse>, Vec<UnitUse>),
     hints: HintBytes,
     /// Regions the running kernel declared (faults elsewhere are undeclared accesses).
     declared: FxHashSet<RegionId>,
@@ -205,48 +209,6 @@ fn kernel_units(sizes: &Sizes, acc: &[TraceAccess]) -> Vec<(Unit, bool, bool)> {
     units.into_iter().map(|(u, ow)| (u, ow, written.contains(&u))).collect()
 }
 
-/// The units the advisor believes on the device, with (bytes, kernel of last use) each, and
-/// their total kept as they change (summing the map for every kernel was a twentieth of a
-/// replay's instructions).
-#[derive(Debug, Default)]
-struct Account {
-    units: FxHashMap<Unit, (u64, u64)>,
-    bytes: u64,
-}
-
-impl Account {
-    fn units(&self) -> &FxHashMap<Unit, (u64, u64)> {
-        &self.units
-    }
-
-    fn bytes(&self) -> u64 {
-        self.bytes
-    }
-
-    fn contains_key(&self, u: &Unit) -> bool {
-        self.units.contains_key(u)
-    }
-
-    fn insert(&mut self, u: Unit, v: (u64, u64)) {
-        if let Some(old) = self.units.insert(u, v) {
-            self.bytes -= old.0;
-        }
-        self.bytes += v.0;
-    }
-
-    fn insert_if_absent(&mut self, u: Unit, v: (u64, u64)) {
-        if !self.units.contains_key(&u) {
-            self.insert(u, v);
-        }
-    }
-
-    fn remove(&mut self, u: &Unit) -> Option<(u64, u64)> {
-        let v = self.units.remove(u)?;
-        self.bytes -= v.0;
-        Some(v)
-    }
-}
-
 impl Advisor {
     /// An advisor with the given settings.
     pub fn new(settings: AdvisorSettings) -> Self {
@@ -254,9 +216,10 @@ impl Advisor {
             settings,
             identity: Identity::new(),
             predictor: Tournament::standard(),
+            planner: Planner::new(),
             sizes: FxHashMap::default(),
             by_key: FxHashMap::default(),
-            resident: Account::default(),
+            resident: Residency::new(),
             read_mostly: FxHashSet::default(),
             remote: FxHashMap::default(),
             born: FxHashMap::default(),
@@ -268,6 +231,7 @@ impl Advisor {
             next_adopt: 0,
             kernel: 0,
             predictions: Vec::new(),
+            uses: (Vec::new(), Vec::new()),
             hints: HintBytes::default(),
             declared: FxHashSet::default(),
             undeclared: Vec::new(),
@@ -430,17 +394,18 @@ impl Advisor {
         self.undeclared.clear();
         self.end_remote_windows(now, backend)?;
         let units = kernel_units(&self.sizes, acc);
-        let current: Vec<UnitUse> = units
-            .iter()
-            .map(|&(unit, overwrite, writes)| UnitUse {
-                unit,
-                at: now,
-                overwrite,
-                writes,
-                confidence: 1.0,
-                certain: true,
-            })
-            .collect();
+        // The use lists are kept between kernels: a forecast can name thousands of units.
+        let (mut current, mut predicted) = std::mem::take(&mut self.uses);
+        current.clear();
+        predicted.clear();
+        current.extend(units.iter().map(|&(unit, overwrite, writes)| UnitUse {
+            unit,
+            at: now,
+            overwrite,
+            writes,
+            confidence: 1.0,
+            certain: true,
+        }));
         if self.recording && now > 0 {
             self.record_forecast_score(now, acc);
         }
@@ -452,7 +417,6 @@ impl Advisor {
         // Undeclared accesses learned from faults, predicted for this very kernel: nothing
         // else will bring them before it runs.
         let mut scratch = Vec::new();
-        let mut learned_now = Vec::new();
         for p in self.predictions.iter().filter(|p| {
             p.at == now && p.confidence >= self.settings.min_confidence && self.learned_keys.contains(&p.key)
         }) {
@@ -464,7 +428,7 @@ impl Advisor {
             add_units(&self.sizes, id, p.offset, p.len, false, &mut scratch);
             for &(unit, _) in &scratch {
                 let (overwrite, writes, certain) = (false, true, false);
-                learned_now.push(UnitUse {
+                predicted.push(UnitUse {
                     unit,
                     at: now,
                     overwrite,
@@ -474,7 +438,6 @@ impl Advisor {
                 });
             }
         }
-        let mut predicted = learned_now;
         let mut reserve = Vec::new();
         let mut unborn: FxHashSet<RegionKey> = FxHashSet::default();
         let window = self.settings.remote_window;
@@ -533,12 +496,11 @@ impl Advisor {
         self.reconcile(backend)?;
         let remote_now: FxHashSet<Unit> = self.remote.keys().copied().collect();
         let sizes = &self.sizes;
-        let plan = plan(&PlanInput {
+        let plan = self.planner.plan(&PlanInput {
             now,
             current: &current,
             predicted: &predicted,
-            resident: self.resident.units(),
-            resident_bytes: self.resident.bytes(),
+            resident: &self.resident,
             reserve: &reserve,
             unit_bytes: &|u| unit_bytes(sizes, u),
             budget: self.settings.budget,
@@ -560,6 +522,7 @@ impl Advisor {
             let bytes = unit_bytes(&self.sizes, u);
             self.resident.insert(u, (bytes, now));
         }
+        self.uses = (current, predicted);
         self.execute(plan, backend)
     }
 
@@ -579,7 +542,7 @@ impl Advisor {
         }
         self.driver_dropped_seen = dropped;
         let mut stale = Vec::new();
-        for &u in self.resident.units().keys() {
+        for u in self.resident.units() {
             if backend.residency(unit_range(&self.sizes, u))?.on_device() == 0 {
                 stale.push(u);
             }

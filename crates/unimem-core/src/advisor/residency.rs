@@ -1,0 +1,169 @@
+//! What the advisor believes is on the device: each 2 MiB unit with its bytes and the kernel
+//! that last used it, their total, and the same units ordered by last use. The order is what
+//! lets the planner pick its least recently used victims without walking (or copying) every
+//! resident unit for every kernel: at a 50% budget that is over a thousand units, and the
+//! planner runs on the host path that issues the kernels.
+//!
+//! The order is a log of (last use, unit) in the order uses are recorded. The advisor records
+//! them kernel by kernel, so the log is sorted by last use as it grows; an entry whose unit
+//! has been used again (or evicted) since is stale, skipped when read and dropped when the
+//! log is compacted. A tree kept in order instead cost more than it saved: every kernel
+//! records the use of all its units.
+
+use rustc_hash::FxHashMap;
+
+use super::plan::Unit;
+
+/// The residency account. See the module documentation.
+#[derive(Debug, Clone, Default)]
+pub struct Residency {
+    units: FxHashMap<Unit, (u64, u64)>,
+    /// (last use, unit), sorted by last use; stale entries included.
+    log: Vec<(u64, Unit)>,
+    bytes: u64,
+}
+
+impl Residency {
+    /// An empty account.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Bytes of every unit.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Units held.
+    pub fn len(&self) -> usize {
+        self.units.len()
+    }
+
+    /// Whether it holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.units.is_empty()
+    }
+
+    /// Whether `u` is on the device.
+    pub fn contains_key(&self, u: &Unit) -> bool {
+        self.units.contains_key(u)
+    }
+
+    /// `u`'s (bytes, kernel of last use).
+    pub fn get(&self, u: &Unit) -> Option<(u64, u64)> {
+        self.units.get(u).copied()
+    }
+
+    /// Adds `u` with (bytes, kernel of last use), or updates it.
+    pub fn insert(&mut self, u: Unit, v: (u64, u64)) {
+        let old = self.units.insert(u, v);
+        if let Some(old) = old {
+            self.bytes -= old.0;
+        }
+        self.bytes += v.0;
+        if old.is_some_and(|o| o.1 == v.1) {
+            return; // its entry stands
+        }
+        let sorted = self.log.last().is_none_or(|&(last, _)| last <= v.1);
+        self.log.push((v.1, u));
+        if !sorted {
+            // Only callers that record an older use than the last land here (tests): order
+            // the log again.
+            self.log.sort_unstable();
+        }
+        if self.log.len() > 2 * self.units.len() + 64 {
+            self.compact();
+        }
+    }
+
+    /// Adds `u` unless it is there.
+    pub fn insert_if_absent(&mut self, u: Unit, v: (u64, u64)) {
+        if !self.units.contains_key(&u) {
+            self.insert(u, v);
+        }
+    }
+
+    /// Removes `u`; returns its (bytes, kernel of last use).
+    pub fn remove(&mut self, u: &Unit) -> Option<(u64, u64)> {
+        let v = self.units.remove(u)?;
+        self.bytes -= v.0;
+        Some(v)
+    }
+
+    /// The units, in no particular order.
+    pub fn units(&self) -> impl Iterator<Item = Unit> + '_ {
+        self.units.keys().copied()
+    }
+
+    /// Whether a log entry is the unit's current one.
+    fn live(&self, &(last, u): &(u64, Unit)) -> bool {
+        self.units.get(&u).is_some_and(|v| v.1 == last)
+    }
+
+    /// Drops stale and repeated entries.
+    fn compact(&mut self) {
+        let mut log = std::mem::take(&mut self.log);
+        log.retain(|e| self.live(e));
+        log.dedup();
+        self.log = log;
+    }
+
+    /// The units with their kernel of last use, least recently used first, and among equals
+    /// the larger unit first (the planner's tie-break).
+    pub fn by_age(&self) -> impl Iterator<Item = (Unit, u64)> + '_ {
+        self.log.chunk_by(|a, b| a.0 == b.0).flat_map(move |same_age| {
+            let mut units: Vec<Unit> = same_age.iter().filter(|e| self.live(e)).map(|e| e.1).collect();
+            units.sort_unstable_by(|a, b| b.cmp(a));
+            units.dedup();
+            let last = same_age[0].0;
+            units.into_iter().map(move |u| (u, last))
+        })
+    }
+}
+
+impl FromIterator<(Unit, (u64, u64))> for Residency {
+    fn from_iter<I: IntoIterator<Item = (Unit, (u64, u64))>>(iter: I) -> Self {
+        let mut r = Self::new();
+        for (u, v) in iter {
+            r.insert(u, v);
+        }
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::region::RegionId;
+
+    #[test]
+    fn totals_and_age_order_follow_every_change() {
+        let u = |r: u64, b: u32| (RegionId(r), b);
+        let mut r: Residency =
+            [(u(1, 0), (10, 5)), (u(2, 0), (20, 3)), (u(3, 0), (30, 5))].into_iter().collect();
+        assert_eq!(r.bytes(), 60);
+        // Oldest first; equal ages: the larger unit first.
+        let order: Vec<Unit> = r.by_age().map(|(u, _)| u).collect();
+        assert_eq!(order, vec![u(2, 0), u(3, 0), u(1, 0)]);
+        // A use moves a unit to the back; an update replaces its bytes.
+        r.insert(u(2, 0), (25, 9));
+        assert_eq!(r.bytes(), 65);
+        assert_eq!(r.by_age().map(|(u, _)| u).collect::<Vec<_>>(), vec![u(3, 0), u(1, 0), u(2, 0)]);
+        r.insert_if_absent(u(2, 0), (1, 0));
+        assert_eq!(r.get(&u(2, 0)), Some((25, 9)));
+        assert_eq!(r.remove(&u(3, 0)), Some((30, 5)));
+        assert_eq!(r.remove(&u(3, 0)), None);
+        assert_eq!((r.bytes(), r.len()), (35, 2));
+        assert_eq!(r.by_age().count(), 2);
+        // Removed and recorded again in the same kernel: listed once.
+        r.remove(&u(2, 0));
+        r.insert(u(2, 0), (25, 9));
+        assert_eq!(r.by_age().map(|(u, _)| u).collect::<Vec<_>>(), vec![u(1, 0), u(2, 0)]);
+        // Many uses later the log is compacted and the order holds.
+        for k in 10..200 {
+            r.insert(u(1, 0), (10, k));
+        }
+        assert!(r.log.len() <= 2 * r.len() + 64);
+        assert_eq!(r.by_age().collect::<Vec<_>>(), vec![(u(2, 0), 9), (u(1, 0), 199)]);
+    }
+}
