@@ -5,10 +5,11 @@
 #![cfg(feature = "gpu-tests")]
 
 use unimem_core::backend::cuda::{
-    discard_and_prefetch_batch, discard_batch, prefetch_batch, probe, CudaDevice, Kernels, ManagedBuffer,
-    TouchMode,
+    discard_and_prefetch_batch, discard_batch, prefetch_batch, probe, CudaDevice, FreeMemory, Kernels,
+    ManagedBuffer, TouchMode,
 };
 use unimem_core::backend::{Advice, Location};
+use unimem_core::config::Oversubscribe;
 use unimem_core::Error;
 
 const GIB: u64 = 1 << 30;
@@ -58,6 +59,23 @@ fn oversubscription_is_refused_before_any_allocation() {
     assert!(matches!(e, Error::Allocation { .. }), "{e}");
     assert!(e.to_string().contains("can hang the GPU"), "{e}");
     assert!(e.to_string().contains(r#"oversubscribe = "allow""#), "names the key: {e}");
+}
+
+/// The guard that reads free memory only when it matters (the backend's) refuses what does
+/// not fit on a fresh reading, even right after allocations its estimate counted.
+#[test]
+fn the_cached_guard_refuses_on_a_fresh_reading() {
+    let dev = device();
+    let mut guard = FreeMemory::default();
+    let small: Vec<ManagedBuffer> =
+        (0..16).map(|_| guard.alloc(&dev, 64 << 20, Oversubscribe::Deny).unwrap()).collect();
+    let (free, _) = dev.mem_info().unwrap();
+    let e = guard.alloc(&dev, free, Oversubscribe::Deny).unwrap_err();
+    assert!(matches!(e, Error::Allocation { .. }), "{e}");
+    assert!(e.to_string().contains(r#"oversubscribe = "allow""#), "names the key: {e}");
+    // Within the estimate: allocated without a new reading, and usable.
+    let more = guard.alloc(&dev, 64 << 20, Oversubscribe::Deny).unwrap();
+    assert_eq!(more.len() + small.iter().map(|b| b.len()).sum::<u64>(), 17 * (64 << 20));
 }
 
 #[test]

@@ -47,7 +47,9 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::pool::{BufferPool, Pooled};
 use super::staging::{Run, Slot, StagingPool};
-use super::{cuda_err, discard_batch, prefetch_batch, CudaDevice, Kernels, ManagedBuffer, TouchMode};
+use super::{
+    cuda_err, discard_batch, prefetch_batch, CudaDevice, FreeMemory, Kernels, ManagedBuffer, TouchMode,
+};
 use crate::access::RangeAccess;
 use crate::backend::{
     Advice, BackendKind, BackendStats, ByteRange, KernelLaunch, Location, MemEvent, MemoryBackend,
@@ -131,6 +133,8 @@ pub struct CudaBackend {
     kernel_marks: std::collections::VecDeque<(u64, Arc<CudaEvent>)>,
     capacity: u64,
     oversubscribe: Oversubscribe,
+    /// Free device memory for the guard, read when it matters (see `FreeMemory`).
+    free_memory: FreeMemory,
     regions: FxHashMap<RegionId, CudaRegion>,
     /// Freed buffers by size, for reuse (their device pages stay outside the account).
     pool: BufferPool<ManagedBuffer, Arc<CudaEvent>>,
@@ -359,6 +363,7 @@ impl CudaBackend {
             kernel_marks: Default::default(),
             capacity,
             oversubscribe,
+            free_memory: FreeMemory::default(),
             regions: FxHashMap::default(),
             pool: BufferPool::new(),
             relocate: false,
@@ -1137,13 +1142,14 @@ impl CudaBackend {
         }
         self.new_buffers += 1;
         let blocks = vec![Block::default(); bytes.div_ceil(BLOCK_SIZE) as usize];
-        match ManagedBuffer::alloc_with(&self.dev, bytes, self.oversubscribe) {
+        match self.free_memory.alloc(&self.dev, bytes, self.oversubscribe) {
             Ok(buf) => Ok((buf, blocks)),
             Err(Error::Allocation { .. }) if !self.pool.is_empty() => {
                 // Give pooled memory back (cuMemFree synchronises) and try once more.
                 self.sync_all()?;
                 self.pool.clear();
-                Ok((ManagedBuffer::alloc_with(&self.dev, bytes, self.oversubscribe)?, blocks))
+                self.free_memory.forget();
+                Ok((self.free_memory.alloc(&self.dev, bytes, self.oversubscribe)?, blocks))
             }
             Err(e) => Err(e),
         }

@@ -19,7 +19,8 @@ pub use backend::CudaBackend;
 pub use device::{Capabilities, CudaDevice};
 pub use kernels::{Kernels, TouchMode, MAX_TOUCH_RANGES};
 pub use managed::{
-    discard_and_prefetch_batch, discard_batch, prefetch_batch, ManagedBuffer, RangeAttributes, RESERVE_BYTES,
+    discard_and_prefetch_batch, discard_batch, prefetch_batch, FreeMemory, ManagedBuffer, RangeAttributes,
+    RESERVE_BYTES,
 };
 pub use staging::{Run, Slot, StagingPool, SLOT_BYTES};
 
