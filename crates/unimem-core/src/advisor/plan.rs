@@ -209,9 +209,8 @@ fn uses_of<'u>(
 
 /// Eviction candidates in priority order, as a heap over the whole residency would give them:
 /// the predicted units (and any pushed back) in a heap, merged with the unpredicted units,
-/// whose priority is their age, streamed from the account's age order. Only the units the
-/// planner was resident with are candidates: what the plan itself brings in is either the
-/// kernel about to run (protected) or predicted sooner than any use it would make room for.
+/// whose priority is their age, streamed from the account's age order. Like that heap it
+/// holds what the plan brought in before its first eviction, and nothing brought in after.
 struct Victims<I: Iterator<Item = (Unit, u64)>> {
     heap: BinaryHeap<(Priority, Unit)>,
     unpredicted: std::iter::Peekable<I>,
@@ -288,7 +287,8 @@ impl Planner {
         let mut victims = Victims { heap: BinaryHeap::from(std::mem::take(victims)), unpredicted };
         let mut built = false;
         let mut skipped = Vec::new();
-        let mut evict_one = |removed: &mut FxHashSet<Unit>,
+        let mut evict_one = |added: &mut FxHashMap<Unit, (u64, u64)>,
+                             removed: &mut FxHashSet<Unit>,
                              used: &mut u64,
                              out: &mut Plan,
                              guard: &FxHashSet<Unit>,
@@ -300,6 +300,12 @@ impl Planner {
                         let (_, at, dead) = uses[start as usize];
                         victims.push((priority(Some(&(at, dead)), last), u));
                     }
+                }
+                // What the plan brought in before its first eviction ranks with the rest (a
+                // unit it fetched for a certain overwrite is dead until then, and first).
+                for (&u, &(_, last)) in added.iter() {
+                    let first = uses_of(future, uses, u).first().map(|&(_, at, dead)| (at, dead));
+                    victims.push((priority(first.as_ref(), last), u));
                 }
                 built = true;
             }
@@ -334,8 +340,9 @@ impl Planner {
                 victims.push((p, unit));
                 return false;
             }
-            // Candidates are units the plan found resident: their bytes are the account's.
-            if removed.insert(unit) {
+            if let Some((bytes, _)) = added.remove(&unit) {
+                *used -= bytes;
+            } else if removed.insert(unit) {
                 *used -= base.get(&unit).map_or(0, |v| v.0);
             }
             if class == 2 && input.placements.discard {
@@ -372,7 +379,7 @@ impl Planner {
         // back within it, or the driver makes the room, migrating behind the kernel (on the H200
         // 0.31 GB of ResNet's replay at 50%, instead of staging).
         while used > input.budget {
-            if !evict_one(removed, &mut used, &mut out, protect, None) {
+            if !evict_one(added, removed, &mut used, &mut out, protect, None) {
                 break;
             }
         }
@@ -387,7 +394,7 @@ impl Planner {
             }
             let bytes = (input.unit_bytes)(u.unit);
             while used + bytes > input.budget {
-                if !evict_one(removed, &mut used, &mut out, protect, None) {
+                if !evict_one(added, removed, &mut used, &mut out, protect, None) {
                     break;
                 }
             }
@@ -446,7 +453,7 @@ impl Planner {
                 }
                 let mut fits = true;
                 while used + pending + bytes > input.budget {
-                    if !evict_one(removed, &mut used, &mut out, guard, Some((j, rival_of()))) {
+                    if !evict_one(added, removed, &mut used, &mut out, guard, Some((j, rival_of()))) {
                         fits = false;
                         break;
                     }
@@ -523,6 +530,9 @@ fn with_duplicates(mut out: Plan, input: &PlanInput<'_>) -> Plan {
     }
     out
 }
+
+#[cfg(test)]
+mod reference;
 
 #[cfg(test)]
 mod tests {
