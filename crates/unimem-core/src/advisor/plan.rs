@@ -173,7 +173,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
 /// The planner with its working memory kept between kernels. It never copies the residency
 /// nor ranks all of it: what it changes sits in an overlay (`added`, `removed`), and victims
 /// come from a heap of the predicted units merged with the unpredicted ones in the account's
-/// age order ([`Victims`]). Copying and ranking the whole residency for every kernel (over a
+/// age order. Copying and ranking the whole residency for every kernel (over a
 /// thousand units at a 50% budget) was most of the planner's host time.
 #[derive(Debug, Default)]
 pub struct Planner {
