@@ -174,20 +174,30 @@ impl Predictor for Markov {
             for (i, n) in s.next.iter().enumerate() {
                 self.marks.set(n.id, i as u32);
             }
+            // The first of the rarest successors, where known: a successor just put in has the
+            // lowest count there is and every one before it a higher one, so it is the next to
+            // go until its count rises (a kernel with many new successors replaces one slot
+            // over and over, which scanned the row every time).
+            let mut rarest: Option<usize> = None;
             for &(id, mode, len) in &self.current {
                 if let Some(i) = self.marks.get(id) {
                     let e = &mut s.next[i as usize];
                     e.count += 1;
                     (e.mode, e.len) = (mode, len);
+                    if rarest == Some(i as usize) {
+                        rarest = None;
+                    }
                 } else if s.next.len() < MAX_SUCCESSORS {
                     self.marks.set(id, s.next.len() as u32);
                     s.next.push(Successor { id, count: 1, mode, len });
-                } else if let Some(i) = (0..s.next.len()).min_by_key(|&i| s.next[i].count) {
+                } else if let Some(i) = rarest.or_else(|| (0..s.next.len()).min_by_key(|&i| s.next[i].count))
+                {
                     // Replace the rarest successor (the first of the rarest): recent behaviour
                     // wins over old noise.
                     self.marks.unset(s.next[i].id);
                     self.marks.set(id, i as u32);
                     s.next[i] = Successor { id, count: 1, mode, len };
+                    rarest = Some(i);
                 }
             }
         }
@@ -224,3 +234,6 @@ impl Predictor for Markov {
         (self.from, self.next) = (from, next);
     }
 }
+
+#[cfg(test)]
+mod reference;
