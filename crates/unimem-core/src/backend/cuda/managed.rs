@@ -120,14 +120,9 @@ impl ManagedBuffer {
         Self::alloc_within(dev, bytes, oversubscribe, free)
     }
 
-    /// [`ManagedBuffer::alloc_with`] against `free` bytes of free device memory as the caller
-    /// knows them (see [`FreeMemory`]).
-    pub fn alloc_within(
-        dev: &CudaDevice,
-        bytes: u64,
-        oversubscribe: Oversubscribe,
-        free: u64,
-    ) -> Result<Self> {
+    /// [`ManagedBuffer::alloc_with`] against `free` bytes of free device memory as read by the
+    /// caller (`FreeMemory`). Private: a caller-supplied figure must never bypass the guard.
+    fn alloc_within(dev: &CudaDevice, bytes: u64, oversubscribe: Oversubscribe, free: u64) -> Result<Self> {
         if bytes == 0 {
             return Err(Error::Allocation { bytes, reason: "size must be at least 1 byte".into() });
         }
