@@ -164,6 +164,83 @@ fn priority(next: Option<&(u64, bool)>, last_use: u64) -> Priority {
 
 type Priority = (u8, u64, u64);
 
+/// A live unit too small to prefetch back is not worth a migration call out either (dropping
+/// dead data is): the driver evicts it if it ever must.
+fn too_small_to_move(input: &PlanInput<'_>, &((class, _, _), unit): &(Priority, Unit)) -> bool {
+    class != 2 && (input.unit_bytes)(unit) < input.min_prefetch_bytes
+}
+
+/// Whether evicting a unit of priority `(class, next, _)` now, to make room for kernel `j`
+/// ahead of time, is too soon. Early, a victim must be needed after everything used in
+/// between (`rival`). One never predicted is needed beyond the forecast, if at all: it is
+/// evicted early only for a use within `early_reach`, which leaves it that margin (evicting it
+/// for any use in the forecast moved 4% more on resnet50-train at 50%, where it came back
+/// soon after).
+fn too_soon(input: &PlanInput<'_>, (class, next, _): Priority, (j, rival): (u64, u64)) -> bool {
+    match class {
+        1 => j > input.now.saturating_add(input.early_reach),
+        _ => next <= j || next <= rival,
+    }
+}
+
+/// Writes down the eviction of `unit` (priority class and next use): dropped if dead, else
+/// moved out.
+fn record_eviction(input: &PlanInput<'_>, out: &mut Plan, (class, next, _): Priority, unit: Unit) {
+    if class == 2 && input.placements.discard {
+        out.discard.push((unit, Reason::Dead));
+    } else {
+        out.evict.push((unit, Reason::FarthestNextUse((next != NEVER).then_some(next))));
+    }
+}
+
+/// The forecast's kernels in order (`by_kernel` is sorted by kernel), each with its uses and
+/// the bytes that regions created by then add to the room kept free (`input.reserve`).
+fn forecast_kernels<'a>(
+    input: &PlanInput<'_>,
+    by_kernel: &'a [UnitUse],
+) -> impl Iterator<Item = (u64, &'a [UnitUse], u64)> + 'a {
+    let mut reserve: Vec<(u64, u64)> = input.reserve.iter().copied().filter(|r| r.0 > input.now).collect();
+    reserve.sort_unstable();
+    let mut reserved = 0;
+    by_kernel.chunk_by(|a, b| a.at == b.at).map(move |kernel| {
+        let j = kernel[0].at;
+        // Regions created up to kernel j need their room by then too.
+        let mut due = 0;
+        while reserved < reserve.len() && reserve[reserved].0 <= j {
+            due += reserve[reserved].1;
+            reserved += 1;
+        }
+        (j, kernel, due)
+    })
+}
+
+/// Placements of the kernel about to run: duplicates it writes collapse first, and what it
+/// overwrites that would only be evicted before its reuse is written remotely (`planned`).
+fn place_current(
+    input: &PlanInput<'_>,
+    is_resident: impl Fn(&Unit) -> bool,
+    planned: &mut FxHashSet<Unit>,
+    out: &mut Plan,
+) {
+    for u in input.current {
+        if u.writes && input.read_mostly.contains(&u.unit) && !out.collapse.iter().any(|c| c.0 == u.unit) {
+            out.collapse.push((u.unit, Reason::WrittenNow));
+        }
+        // Only data with no device pages: memory recycled from the pool would have to be
+        // discarded first, and a discard holds the host far longer than it saves.
+        if input.placements.remote
+            && u.overwrite
+            && u.certain
+            && !is_resident(&u.unit)
+            && !input.remote.contains(&u.unit)
+            && input.evicted_before_reuse.contains(&u.unit)
+            && planned.insert(u.unit)
+        {
+            out.remote.push((u.unit, Reason::EvictedBeforeReuse));
+        }
+    }
+}
+
 /// Plans hints for the kernel about to run. See the module documentation. A caller that
 /// plans every kernel keeps a [`Planner`] instead, which reuses its working memory.
 pub fn plan(input: &PlanInput<'_>) -> Plan {
@@ -318,25 +395,15 @@ impl Planner {
                     // later call would pop it again.
                     Some(v) if protect.contains(&v.1) => continue,
                     Some(v) if guard.contains(&v.1) => skipped.push(v),
-                    // A unit too small to prefetch back is not worth a migration call out either
-                    // (dropping dead data is): the driver evicts it if it ever must.
-                    Some(v) if v.0 .0 != 2 && (input.unit_bytes)(v.1) < input.min_prefetch_bytes => continue,
+                    Some(v) if too_small_to_move(input, &v) => continue,
                     Some(v) => break Some(v),
                 }
             };
             for v in skipped.drain(..) {
                 victims.push(v);
             }
-            let Some((p @ (class, next, _), unit)) = victim else { return false };
-            // Early, a victim must be needed after everything used in between (`rival`). One never
-            // predicted is needed beyond the forecast, if at all: it is evicted early only for a use
-            // within `early_reach`, which leaves it that margin (evicting it for any use in the
-            // forecast moved 4% more on resnet50-train at 50%, where it came back soon after).
-            let too_soon = |(j, rival): (u64, u64)| match class {
-                1 => j > input.now.saturating_add(input.early_reach),
-                _ => next <= j || next <= rival,
-            };
-            if early.is_some_and(too_soon) {
+            let Some((p, unit)) = victim else { return false };
+            if early.is_some_and(|early| too_soon(input, p, early)) {
                 victims.push((p, unit));
                 return false;
             }
@@ -345,35 +412,12 @@ impl Planner {
             } else if removed.insert(unit) {
                 *used -= base.get(&unit).map_or(0, |v| v.0);
             }
-            if class == 2 && input.placements.discard {
-                out.discard.push((unit, Reason::Dead));
-            } else {
-                out.evict.push((unit, Reason::FarthestNextUse((next != NEVER).then_some(next))));
-            }
+            record_eviction(input, out, p, unit);
             true
         };
 
-        // Placements of the kernel about to run: duplicates it writes collapse first, and what it
-        // overwrites that would only be evicted before its reuse is written remotely.
         planned.clear();
-        for u in input.current {
-            if u.writes && input.read_mostly.contains(&u.unit) && !out.collapse.iter().any(|c| c.0 == u.unit)
-            {
-                out.collapse.push((u.unit, Reason::WrittenNow));
-            }
-            // Only data with no device pages: memory recycled from the pool would have to be
-            // discarded first, and a discard holds the host far longer than it saves.
-            if input.placements.remote
-                && u.overwrite
-                && u.certain
-                && !is_resident(added, removed, &u.unit)
-                && !input.remote.contains(&u.unit)
-                && input.evicted_before_reuse.contains(&u.unit)
-                && planned.insert(u.unit)
-            {
-                out.remote.push((u.unit, Reason::EvictedBeforeReuse));
-            }
-        }
+        place_current(input, |u| is_resident(added, removed, u), planned, &mut out);
 
         // Over the budget already (a new region recycled device-resident memory from the pool):
         // back within it, or the driver makes the room, migrating behind the kernel (on the H200
@@ -408,20 +452,8 @@ impl Planner {
         // Predicted units, soonest first, as early as Belady allows.
         between.clear();
         let mut pending = 0u64;
-        let mut reserve: Vec<(u64, u64)> =
-            input.reserve.iter().copied().filter(|r| r.0 > input.now).collect();
-        reserve.sort_unstable();
-        let mut reserved = 0;
-        let mut i = 0;
-        'kernels: while i < by_kernel.len() {
-            let j = by_kernel[i].at;
-            // Regions created up to kernel j need their room by then too.
-            while reserved < reserve.len() && reserve[reserved].0 <= j {
-                pending += reserve[reserved].1;
-                reserved += 1;
-            }
-            let end = by_kernel[i..].iter().position(|u| u.at != j).map_or(by_kernel.len(), |n| i + n);
-            let kernel = &by_kernel[i..end];
+        'kernels: for (j, kernel, due) in forecast_kernels(input, by_kernel) {
+            pending += due;
             guard.clone_from(protect);
             guard.extend(kernel.iter().map(|u| u.unit));
             // The latest next use among the units in between (NEVER, the largest, if one has none),
@@ -478,7 +510,6 @@ impl Planner {
                     pending += (input.unit_bytes)(u.unit);
                 }
             }
-            i = end;
         }
         let mut heap = victims.heap.into_vec();
         heap.clear();

@@ -2,7 +2,9 @@
 //! (a copy of the residency, a victim heap over all of it, built at the first eviction), as
 //! the planner was before it learned to avoid both. On random inputs the two must make the
 //! same plan, hint for hint and in the same order, including when one `Planner` plans many
-//! kernels in a row (its working memory must not leak from one plan into the next).
+//! kernels in a row (its working memory must not leak from one plan into the next). The rules
+//! both apply to a single unit (`too_soon`, `too_small_to_move`, `place_current`, ...) are
+//! shared: what is checked is how the planner finds and keeps its units.
 
 use std::collections::BinaryHeap;
 
@@ -66,55 +68,23 @@ fn reference_plan(input: &PlanInput<'_>) -> Plan {
                 None => break None,
                 Some(v) if !resident.contains_key(&v.1) => continue, // evicted already
                 Some(v) if guard.contains(&v.1) => skipped.push(v),
-                // A unit too small to prefetch back is not worth a migration call out either
-                // (dropping dead data is): the driver evicts it if it ever must.
-                Some(v) if v.0 .0 != 2 && (input.unit_bytes)(v.1) < input.min_prefetch_bytes => continue,
+                Some(v) if too_small_to_move(input, &v) => continue,
                 Some(v) => break Some(v),
             }
         };
         victims.extend(skipped);
-        let Some((p @ (class, next, _), unit)) = victim else { return false };
-        // Early, a victim must be needed after everything used in between (`rival`). One never
-        // predicted is needed beyond the forecast, if at all: it is evicted early only for a use
-        // within `early_reach`, which leaves it that margin (evicting it for any use in the
-        // forecast moved 4% more on resnet50-train at 50%, where it came back soon after).
-        let too_soon = |(j, rival): (u64, u64)| match class {
-            1 => j > input.now.saturating_add(input.early_reach),
-            _ => next <= j || next <= rival,
-        };
-        if early.is_some_and(too_soon) {
+        let Some((p, unit)) = victim else { return false };
+        if early.is_some_and(|early| too_soon(input, p, early)) {
             victims.push((p, unit));
             return false;
         }
         *used -= resident.remove(&unit).map_or(0, |v| v.0);
-        if class == 2 && input.placements.discard {
-            out.discard.push((unit, Reason::Dead));
-        } else {
-            out.evict.push((unit, Reason::FarthestNextUse((next != NEVER).then_some(next))));
-        }
+        record_eviction(input, out, p, unit);
         true
     };
 
-    // Placements of the kernel about to run: duplicates it writes collapse first, and what it
-    // overwrites that would only be evicted before its reuse is written remotely.
     let mut planned: FxHashSet<Unit> = FxHashSet::default();
-    for u in input.current {
-        if u.writes && input.read_mostly.contains(&u.unit) && !out.collapse.iter().any(|c| c.0 == u.unit) {
-            out.collapse.push((u.unit, Reason::WrittenNow));
-        }
-        // Only data with no device pages: memory recycled from the pool would have to be
-        // discarded first, and a discard holds the host far longer than it saves.
-        if input.placements.remote
-            && u.overwrite
-            && u.certain
-            && !resident.contains_key(&u.unit)
-            && !input.remote.contains(&u.unit)
-            && input.evicted_before_reuse.contains(&u.unit)
-            && planned.insert(u.unit)
-        {
-            out.remote.push((u.unit, Reason::EvictedBeforeReuse));
-        }
-    }
+    place_current(input, |u| resident.contains_key(u), &mut planned, &mut out);
 
     // Over the budget already (a new region recycled device-resident memory from the pool):
     // back within it, or the driver makes the room, migrating behind the kernel (on the H200
@@ -146,19 +116,8 @@ fn reference_plan(input: &PlanInput<'_>) -> Plan {
     // Predicted units, soonest first, as early as Belady allows.
     let mut between: FxHashSet<Unit> = FxHashSet::default();
     let mut pending = 0u64;
-    let mut reserve: Vec<(u64, u64)> = input.reserve.iter().copied().filter(|r| r.0 > input.now).collect();
-    reserve.sort_unstable();
-    let mut reserved = 0;
-    let mut i = 0;
-    while i < by_kernel.len() {
-        let j = by_kernel[i].at;
-        // Regions created up to kernel j need their room by then too.
-        while reserved < reserve.len() && reserve[reserved].0 <= j {
-            pending += reserve[reserved].1;
-            reserved += 1;
-        }
-        let end = by_kernel[i..].iter().position(|u| u.at != j).map_or(by_kernel.len(), |n| i + n);
-        let kernel = &by_kernel[i..end];
+    for (j, kernel, due) in forecast_kernels(input, &by_kernel) {
+        pending += due;
         let mut guard = protect.clone();
         guard.extend(kernel.iter().map(|u| u.unit));
         // The latest next use among the units in between (NEVER, the largest, if one has none).
@@ -195,7 +154,6 @@ fn reference_plan(input: &PlanInput<'_>) -> Plan {
                 pending += (input.unit_bytes)(u.unit);
             }
         }
-        i = end;
     }
     with_duplicates(out, input)
 }
