@@ -92,11 +92,16 @@ pub struct Score {
 impl Score {
     /// Scores one kernel: `predicted` and `actual` keys (duplicates ignored).
     pub fn add(&mut self, predicted: &[RegionKey], actual: &[RegionKey]) {
-        let (p, a) = (distinct(predicted), distinct(actual));
-        let hits = a.iter().filter(|k| p.binary_search(k).is_ok()).count() as u64;
+        self.add_distinct(&distinct(predicted), &distinct(actual));
+    }
+
+    /// Scores one kernel whose `predicted` and `actual` keys are sorted and distinct already
+    /// (no copies: the tournament scores every kernel).
+    pub fn add_distinct(&mut self, predicted: &[RegionKey], actual: &[RegionKey]) {
+        let hits = actual.iter().filter(|k| predicted.binary_search(k).is_ok()).count() as u64;
         self.hits += hits;
-        self.false_alarms += p.len() as u64 - hits;
-        self.misses += a.len() as u64 - hits;
+        self.false_alarms += predicted.len() as u64 - hits;
+        self.misses += actual.len() as u64 - hits;
     }
 
     /// Of what was predicted, how much was used.

@@ -101,17 +101,12 @@ impl Predictor for Tournament {
             if !c.forecast.is_empty() {
                 c.precision += LEARN * (hits as f32 / c.forecast.len() as f32 - c.precision);
             }
-            // Scored as `Score::add` would, without its copies (this runs for every kernel).
             self.confident.clear();
             self.confident.extend(c.forecast.iter().filter(|f| f.1 >= 0.5).map(|f| f.0));
             self.confident.sort_unstable();
             self.confident.dedup();
-            let hits = self.confident.iter().filter(|k| actual.binary_search(k).is_ok()).count() as u64;
-            let s = Score {
-                hits,
-                false_alarms: self.confident.len() as u64 - hits,
-                misses: actual.len() as u64 - hits,
-            };
+            let mut s = Score::default();
+            s.add_distinct(&self.confident, &actual);
             c.total.hits += s.hits;
             c.total.false_alarms += s.false_alarms;
             c.total.misses += s.misses;
