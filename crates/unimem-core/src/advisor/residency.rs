@@ -100,10 +100,12 @@ impl Residency {
         self.units.get(&u).is_some_and(|v| v.1 == last)
     }
 
-    /// Drops stale and repeated entries.
+    /// Drops stale and repeated entries (a unit removed and recorded again in the same kernel
+    /// has two: sorting brings them together, and keeps the order by last use).
     fn compact(&mut self) {
         let mut log = std::mem::take(&mut self.log);
         log.retain(|e| self.live(e));
+        log.sort_unstable();
         log.dedup();
         self.log = log;
     }
@@ -165,5 +167,11 @@ mod tests {
         }
         assert!(r.log.len() <= 2 * r.len() + 64);
         assert_eq!(r.by_age().collect::<Vec<_>>(), vec![(u(2, 0), 9), (u(1, 0), 199)]);
+        // Compacted, one entry per unit is left, even for one recorded twice in a kernel.
+        r.remove(&u(1, 0));
+        r.insert(u(3, 0), (30, 199));
+        r.insert(u(1, 0), (10, 199));
+        r.compact();
+        assert_eq!(r.log, vec![(9, u(2, 0)), (199, u(1, 0)), (199, u(3, 0))]);
     }
 }
