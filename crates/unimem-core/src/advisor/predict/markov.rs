@@ -92,9 +92,10 @@ pub struct Markov {
     keys: Vec<RegionKey>,
     /// Successors by region number.
     table: Vec<Successors>,
+    /// Regions of the last kernel that ended (the rows the next one adds to, and where a
+    /// forecast starts), and of the running one.
     previous: Vec<Id>,
     current: Vec<(Id, AccessMode, u64)>,
-    last: Vec<Id>,
     /// Scratch: where each candidate sits in a step's output, or a successor in its row.
     marks: Marks,
     /// Scratch for `predict`.
@@ -202,13 +203,12 @@ impl Predictor for Markov {
             }
         }
         self.previous.extend(self.current.drain(..).map(|c| c.0));
-        self.last.clone_from(&self.previous);
     }
 
     fn predict(&mut self, now: u64, horizon: u64, out: &mut Vec<Prediction>) {
         let mut from = std::mem::take(&mut self.from);
         let mut next = std::mem::take(&mut self.next);
-        from.clone_from(&self.last);
+        from.clone_from(&self.previous);
         let mut carried = 1.0f32;
         for at in now + 1..=now + horizon {
             self.step(&from, carried, &mut next);
