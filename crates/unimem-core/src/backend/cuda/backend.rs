@@ -1147,8 +1147,9 @@ impl CudaBackend {
             Err(Error::Allocation { .. }) if !self.pool.is_empty() => {
                 // Give pooled memory back (cuMemFree synchronises) and try once more.
                 self.sync_all()?;
+                // The refusal rested on a fresh reading, which this retry's estimate cannot pass:
+                // it reads again.
                 self.pool.clear();
-                self.free_memory.forget();
                 Ok((self.free_memory.alloc(&self.dev, bytes, self.oversubscribe)?, blocks))
             }
             Err(e) => Err(e),

@@ -52,11 +52,6 @@ impl FreeMemory {
         self.since += bytes;
         Ok(buf)
     }
-
-    /// Forgets the reading (memory was freed: the next allocation reads again).
-    pub fn forget(&mut self) {
-        self.read = None;
-    }
 }
 
 /// A `cuMemAllocManaged` region, freed on drop. Freeing synchronises the device (that is why
