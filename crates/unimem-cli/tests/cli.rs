@@ -92,6 +92,7 @@ fn replay_json_has_the_documented_keys() {
             "d2h_bytes",
             "gpu_faults",
             "peak_resident_bytes",
+            "peak_footprint_bytes",
             "steps",
             "over_floor",
             "policy_ns",
@@ -102,6 +103,7 @@ fn replay_json_has_the_documented_keys() {
         assert_eq!(run["policy"], policy);
         assert_eq!(run["backend"], "sim");
         assert!(run["peak_resident_bytes"].as_u64() <= run["budget_bytes"].as_u64());
+        assert!(run["peak_resident_bytes"].as_u64() <= run["peak_footprint_bytes"].as_u64());
     }
     assert!(runs[1]["time_ns"].as_u64() < runs[0]["time_ns"].as_u64(), "oracle beats none");
 }

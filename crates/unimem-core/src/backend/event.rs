@@ -299,4 +299,8 @@ pub struct BackendStats {
     pub stall_ns: u64,
     /// Highest device-resident bytes seen.
     pub peak_device_bytes: u64,
+    /// Highest device memory the backend held at once: resident data, plus the pages of freed
+    /// buffers kept for reuse and pages taken over for restores still to come. What a GPU of
+    /// the budget's size would have to hold; `peak_device_bytes` counts the data alone.
+    pub peak_footprint_bytes: u64,
 }

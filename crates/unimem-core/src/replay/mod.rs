@@ -387,6 +387,7 @@ fn replay_events(
         gpu_faults: stats.gpu_faults,
         cpu_faults: stats.cpu_faults,
         peak_resident_bytes: stats.peak_device_bytes,
+        peak_footprint_bytes: stats.peak_footprint_bytes,
         prefetch_h2d_bytes: stats.prefetch_h2d_bytes,
         prefetch_d2h_bytes: stats.prefetch_d2h_bytes,
         evicted_bytes: stats.evicted_bytes,

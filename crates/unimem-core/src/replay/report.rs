@@ -122,6 +122,10 @@ pub struct ReplayReport {
     pub cpu_faults: u64,
     /// Most device-resident bytes at once.
     pub peak_resident_bytes: u64,
+    /// Most device memory held at once: resident data plus the pages of freed buffers kept
+    /// for reuse and pages taken over for restores to come (see
+    /// [`BackendStats::peak_footprint_bytes`](crate::backend::BackendStats::peak_footprint_bytes)).
+    pub peak_footprint_bytes: u64,
     /// Of `h2d_bytes`, moved by prefetch.
     pub prefetch_h2d_bytes: u64,
     /// Of `d2h_bytes`, moved by prefetch (planned eviction).

@@ -144,6 +144,8 @@ pub struct CudaBackend {
     /// Restores that moved a region into a pooled buffer, and the bytes they found on the device.
     relocations: u64,
     relocated_resident: u64,
+    /// Bytes of the blocks marked `spare`: device pages outside the account and the pool.
+    spare_bytes: u64,
     /// Device blocks in least-recently-used order: (stamp, region, block).
     lru: BTreeSet<(u64, RegionId, u32)>,
     next_stamp: u64,
@@ -369,6 +371,7 @@ impl CudaBackend {
             relocate: false,
             relocations: 0,
             relocated_resident: 0,
+            spare_bytes: 0,
             lru: BTreeSet::new(),
             next_stamp: 1,
             device_bytes: 0,
@@ -510,6 +513,24 @@ impl CudaBackend {
         blk.on_device = true;
         blk.stamp = stamp;
         self.lru.insert((stamp, id, b as u32));
+        self.note_footprint();
+    }
+
+    /// Keeps the peak of the device memory held: the account, pooled pages on the device and
+    /// spare pages. Pages whose stage-out is still queued count as gone from its issue on.
+    fn note_footprint(&mut self) {
+        let held = self.device_bytes + self.pool.resident_bytes() + self.spare_bytes;
+        self.stats.peak_footprint_bytes = self.stats.peak_footprint_bytes.max(held);
+    }
+
+    /// Clears block `b`'s `spare` mark; returns whether it had one.
+    fn take_spare(&mut self, id: RegionId, b: usize) -> bool {
+        let r = self.regions.get_mut(&id).expect("checked");
+        let spare = std::mem::take(&mut r.blocks[b].spare);
+        if spare {
+            self.spare_bytes -= r.block_bytes(b);
+        }
+        spare
     }
 
     /// Drops block `b` of `id` from the device account.
@@ -732,9 +753,8 @@ impl CudaBackend {
             if self.pool.resident_bytes() > 0 {
                 self.relocate_region(id, explicit)?;
             }
-            let r = self.regions.get_mut(&id).expect("checked");
             for b in wanted {
-                if std::mem::take(&mut r.blocks[b].spare) {
+                if self.take_spare(id, b) {
                     in_place.insert((id, b as u32));
                 }
             }
@@ -776,6 +796,7 @@ impl CudaBackend {
             if page.on_device {
                 r.blocks[b].spare = true;
                 self.relocated_resident += r.block_bytes(b);
+                self.spare_bytes += r.block_bytes(b);
             }
         }
         let old_blocks = old.len().div_ceil(BLOCK_SIZE) as usize;
@@ -955,12 +976,12 @@ impl CudaBackend {
         self.staging.copy(self.staged_runs(&staged), false, &self.d2h)?;
         self.d2h.synchronize().map_err(cuda_err("cuStreamSynchronize", "restore to the host"))?;
         for (id, b, slot) in staged {
+            self.take_spare(id, b as usize); // the copy lands in the pages wherever they are
             let r = self.regions.get_mut(&id).expect("checked");
             let bytes = r.block_bytes(b as usize);
             let blk = &mut r.blocks[b as usize];
             blk.staged = None;
-            blk.spare = false; // the copy lands in the pages wherever they are; the host reads
-            blk.on_host = true;
+            blk.on_host = true; // where the host reads them
             self.staging.release(slot, None);
             self.stats.staged_in_bytes += bytes;
         }
@@ -975,8 +996,8 @@ impl CudaBackend {
         let mut waited: FxHashSet<*const CudaEvent> = FxHashSet::default();
         let writers = [self.compute.clone(), self.h2d.clone()];
         for b in blocks {
+            self.take_spare(id, b); // its pages hold nothing now
             let blk = &mut self.regions.get_mut(&id).expect("checked").blocks[b];
-            blk.spare = false; // its pages hold nothing now
             if let Some(slot) = blk.staged.take() {
                 // A copy into the slot may be in flight; the next one is on the same stream.
                 self.staging.release(slot, None);

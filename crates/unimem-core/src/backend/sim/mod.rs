@@ -174,6 +174,8 @@ pub struct SimBackend {
     device_bytes: u64,
     /// Device memory freed or discarded but still mapped, reusable without faults.
     pool_bytes: u64,
+    /// Pool pages regions took over for restores still to come (`SimRegion::spare`, summed).
+    spare_pages: usize,
     /// Freed allocations by size: a runtime pools managed buffers by size, and an allocation
     /// no pooled buffer serves costs the host a `cuMemAllocManaged`.
     pooled_buffers: HashMap<u64, u32>,
@@ -211,6 +213,7 @@ impl SimBackend {
             staged_bytes: 0,
             device_bytes: 0,
             pool_bytes: 0,
+            spare_pages: 0,
             pooled_buffers: HashMap::default(),
             relocate: false,
             lrm: BTreeSet::new(),
@@ -346,6 +349,12 @@ impl SimBackend {
         self.stats.peak_device_bytes = self.stats.peak_device_bytes.max(self.device_bytes);
         // The pool holds only memory the working set does not need.
         self.pool_bytes = self.pool_bytes.min(self.capacity.saturating_sub(self.device_bytes));
+        self.note_footprint();
+    }
+
+    fn note_footprint(&mut self) {
+        let held = self.device_bytes + self.pool_bytes + self.spare_pages as u64 * PAGE_SIZE;
+        self.stats.peak_footprint_bytes = self.stats.peak_footprint_bytes.max(held);
     }
 
     /// Device pages outside the working set go (back) to the pool, which holds only what the
@@ -353,6 +362,7 @@ impl SimBackend {
     fn pool_pages(&mut self, pages: usize) {
         let bytes = pages as u64 * PAGE_SIZE;
         self.pool_bytes = (self.pool_bytes + bytes).min(self.capacity.saturating_sub(self.device_bytes));
+        self.note_footprint();
     }
 
     /// Device pages leaving the working set without a transfer go back to the pool.
@@ -503,6 +513,7 @@ impl SimBackend {
         let taken = self.relocatable_pages(id);
         self.pool_bytes -= taken as u64 * PAGE_SIZE;
         self.regions.get_mut(&id).expect("checked by caller").spare += taken;
+        self.spare_pages += taken;
         let mut pages = 0;
         let mut done = earliest;
         for (rs, re) in runs {
@@ -513,6 +524,7 @@ impl SimBackend {
             let spare = &mut self.regions.get_mut(&id).expect("checked by caller").spare;
             let resident = (*spare).min(n);
             *spare -= resident;
+            self.spare_pages -= resident;
             let r = self.regions.get_mut(&id).expect("checked by caller");
             if !r.host_data.is_empty() {
                 let (host_data, dev_data) = (&mut r.host_data, &mut r.dev_data);
@@ -608,6 +620,7 @@ impl SimBackend {
         // Pages taken over for data now dead go back to the pool.
         let back = r.spare.min(n);
         r.spare -= back;
+        self.spare_pages -= back;
         self.pool_pages(back);
         n
     }
@@ -752,6 +765,7 @@ impl MemoryBackend for SimBackend {
         // The runtime pools managed memory: a free does not synchronise the device, and the
         // region's device pages go back to the pool.
         self.note_device_released(r.on_device.count(0, r.pages));
+        self.spare_pages -= r.spare;
         self.pool_pages(r.spare);
         for (b, blk) in r.blocks.iter().enumerate() {
             if blk.stamp != 0 {

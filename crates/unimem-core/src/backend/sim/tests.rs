@@ -341,13 +341,14 @@ proptest! {
     /// Under any sequence of allocations, frees, writes on either side, prefetches, advice and
     /// eviction pressure, every byte read (by the host or a kernel) equals the byte last
     /// written there, and the device never holds more than its capacity plus what the one
-    /// running kernel needs.
+    /// running kernel needs: neither its data nor the pages it keeps for reuse.
     #[test]
     fn bytes_are_never_lost_and_capacity_holds(ops in prop::collection::vec(op(), 1..60)) {
         let cap = 4 * MIB;
         let mut s = sim(cap);
         let mut live: Vec<(RegionId, Vec<u8>)> = Vec::new();
         let mut next = 1;
+        let mut largest = 0;
         for op in ops {
             let n = live.len().max(1);
             let pick = |i: usize| i % n;
@@ -357,6 +358,7 @@ proptest! {
                     next += 1;
                     s.allocate(id, bytes).unwrap();
                     live.push((id, vec![0; bytes as usize]));
+                    largest = largest.max(bytes);
                 }
                 _ if live.is_empty() => {}
                 Op::Free(i) => {
@@ -406,6 +408,9 @@ proptest! {
             s.read(*id, 0, &mut seen).unwrap();
             prop_assert!(seen == *data, "host read of {id} differs");
         }
+        let st = s.stats();
+        prop_assert!(st.peak_footprint_bytes >= st.peak_device_bytes, "{st:?}");
+        prop_assert!(st.peak_footprint_bytes <= cap.max(largest.next_multiple_of(2 * MIB) + 2 * MIB), "{st:?}");
     }
 }
 
