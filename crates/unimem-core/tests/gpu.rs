@@ -266,6 +266,7 @@ mod backend {
         let s = b.stats();
         assert!(s.evicted_bytes > 0 && s.prefetch_h2d_bytes > 0 && s.remote_bytes > 0, "{s:?}");
         assert!(s.peak_device_bytes <= budget + size, "{s:?}");
+        assert!(s.peak_footprint_bytes <= budget + size, "pooled pages over the budget: {s:?}");
         // Freed buffers are pooled and reused by size: no new cuMemAllocManaged.
         let addr = b.buffer(RegionId(0)).unwrap().ptr();
         b.free(RegionId(0)).unwrap();
@@ -458,6 +459,46 @@ mod backend {
         assert!(wrong.is_empty(), "staged data lost: {wrong:?}");
     }
 
+    /// Freed buffers' pages on the device count against the budget: when new data needs the
+    /// room, the longest pooled buffers give their pages back before any data is evicted,
+    /// they are not handed out again, and every region keeps its bytes.
+    #[test]
+    fn pooled_pages_give_way_to_data_within_the_budget() {
+        let (size, budget) = (64 * MIB, 256 * MIB);
+        let mut b = CudaBackend::open(0, budget, Oversubscribe::Deny).unwrap();
+        let put = |b: &mut CudaBackend, id: u64, bytes: u64| {
+            let (id, data) = (RegionId(id), pattern(id as u32, bytes));
+            b.allocate(id, bytes).unwrap();
+            b.prefetch(&[ByteRange::whole(id, bytes)], Location::Device).unwrap();
+            b.kernel_store(id, 0, &data).unwrap();
+            read_kernel(b, id, bytes);
+            data
+        };
+        // Four regions fill the budget; two of them are freed into the pool, pages on the device.
+        let kept: Vec<Vec<u8>> = (0..4).map(|i| put(&mut b, i, size)).collect();
+        let shed: Vec<u64> = (2..4).map(|i| b.buffer(RegionId(i)).unwrap().ptr()).collect();
+        b.free(RegionId(2)).unwrap();
+        b.free(RegionId(3)).unwrap();
+        // Data of another size needs their room: the pool gives it, nothing is evicted.
+        let big = put(&mut b, 10, 2 * size);
+        let mut seen = vec![0u8; big.len()];
+        b.kernel_view(RegionId(10), 0, &mut seen).unwrap(); // in place, as a kernel reads it
+        assert!(seen == big, "the region in the pool's room lost its bytes");
+        // And a region of the freed size gets a new buffer, the big one's pooled pages giving way.
+        b.free(RegionId(10)).unwrap();
+        let small = put(&mut b, 11, size);
+        assert!(!shed.contains(&b.buffer(RegionId(11)).unwrap().ptr()), "a shed buffer came back");
+        b.synchronize().unwrap();
+        let s = b.stats();
+        assert_eq!(s.evicted_bytes, 0, "data evicted while pooled pages held the room: {s:?}");
+        assert!(s.peak_footprint_bytes <= budget, "pooled pages over the budget: {s:?}");
+        for (id, want) in [(0, &kept[0]), (1, &kept[1]), (11, &small)] {
+            let mut seen = vec![0u8; want.len()];
+            b.read(RegionId(id), 0, &mut seen).unwrap();
+            assert!(seen == *want, "region {id} lost its bytes");
+        }
+    }
+
     /// With relocation allowed, a region whose every block is staged comes back into a pooled
     /// buffer of its size whose pages are on the device (a kernel's restore, and a prefetch's
     /// of half of it, the kernel bringing the rest), with its data, resident, and reported
@@ -535,6 +576,9 @@ mod backend {
         assert_eq!(moves, 12, "one Relocated event per round");
         let s = b.stats();
         assert!(s.peak_device_bytes <= budget, "{s:?}");
+        // Three regions' buffers are freed into the pool every round: the pool gives pages
+        // back as data needs the room, and never holds more than the data leaves free.
+        assert!(s.peak_footprint_bytes <= budget, "pooled pages over the budget: {s:?}");
     }
 
     /// Recording, the backend times kernels on the device (a resident kernel takes about its

@@ -10,9 +10,11 @@
 //!   mode says, then spins for the trace's `dur_ns`; time lost to faults adds on top.
 //! - **The budget is emulated in software.** The H200 has 141 GB; to behave like a GPU of
 //!   `capacity` bytes, the backend keeps its own per-2 MiB-block account of what is on the
-//!   device and, when a kernel or prefetch would take it over capacity, first moves the least
-//!   recently used blocks back to the host (`cuMemPrefetchAsync` to the host, on `d2h`, which
-//!   the next kernel waits for), as the driver would evict under memory pressure. A balloon
+//!   device and, when a kernel or prefetch would take it over capacity, first gives back the
+//!   pages of pooled buffers (which count against the capacity too: `shed_pool`), then moves
+//!   the least recently used blocks back to the host (`cuMemPrefetchAsync` to the host, on
+//!   `d2h`, which the next kernel waits for), as the driver would evict under memory
+//!   pressure. The report's peak footprint is the most it held, pooled pages included. A balloon
 //!   allocation to shrink the GPU is not used: it would take managed memory beyond what the
 //!   program needs.
 //! - **Staged evictions** (`stage_out`, when the backend has staging memory): a fourth stream,
@@ -136,8 +138,14 @@ pub struct CudaBackend {
     /// Free device memory for the guard, read when it matters (see `FreeMemory`).
     free_memory: FreeMemory,
     regions: FxHashMap<RegionId, CudaRegion>,
-    /// Freed buffers by size, for reuse (their device pages stay outside the account).
+    /// Freed buffers by size, for reuse. Their device pages are outside the account of data
+    /// but count against the capacity all the same (`shed_pool`).
     pool: BufferPool<ManagedBuffer, Arc<CudaEvent>>,
+    /// Pooled buffers whose pages were given back (`shed_pool`): they hold no memory, and are
+    /// freed when the backend closes (`cuMemFree` synchronises the device).
+    retired: Vec<ManagedBuffer>,
+    /// Pooled buffers shed, and the device bytes they gave back.
+    shed: (u64, u64),
     /// A region whose every block is staged may come back into another buffer (see
     /// `relocate_staged`); off unless the caller allows it.
     relocate: bool,
@@ -368,6 +376,8 @@ impl CudaBackend {
             free_memory: FreeMemory::default(),
             regions: FxHashMap::default(),
             pool: BufferPool::new(),
+            retired: Vec::new(),
+            shed: (0, 0),
             relocate: false,
             relocations: 0,
             relocated_resident: 0,
@@ -547,15 +557,18 @@ impl CudaBackend {
         blk.prefetched = false; // left before any kernel used it
     }
 
-    /// Moves least recently used blocks outside `protect` back to the host until `need` more
-    /// bytes fit in the emulated capacity. Returns whether anything moved (the caller's stream
-    /// then waits for `d2h`).
+    /// Makes room for `need` more bytes in the emulated capacity, which holds the account, the
+    /// pooled pages on the device and the spare pages: first by giving back pooled pages
+    /// (`shed_pool`), then by moving least recently used blocks outside `protect` back to the
+    /// host. Returns whether anything moved back (the caller's stream then waits for `d2h`).
     fn make_room(&mut self, need: u64, protect: &FxHashSet<(RegionId, u32)>, site: RoomSite) -> Result<bool> {
         self.timed(5, |this| {
+            this.shed_pool(need)?;
+            let held = this.device_bytes + this.pool.resident_bytes() + this.spare_bytes;
             let mut victims: Vec<(RegionId, u32)> = Vec::new();
             let mut freed = 0u64;
             for &(_, id, b) in &this.lru {
-                if this.device_bytes + need <= this.capacity + freed {
+                if held + need <= this.capacity + freed {
                     break;
                 }
                 if protect.contains(&(id, b)) {
@@ -586,6 +599,42 @@ impl CudaBackend {
             prefetch_batch(&this.dev, &coalesce(ranges), Location::Host, &this.d2h)?;
             Ok(true)
         })
+    }
+
+    /// Gives back the device pages of pooled buffers, the longest pooled first, until `need`
+    /// more bytes fit beside the account, the pool and the spare pages: a GPU of the budget's
+    /// size has no room for a pool beside data that fills it (the simulator's pool holds only
+    /// what the data leaves free, too). The pages are discarded on `remap` after the buffer's
+    /// last users (the kernels issued before its free), and the buffers retire: a new
+    /// region gets a new buffer rather than one repopulated soon after its discard, which the
+    /// H200's driver does on a slow path (0.6-1 GB/s against 250 for fresh pages).
+    fn shed_pool(&mut self, need: u64) -> Result<()> {
+        let held = self.device_bytes + self.pool.resident_bytes() + self.spare_bytes + need;
+        let over = held.saturating_sub(self.capacity).min(self.pool.resident_bytes());
+        if over == 0 {
+            return Ok(());
+        }
+        let shed = self.pool.shed(over);
+        let mut pieces: Vec<(RegionId, u64, u64)> = Vec::new();
+        for (i, e) in shed.iter().enumerate() {
+            let (base, len) = (e.buf.ptr(), e.buf.len());
+            for (b, _) in e.resident.iter().enumerate().filter(|(_, &on)| on) {
+                let at = b as u64 * BLOCK_SIZE;
+                // The entry's index stands for its allocation: ranges never merge across two.
+                pieces.push((RegionId(i as u64), base + at, (len - at).min(BLOCK_SIZE)));
+            }
+            self.shed.1 += e.resident_bytes();
+        }
+        self.shed.0 += shed.len() as u64;
+        for ev in shed.iter().flat_map(|e| &e.after).filter(|ev| !ev.is_complete()) {
+            self.remap.wait(ev).map_err(cuda_err("cuStreamWaitEvent", "shed after last use"))?;
+        }
+        if discard_batch(&self.dev, &coalesce(pieces), &self.remap)? {
+            self.retired.extend(shed.into_iter().map(|e| e.buf));
+        }
+        // Else (no discard on this driver) the buffers drop here: cuMemFree gives their pages
+        // back, waiting for the device.
+        Ok(())
     }
 
     /// The device addresses of (checked) non-empty ranges, as the driver calls take them.
@@ -1171,6 +1220,7 @@ impl CudaBackend {
                 // The refusal rested on a fresh reading, which this retry's estimate cannot pass:
                 // it reads again.
                 self.pool.clear();
+                self.retired.clear();
                 Ok((self.free_memory.alloc(&self.dev, bytes, self.oversubscribe)?, blocks))
             }
             Err(e) => Err(e),
@@ -1178,7 +1228,8 @@ impl CudaBackend {
     }
 
     /// A pooled buffer back in use: every stream that may touch its pages waits for the work
-    /// still queued on it (a discard), and its blocks say which pages are on the device.
+    /// still queued on it (its last kernels, a discard), and its blocks say which pages are on
+    /// the device.
     fn reuse(&mut self, entry: Pooled<ManagedBuffer, Arc<CudaEvent>>) -> Result<(ManagedBuffer, Vec<Block>)> {
         for ev in entry.after.iter().filter(|ev| !ev.is_complete()) {
             for s in [&self.compute, &self.h2d, &self.d2h, &self.remap] {
@@ -1201,13 +1252,15 @@ impl Drop for CudaBackend {
             .map(|(op, ns)| format!("{op} {:.1} ms", ns as f64 / 1e6))
             .collect();
         tracing::info!(
-            "cuda backend host time: {}; set-up (off the clock) {:.1} ms; allocations: {} from the pool, {} new; {} restores relocated, {:.1} MB into pages on the device; {} kernel waits for prefetches; {} prefetch ranges; emulated driver evictions {:.1} MB for prefetches, {:.1} MB for kernels, {:.1} MB for staged data kernels needed; {:.1} MB asked to stage were not on the device; stage-outs migrated {:.1} MB with a host copy or remote and {:.1} MB for want of a slot (staging {:.1} MB, {:.1} MB pinned)",
+            "cuda backend host time: {}; set-up (off the clock) {:.1} ms; allocations: {} from the pool, {} new; {} restores relocated, {:.1} MB into pages on the device; {} pooled buffers shed ({:.1} MB); {} kernel waits for prefetches; {} prefetch ranges; emulated driver evictions {:.1} MB for prefetches, {:.1} MB for kernels, {:.1} MB for staged data kernels needed; {:.1} MB asked to stage were not on the device; stage-outs migrated {:.1} MB with a host copy or remote and {:.1} MB for want of a slot (staging {:.1} MB, {:.1} MB pinned)",
             parts.join(", "),
             self.excluded_ns as f64 / 1e6,
             self.pool_hits,
             self.new_buffers,
             self.relocations,
             self.relocated_resident as f64 / 1e6,
+            self.shed.0,
+            self.shed.1 as f64 / 1e6,
             self.kernel_waits,
             self.stats.prefetch_ranges,
             self.room_evicted[0] as f64 / 1e6,
@@ -1315,8 +1368,9 @@ impl MemoryBackend for CudaBackend {
         let mut blocks = r.blocks;
         for (b, blk) in blocks.iter_mut().enumerate() {
             if blk.on_device {
-                // The pages stay where they are, out of the account (pooled memory does not
-                // count against the budget); `on_device` tells the buffer's next user.
+                // The pages stay where they are, out of the account of data (pooled pages
+                // count against the capacity: `shed_pool`); `on_device` tells the buffer's
+                // next user.
                 self.lru.remove(&(blk.stamp, id, b as u32));
                 self.device_bytes -= (r.bytes - b as u64 * BLOCK_SIZE).min(BLOCK_SIZE);
             }
@@ -1335,7 +1389,10 @@ impl MemoryBackend for CudaBackend {
             }
         }
         let resident = blocks.iter().zip(spare).map(|(b, spare)| b.on_device || spare).collect();
-        self.pool.put(r.buf, resident, Vec::new());
+        // Its next user (a new region, a relocation's copies, a shed's discard) must not write
+        // its pages under the kernels issued before the free: as after `cuMemFree`.
+        let last_use = Arc::new(self.compute.record_event(None).map_err(cuda_err("cuEventRecord", "free"))?);
+        self.pool.put(r.buf, resident, vec![last_use]);
         Ok(())
     }
 

@@ -6,6 +6,9 @@
 //! without population; one whose pages were discarded lately is the worst to get (on the H200,
 //! repopulating pages soon after their discard ran at 0.6-1 GB/s), so the most resident
 //! buffer of a size goes first.
+//!
+//! Pooled pages on the device are device memory all the same: the backend counts them against
+//! its budget and sheds the longest pooled first (`shed`) when it needs the room.
 
 use std::collections::BTreeMap;
 
@@ -28,20 +31,30 @@ pub(super) struct Pooled<T, E> {
     pub buf: T,
     /// Its 2 MiB blocks whose pages are on the device.
     pub resident: Vec<bool>,
-    /// Work on the buffer still queued (its last discard) that its next user must wait for.
+    /// Work on the buffer still queued (its last kernels, its last discard) that its next user
+    /// must wait for.
     pub after: Vec<E>,
+    /// Order of pooling (for `shed`).
+    seq: u64,
+    /// Bytes of its pages on the device.
+    resident_bytes: u64,
 }
 
 impl<T: Buffer, E> Pooled<T, E> {
-    /// Bytes of its pages on the device.
-    pub fn resident_bytes(&self) -> u64 {
-        let len = self.buf.len();
-        self.resident
+    fn new(buf: T, resident: Vec<bool>, after: Vec<E>, seq: u64) -> Self {
+        let len = buf.len();
+        let resident_bytes = resident
             .iter()
             .enumerate()
             .filter(|(_, &r)| r)
             .map(|(b, _)| (len - b as u64 * BLOCK_SIZE).min(BLOCK_SIZE))
-            .sum()
+            .sum();
+        Self { buf, resident, after, seq, resident_bytes }
+    }
+
+    /// Bytes of its pages on the device.
+    pub fn resident_bytes(&self) -> u64 {
+        self.resident_bytes
     }
 }
 
@@ -49,11 +62,12 @@ impl<T: Buffer, E> Pooled<T, E> {
 pub(super) struct BufferPool<T, E> {
     by_size: BTreeMap<u64, Vec<Pooled<T, E>>>,
     resident_bytes: u64,
+    next_seq: u64,
 }
 
 impl<T: Buffer, E> BufferPool<T, E> {
     pub fn new() -> Self {
-        Self { by_size: BTreeMap::new(), resident_bytes: 0 }
+        Self { by_size: BTreeMap::new(), resident_bytes: 0, next_seq: 0 }
     }
 
     /// Device bytes the pooled buffers hold.
@@ -73,7 +87,8 @@ impl<T: Buffer, E> BufferPool<T, E> {
 
     /// Keeps `buf`, whose blocks marked in `resident` are on the device, until `after` is done.
     pub fn put(&mut self, buf: T, resident: Vec<bool>, after: Vec<E>) {
-        let entry = Pooled { buf, resident, after };
+        let entry = Pooled::new(buf, resident, after, self.next_seq);
+        self.next_seq += 1;
         self.resident_bytes += entry.resident_bytes();
         self.by_size.entry(entry.buf.len()).or_default().push(entry);
     }
@@ -82,11 +97,41 @@ impl<T: Buffer, E> BufferPool<T, E> {
     /// equals), if any buffer of that size waits.
     pub fn take(&mut self, bytes: u64) -> Option<Pooled<T, E>> {
         let list = self.by_size.get_mut(&bytes)?;
-        let (at, _) =
-            list.iter().enumerate().map(|(i, e)| (i, e.resident_bytes())).max_by_key(|&(i, r)| (r, i))?;
+        let (at, _) = list.iter().enumerate().max_by_key(|(_, e)| (e.resident_bytes(), e.seq))?;
         let entry = list.remove(at);
         self.resident_bytes -= entry.resident_bytes();
         Some(entry)
+    }
+
+    /// Takes out buffers with pages on the device, the longest pooled first, until they hold
+    /// at least `bytes` of device pages or none is left: the caller gives their pages back.
+    pub fn shed(&mut self, bytes: u64) -> Vec<Pooled<T, E>> {
+        let mut oldest: Vec<(u64, u64, u64)> = self
+            .by_size
+            .iter()
+            .flat_map(|(&size, list)| {
+                list.iter().map(move |e| (e.seq, size, e.resident_bytes())).filter(|&(_, _, r)| r > 0)
+            })
+            .collect();
+        oldest.sort_unstable();
+        let mut chosen = Vec::new();
+        let mut freed = 0;
+        for (seq, size, resident) in oldest {
+            if freed >= bytes {
+                break;
+            }
+            freed += resident;
+            chosen.push((size, seq));
+        }
+        let mut out = Vec::with_capacity(chosen.len());
+        for (size, seq) in chosen {
+            let list = self.by_size.get_mut(&size).expect("listed");
+            let at = list.iter().position(|e| e.seq == seq).expect("listed");
+            let entry = list.remove(at);
+            self.resident_bytes -= entry.resident_bytes();
+            out.push(entry);
+        }
+        out
     }
 
     /// The same, only if that buffer has pages on the device.
@@ -144,5 +189,23 @@ mod tests {
         assert_eq!((last.buf.0, last.after), (0, vec![1]));
         assert_eq!(pool.resident_bytes(), 0);
         assert!(pool.take_resident(2 * MIB).is_none(), "no buffer of that size");
+    }
+
+    #[test]
+    fn shedding_takes_the_longest_pooled_resident_buffers_first() {
+        let mut pool: BufferPool<Fake, u32> = BufferPool::new();
+        pool.put(Fake(0, 4 * MIB), vec![true, true], vec![]);
+        pool.put(Fake(10 * MIB, 4 * MIB), vec![false, false], vec![]);
+        pool.put(Fake(20 * MIB, 2 * MIB), vec![true], vec![]);
+        pool.put(Fake(30 * MIB, 4 * MIB), vec![false, true], vec![]);
+        assert_eq!(pool.resident_bytes(), 8 * MIB);
+        let shed: Vec<u64> = pool.shed(5 * MIB).iter().map(|e| e.buf.0).collect();
+        assert_eq!(shed, vec![0, 20 * MIB], "oldest first, whole buffers, until 5 MiB");
+        assert_eq!(pool.resident_bytes(), 2 * MIB);
+        assert!(pool.shed(0).is_empty());
+        let rest: Vec<u64> = pool.shed(u64::MAX).iter().map(|e| e.buf.0).collect();
+        assert_eq!(rest, vec![30 * MIB], "buffers with no page on the device stay");
+        assert_eq!(pool.resident_bytes(), 0);
+        assert_eq!(pool.take(4 * MIB).map(|e| e.buf.0), Some(10 * MIB));
     }
 }

@@ -348,8 +348,14 @@ impl SimBackend {
         self.device_bytes += pages as u64 * PAGE_SIZE;
         self.stats.peak_device_bytes = self.stats.peak_device_bytes.max(self.device_bytes);
         // The pool holds only memory the working set does not need.
-        self.pool_bytes = self.pool_bytes.min(self.capacity.saturating_sub(self.device_bytes));
+        self.pool_bytes = self.pool_bytes.min(self.pool_room());
         self.note_footprint();
+    }
+
+    /// What the pool may hold: the capacity less the working set and the pages taken over for
+    /// restores to come.
+    fn pool_room(&self) -> u64 {
+        self.capacity.saturating_sub(self.device_bytes + self.spare_pages as u64 * PAGE_SIZE)
     }
 
     fn note_footprint(&mut self) {
@@ -361,7 +367,7 @@ impl SimBackend {
     /// working set leaves free: pages taken over for a relocation that no restore used.
     fn pool_pages(&mut self, pages: usize) {
         let bytes = pages as u64 * PAGE_SIZE;
-        self.pool_bytes = (self.pool_bytes + bytes).min(self.capacity.saturating_sub(self.device_bytes));
+        self.pool_bytes = (self.pool_bytes + bytes).min(self.pool_room());
         self.note_footprint();
     }
 
