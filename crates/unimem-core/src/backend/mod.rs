@@ -4,6 +4,7 @@
 
 pub mod cuda;
 mod event;
+mod pool;
 pub mod sim;
 
 use std::fmt;

@@ -47,12 +47,12 @@ use std::time::Instant;
 use cudarc::driver::{CudaEvent, CudaStream};
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::pool::{BufferPool, Pooled};
 use super::staging::{Run, Slot, StagingPool};
 use super::{
     cuda_err, discard_batch, prefetch_batch, CudaDevice, FreeMemory, Kernels, ManagedBuffer, TouchMode,
 };
 use crate::access::RangeAccess;
+use crate::backend::pool::{BufferPool, Pooled};
 use crate::backend::{
     Advice, BackendKind, BackendStats, ByteRange, KernelLaunch, Location, MemEvent, MemoryBackend,
     NativeLaunch, Residency, BLOCK_SIZE, PAGE_SIZE,

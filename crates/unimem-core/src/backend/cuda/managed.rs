@@ -240,6 +240,12 @@ impl ManagedBuffer {
     }
 }
 
+impl crate::backend::pool::Buffer for ManagedBuffer {
+    fn len(&self) -> u64 {
+        ManagedBuffer::len(self)
+    }
+}
+
 impl Drop for ManagedBuffer {
     fn drop(&mut self) {
         let freed = self.ctx.bind_to_thread().and_then(|_| {

@@ -11,7 +11,6 @@ mod backend;
 mod device;
 mod kernels;
 mod managed;
-mod pool;
 pub mod probe;
 mod staging;
 

@@ -18,10 +18,12 @@
 //!   migrations (on the H200 a staged eviction beside a prefetch took as long as both in turn).
 //!   Staged data comes back before a prefetch or kernel uses it (copied into the host's pages
 //!   and migrated, end to end at the profile's rate), and to the host before a host access.
-//! - Managed memory is pooled, as the runtime does (cudaFree synchronises the device): device
-//!   pages of freed or discarded regions stay mapped in a pool, and new allocations take
-//!   device-resident pages from it without first-touch faults. The pool only holds memory the
-//!   working set does not use, so it never counts against the capacity.
+//! - Managed memory is pooled as the CUDA backend pools it (cudaFree synchronises the device):
+//!   a freed region's buffer keeps its blocks on the device for the next region of its size,
+//!   which takes them without first-touch faults (or, with relocation, for a staged region of
+//!   its size coming back). Pooled pages count against the capacity: data that needs the room
+//!   first sheds the longest pooled buffers (a discard; they are not handed out again). Pages
+//!   discarded or dropped go back to the driver, and a new owner populates them afresh.
 
 mod cost;
 mod pages;
@@ -34,6 +36,8 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 pub use cost::{CostModel, H200_PROFILE};
 use pages::PageSet;
 use store::PageStore;
+
+use super::pool::{Buffer, BufferPool};
 
 use super::{
     Advice, BackendKind, BackendStats, ByteRange, Direction, KernelLaunch, Location, MemEvent, MemoryBackend,
@@ -66,6 +70,16 @@ struct Block {
     advice: u8,
 }
 
+/// A pooled buffer: its length (which of its blocks are on the device, the pool keeps).
+#[derive(Debug)]
+struct SimBuffer(u64);
+
+impl Buffer for SimBuffer {
+    fn len(&self) -> u64 {
+        self.0
+    }
+}
+
 #[derive(Debug)]
 struct SimRegion {
     bytes: u64,
@@ -79,9 +93,10 @@ struct SimRegion {
     blocks: Vec<Block>,
     host_data: PageStore,
     dev_data: PageStore,
-    /// Device pages of a pooled buffer the region took over while its data was staged (a
-    /// relocation, see [`SimBackend::relocatable_pages`]) that no restore has used yet.
-    spare: usize,
+    /// Blocks whose pages are on the device although their data is staged: the region took
+    /// over a pooled buffer (a relocation, see [`SimBackend::relocate`]) and no restore has
+    /// used them yet.
+    spare: Vec<bool>,
 }
 
 impl SimRegion {
@@ -98,6 +113,27 @@ impl SimRegion {
 
     fn block_pages(&self, b: usize) -> (usize, usize) {
         (b * PAGES_PER_BLOCK, ((b + 1) * PAGES_PER_BLOCK).min(self.pages))
+    }
+
+    /// Staged pages of `s..e` in `spare` blocks (their device pages held for their restore).
+    fn spare_pages_in(&self, s: usize, e: usize) -> usize {
+        self.block_range(s, e)
+            .filter(|&b| self.spare[b])
+            .map(|b| {
+                let (bs, be) = self.block_pages(b);
+                self.staged.count(bs.max(s), be.min(e))
+            })
+            .sum()
+    }
+
+    /// Clears `spare` on the blocks of `s..e` with no staged page left.
+    fn clear_spare_restored(&mut self, s: usize, e: usize) {
+        for b in self.block_range(s, e) {
+            let (bs, be) = self.block_pages(b);
+            if self.spare[b] && self.staged.count(bs, be) == 0 {
+                self.spare[b] = false;
+            }
+        }
     }
 
     /// Pages of `s..e` valid on both sides keep only their device copy (a GPU write collapsed
@@ -172,13 +208,12 @@ pub struct SimBackend {
     staging_capacity: u64,
     staged_bytes: u64,
     device_bytes: u64,
-    /// Device memory freed or discarded but still mapped, reusable without faults.
-    pool_bytes: u64,
-    /// Pool pages regions took over for restores still to come (`SimRegion::spare`, summed).
+    /// Freed buffers by size with the blocks still on the device, as the CUDA backend pools
+    /// them: a new region of a pooled size takes a buffer (no `cuMemAllocManaged`) and its
+    /// resident pages (no first-touch faults).
+    pool: BufferPool<SimBuffer, ()>,
+    /// Staged pages of `spare` blocks (their device pages are held for restores to come).
     spare_pages: usize,
-    /// Freed allocations by size: a runtime pools managed buffers by size, and an allocation
-    /// no pooled buffer serves costs the host a `cuMemAllocManaged`.
-    pooled_buffers: HashMap<u64, u32>,
     /// Restores may bring a wholly staged region back into a pooled buffer of its size
     /// ([`MemoryBackend::allow_relocation`]).
     relocate: bool,
@@ -212,9 +247,8 @@ impl SimBackend {
             staging_capacity: 0,
             staged_bytes: 0,
             device_bytes: 0,
-            pool_bytes: 0,
+            pool: BufferPool::new(),
             spare_pages: 0,
-            pooled_buffers: HashMap::default(),
             relocate: false,
             lrm: BTreeSet::new(),
             next_stamp: 1,
@@ -347,34 +381,39 @@ impl SimBackend {
     fn note_device_added(&mut self, pages: usize) {
         self.device_bytes += pages as u64 * PAGE_SIZE;
         self.stats.peak_device_bytes = self.stats.peak_device_bytes.max(self.device_bytes);
-        // The pool holds only memory the working set does not need.
-        self.pool_bytes = self.pool_bytes.min(self.pool_room());
-        self.note_footprint();
-    }
-
-    /// What the pool may hold: the capacity less the working set and the pages taken over for
-    /// restores to come.
-    fn pool_room(&self) -> u64 {
-        self.capacity.saturating_sub(self.device_bytes + self.spare_pages as u64 * PAGE_SIZE)
-    }
-
-    fn note_footprint(&mut self) {
-        let held = self.device_bytes + self.pool_bytes + self.spare_pages as u64 * PAGE_SIZE;
+        let held = self.held();
         self.stats.peak_footprint_bytes = self.stats.peak_footprint_bytes.max(held);
     }
 
-    /// Device pages outside the working set go (back) to the pool, which holds only what the
-    /// working set leaves free: pages taken over for a relocation that no restore used.
-    fn pool_pages(&mut self, pages: usize) {
-        let bytes = pages as u64 * PAGE_SIZE;
-        self.pool_bytes = (self.pool_bytes + bytes).min(self.pool_room());
-        self.note_footprint();
+    /// Device memory held: the working set, the pooled buffers' pages and the spare pages.
+    fn held(&self) -> u64 {
+        self.device_bytes + self.pool.resident_bytes() + self.spare_pages as u64 * PAGE_SIZE
     }
 
-    /// Device pages leaving the working set without a transfer go back to the pool.
+    /// Device pages leaving the working set without a transfer (a discard, a drop): the
+    /// driver takes them back; a new owner populates its pages afresh.
     fn note_device_released(&mut self, pages: usize) {
         self.device_bytes -= pages as u64 * PAGE_SIZE;
-        self.pool_pages(pages);
+    }
+
+    /// Gives back the device pages of pooled buffers, the longest pooled first, until `need`
+    /// more bytes fit in the capacity, as the CUDA backend does: one discard of their pages,
+    /// costed as any discard, and the buffers retire (a new region of their size gets a new
+    /// buffer).
+    fn shed_pool(&mut self, need: u64) {
+        let over = (self.held() + need).saturating_sub(self.capacity).min(self.pool.resident_bytes());
+        if over == 0 {
+            return;
+        }
+        let bytes: u64 = self.pool.shed(over).iter().map(|e| e.resident_bytes()).sum();
+        let dur = self.cost.discard_call_ns + CostModel::transfer_ns(bytes, self.cost.discard_rate_gbps);
+        self.occupy_link(Direction::D2H, self.host_now, dur);
+        self.host_now += self.discard_host_ns(bytes);
+    }
+
+    /// Host time of a discard call over `bytes` (measured per GiB of 2 MiB ranges).
+    fn discard_host_ns(&self, bytes: u64) -> u64 {
+        (bytes as f64 / (1u64 << 30) as f64 * self.cost.discard_host_ns_per_gib as f64) as u64
     }
 
     /// Re-stamps blocks that just received device pages (least-recently-migrated order).
@@ -445,12 +484,14 @@ impl SimBackend {
         Moved { transferred: dev_only, populated: 0, dropped: dup }
     }
 
-    /// Evicts least-recently-migrated blocks not in `protect` until `need` more bytes fit.
+    /// Sheds pooled pages (`shed_pool`), then evicts least-recently-migrated blocks not in
+    /// `protect`, until `need` more bytes fit.
     /// Evictions occupy the D2H link from `earliest` (and after each block's last use); returns
     /// when the last of them completes, i.e. when the room is there (`earliest` if none).
     fn make_room(&mut self, need: u64, protect: &HashSet<(RegionId, u32)>, earliest: u64) -> u64 {
+        self.shed_pool(need);
         let mut done = earliest;
-        while self.device_bytes + need > self.capacity {
+        while self.held() + need > self.capacity {
             let Some(&(_, id, b)) = self.lrm.iter().find(|k| !protect.contains(&(k.1, k.2))) else {
                 break; // Only the running work's own blocks are left: run over capacity.
             };
@@ -516,10 +557,7 @@ impl SimBackend {
         prefetch: bool,
     ) -> (usize, u64) {
         let runs = self.regions[&id].staged.runs(s, e);
-        let taken = self.relocatable_pages(id);
-        self.pool_bytes -= taken as u64 * PAGE_SIZE;
-        self.regions.get_mut(&id).expect("checked by caller").spare += taken;
-        self.spare_pages += taken;
+        self.relocate(id);
         let mut pages = 0;
         let mut done = earliest;
         for (rs, re) in runs {
@@ -527,9 +565,9 @@ impl SimBackend {
             let room_at = self.make_room(n as u64 * PAGE_SIZE, protect, earliest);
             // Pages of a pooled buffer taken over (the region relocated into it) are on the
             // device already: no repopulation, and the copy lands in resident pages.
-            let spare = &mut self.regions.get_mut(&id).expect("checked by caller").spare;
-            let resident = (*spare).min(n);
-            *spare -= resident;
+            let r = &self.regions[&id];
+            let spare_blocks = r.block_range(rs, re).filter(|&b| r.spare[b]).count();
+            let resident = r.spare_pages_in(rs, re);
             self.spare_pages -= resident;
             let r = self.regions.get_mut(&id).expect("checked by caller");
             if !r.host_data.is_empty() {
@@ -537,6 +575,7 @@ impl SimBackend {
                 r.staged.for_each(rs, re, |p| dev_data.put(p, host_data.take(p)));
             }
             r.staged.remove(rs, re);
+            r.clear_spare_restored(rs, re);
             r.on_device.insert(rs, re);
             if prefetch {
                 // A prefetch's restore counts as prefetched (accuracy and timeliness).
@@ -553,7 +592,7 @@ impl SimBackend {
             // driver does behind the copies before it (the probe's "time per block", between
             // two restores' copies on the H200), then copies the data in.
             let call = if prefetch { 0 } else { self.cost.batch_range_ns };
-            let repopulated = blocks.len() - resident / PAGES_PER_BLOCK;
+            let repopulated = blocks.len() - spare_blocks;
             let per_block = repopulated as u64 * self.cost.stage_h2d_block_ns;
             let resident_bytes = resident as u64 * PAGE_SIZE;
             let dur = call
@@ -582,19 +621,24 @@ impl SimBackend {
         (pages, done)
     }
 
-    /// Device pages region `id` takes over from the pool as a restore begins, when relocation
-    /// is allowed: as the CUDA backend, a region whose every page is staged moves into a
-    /// pooled buffer of its size, whose pages on the device (the pool's, at most) need no
-    /// repopulation, for this restore and the region's next ones. The pool here is not kept by
-    /// size: a pooled buffer of the size is assumed to hold its share of the pool's pages.
-    fn relocatable_pages(&self, id: RegionId) -> usize {
+    /// As a restore begins, when relocation is allowed: as the CUDA backend, a region whose
+    /// every page is staged moves into a pooled buffer of its size with pages on the device,
+    /// which need no repopulation, for this restore and the region's next ones (its blocks
+    /// become `spare`); its own buffer, its pages discarded, goes to the pool.
+    fn relocate(&mut self, id: RegionId) {
         let r = &self.regions[&id];
-        let staged = r.spare == 0 && r.staged.count(0, r.pages) == r.pages;
-        let pooled = self.pooled_buffers.get(&r.bytes).is_some_and(|&n| n > 0);
-        if !(self.relocate && staged && pooled) {
-            return 0;
+        let staged = !r.spare.contains(&true) && r.staged.count(0, r.pages) == r.pages;
+        if !(self.relocate && staged) {
+            return;
         }
-        ((self.pool_bytes / PAGE_SIZE) as usize).min(r.pages)
+        let Some(entry) = self.pool.take_resident(r.bytes) else { return };
+        let blocks = r.blocks.len();
+        let r = self.regions.get_mut(&id).expect("checked by caller");
+        r.spare = entry.resident;
+        let taken: usize =
+            (0..blocks).filter(|&b| r.spare[b]).map(|b| r.block_pages(b)).map(|(s, e)| e - s).sum();
+        self.spare_pages += taken;
+        self.pool.put(SimBuffer(r.bytes), vec![false; blocks], Vec::new());
     }
 
     /// Brings the staged pages of `s..e` back to the host (the copy engine copies them into
@@ -621,13 +665,12 @@ impl SimBackend {
             let host_data = &mut r.host_data;
             r.staged.for_each(s, e, |p| host_data.drop_page(p));
         }
+        // Pages taken over for data now dead go back to the driver.
+        let spare = r.spare_pages_in(s, e);
         let n = r.staged.remove(s, e);
+        r.clear_spare_restored(s, e);
+        self.spare_pages -= spare;
         self.staged_bytes -= n as u64 * PAGE_SIZE;
-        // Pages taken over for data now dead go back to the pool.
-        let back = r.spare.min(n);
-        r.spare -= back;
-        self.spare_pages -= back;
-        self.pool_pages(back);
         n
     }
 
@@ -745,34 +788,43 @@ impl MemoryBackend for SimBackend {
             blocks: vec![Block::default(); pages.div_ceil(PAGES_PER_BLOCK)],
             host_data: PageStore::default(),
             dev_data: PageStore::default(),
-            spare: 0,
+            spare: vec![false; pages.div_ceil(PAGES_PER_BLOCK)],
         };
-        match self.pooled_buffers.get_mut(&bytes) {
-            Some(n) if *n > 0 => *n -= 1,
-            _ => self.host_now += self.cost.alloc_host_ns,
+        // A pooled buffer's pages on the device are already mapped (zeroed for the user).
+        let mut pooled = Vec::new();
+        match self.pool.take(bytes) {
+            Some(entry) => {
+                for b in (0..entry.resident.len()).filter(|&b| entry.resident[b]) {
+                    let (bs, be) = region.block_pages(b);
+                    region.on_device.insert(bs, be);
+                    pooled.push((b, be - bs));
+                }
+            }
+            None => self.host_now += self.cost.alloc_host_ns,
         }
-        // Pages recycled from the pool are already mapped on the device (zeroed for the user).
-        let pooled = ((self.pool_bytes / PAGE_SIZE) as usize).min(pages);
-        region.on_device.insert(0, pooled);
-        let blocks = region.block_range(0, pooled);
         self.regions.insert(id, region);
-        if pooled > 0 {
-            self.pool_bytes -= pooled as u64 * PAGE_SIZE;
-            self.note_device_added(pooled);
-            self.restamp(id, blocks);
+        for (b, pages) in pooled {
+            self.note_device_added(pages);
+            self.restamp(id, b..b + 1);
         }
         Ok(addr)
     }
 
     fn free(&mut self, id: RegionId) -> Result<()> {
         let r = self.regions.remove(&id).ok_or(Error::UnknownRegion(id))?;
-        *self.pooled_buffers.entry(r.bytes).or_insert(0) += 1;
         self.staged_bytes -= r.staged.count(0, r.pages) as u64 * PAGE_SIZE;
         // The runtime pools managed memory: a free does not synchronise the device, and the
-        // region's device pages go back to the pool.
+        // buffer keeps its blocks on the device (whole ones, as the CUDA backend accounts
+        // them) for its next region.
+        let resident: Vec<bool> = (0..r.blocks.len())
+            .map(|b| {
+                let (bs, be) = r.block_pages(b);
+                r.spare[b] || r.on_device.count(bs, be) == be - bs
+            })
+            .collect();
         self.note_device_released(r.on_device.count(0, r.pages));
-        self.spare_pages -= r.spare;
-        self.pool_pages(r.spare);
+        self.spare_pages -= r.spare_pages_in(0, r.pages);
+        self.pool.put(SimBuffer(r.bytes), resident, Vec::new());
         for (b, blk) in r.blocks.iter().enumerate() {
             if blk.stamp != 0 {
                 self.lrm.remove(&(blk.stamp, id, b as u32));
@@ -983,8 +1035,7 @@ impl MemoryBackend for SimBackend {
         self.occupy_link(Direction::D2H, after, dur);
         // The call itself holds the host (measured per GiB of 2 MiB ranges).
         let bytes: u64 = ranges.iter().map(|r| r.len).sum();
-        self.host_now +=
-            (bytes as f64 / (1u64 << 30) as f64 * self.cost.discard_host_ns_per_gib as f64) as u64;
+        self.host_now += self.discard_host_ns(bytes);
         self.stats.discarded_bytes += total;
         Ok(())
     }

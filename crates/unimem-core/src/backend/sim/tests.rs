@@ -77,7 +77,7 @@ fn data_survives_faults_eviction_and_migration_back() {
 }
 
 #[test]
-fn discard_drops_data_without_transfer_and_keeps_memory_pooled() {
+fn discard_drops_data_without_transfer_and_gives_the_pages_back() {
     let mut s = sim(64 * MIB);
     s.allocate(RegionId(1), 4 * MIB).unwrap();
     s.kernel_write(RegionId(1), 0, &pattern(3, (4 * MIB) as usize)).unwrap();
@@ -89,12 +89,42 @@ fn discard_drops_data_without_transfer_and_keeps_memory_pooled() {
     assert_eq!(s.device_resident_bytes(), 0);
     assert_eq!(s.residency(whole(1, 4 * MIB)).unwrap().unpopulated, 4 * MIB);
     assert!(read_back(&mut s, 1, 4096).iter().all(|&x| x == 0), "discarded data reads as zeros");
-    // The discarded pages stayed mapped: a new region takes them without first-touch faults.
+    // The discarded pages went back to the driver: a new region populates its own.
     s.allocate(RegionId(2), 4 * MIB).unwrap();
-    assert_eq!(s.residency(whole(2, 4 * MIB)).unwrap().device, 4 * MIB);
+    assert_eq!(s.residency(whole(2, 4 * MIB)).unwrap().device, 0);
+}
+
+/// A freed buffer keeps its whole blocks on the device for the next region of its size, which
+/// needs no first-touch fault for them; a region of another size gets a new buffer; pooled
+/// pages count against the capacity, and give way (the longest pooled first) before data is
+/// evicted.
+#[test]
+fn freed_buffers_serve_their_size_and_give_way_to_data() {
+    let mut s = sim(16 * MIB);
+    let write = |s: &mut SimBackend, id: u64, bytes: u64| {
+        s.allocate(RegionId(id), bytes).unwrap();
+        s.kernel_write(RegionId(id), 0, &pattern(id as u8, bytes as usize)).unwrap();
+    };
+    write(&mut s, 1, 4 * MIB);
+    write(&mut s, 2, 4 * MIB);
+    s.free(RegionId(1)).unwrap();
+    s.free(RegionId(2)).unwrap();
+    assert_eq!(s.device_resident_bytes(), 0);
+    s.allocate(RegionId(3), 4 * MIB).unwrap();
+    assert_eq!(s.residency(whole(3, 4 * MIB)).unwrap().device, 4 * MIB, "a pooled buffer of its size");
     let faults = s.stats().gpu_faults;
-    s.kernel_write(RegionId(2), 0, &[1; 64]).unwrap();
+    s.kernel_write(RegionId(3), 0, &[1; 64]).unwrap();
     assert_eq!(s.stats().gpu_faults, faults, "pooled pages need no fault");
+    s.allocate(RegionId(4), 6 * MIB).unwrap();
+    assert_eq!(s.residency(whole(4, 6 * MIB)).unwrap().device, 0, "no pooled buffer of its size");
+    // 4 MiB of data and 4 MiB pooled: 11 MiB more data fits only once the pool gives way.
+    s.kernel_write(RegionId(4), 0, &pattern(4, (6 * MIB) as usize)).unwrap();
+    write(&mut s, 5, 5 * MIB);
+    let st = s.stats();
+    assert_eq!(st.evicted_bytes, 0, "data evicted while pooled pages held the room");
+    assert!(st.peak_footprint_bytes <= 16 * MIB, "{st:?}");
+    s.allocate(RegionId(6), 4 * MIB).unwrap();
+    assert_eq!(s.residency(whole(6, 4 * MIB)).unwrap().device, 0, "the shed buffer is not handed out");
 }
 
 #[test]

@@ -1,33 +1,28 @@
-//! Freed managed buffers kept for reuse, and which of their pages are still on the device.
+//! Freed managed buffers kept for reuse, and which of their pages are still on the device: the
+//! CUDA backend's pool, and the simulator's model of it.
 //!
 //! `cuMemFree` synchronises the device, so a freed region's buffer waits here for the next
 //! region of its size. Its pages stay where they were: a buffer whose pages are on the device
 //! serves a new region (or a staged region coming back, see `CudaBackend::relocate_staged`)
 //! without population; one whose pages were discarded lately is the worst to get (on the H200,
 //! repopulating pages soon after their discard ran at 0.6-1 GB/s), so the most resident
-//! buffer of a size goes first.
-//!
-//! Pooled pages on the device are device memory all the same: the backend counts them against
-//! its budget and sheds the longest pooled first (`shed`) when it needs the room.
+//! buffer of a size goes first. Pooled pages on the device are device memory all the same: a
+//! backend counts them against its budget and sheds the longest pooled first (`shed`) when
+//! data needs the room.
 
 use std::collections::BTreeMap;
 
 use crate::backend::BLOCK_SIZE;
 
 /// What the pool needs of a buffer: its length.
-pub(super) trait Buffer {
+pub(crate) trait Buffer {
     /// Length in bytes.
     fn len(&self) -> u64;
 }
 
-impl Buffer for super::ManagedBuffer {
-    fn len(&self) -> u64 {
-        super::ManagedBuffer::len(self)
-    }
-}
-
 /// A buffer in the pool.
-pub(super) struct Pooled<T, E> {
+#[derive(Debug)]
+pub(crate) struct Pooled<T, E> {
     pub buf: T,
     /// Its 2 MiB blocks whose pages are on the device.
     pub resident: Vec<bool>,
@@ -59,7 +54,8 @@ impl<T: Buffer, E> Pooled<T, E> {
 }
 
 /// Freed buffers by size (see the module documentation).
-pub(super) struct BufferPool<T, E> {
+#[derive(Debug)]
+pub(crate) struct BufferPool<T, E> {
     by_size: BTreeMap<u64, Vec<Pooled<T, E>>>,
     resident_bytes: u64,
     next_seq: u64,
