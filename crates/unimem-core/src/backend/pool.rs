@@ -26,9 +26,12 @@ pub(crate) struct Pooled<T, E> {
     pub buf: T,
     /// Its 2 MiB blocks whose pages are on the device.
     pub resident: Vec<bool>,
-    /// Work on the buffer still queued (its last kernels, its last discard) that its next user
-    /// must wait for.
+    /// Work on the buffer still queued (its last discard) that its next user must wait for.
     pub after: Vec<E>,
+    /// The end of the kernels issued before it was freed: what writes other bytes into its
+    /// pages (copies, a discard) waits for it; kernels run after them anyway, and prefetches
+    /// keep the bytes.
+    pub last_use: Option<E>,
     /// Order of pooling (for `shed`).
     seq: u64,
     /// Bytes of its pages on the device.
@@ -36,7 +39,7 @@ pub(crate) struct Pooled<T, E> {
 }
 
 impl<T: Buffer, E> Pooled<T, E> {
-    fn new(buf: T, resident: Vec<bool>, after: Vec<E>, seq: u64) -> Self {
+    fn new(buf: T, resident: Vec<bool>, after: Vec<E>, last_use: Option<E>, seq: u64) -> Self {
         let len = buf.len();
         let resident_bytes = resident
             .iter()
@@ -44,7 +47,7 @@ impl<T: Buffer, E> Pooled<T, E> {
             .filter(|(_, &r)| r)
             .map(|(b, _)| (len - b as u64 * BLOCK_SIZE).min(BLOCK_SIZE))
             .sum();
-        Self { buf, resident, after, seq, resident_bytes }
+        Self { buf, resident, after, last_use, seq, resident_bytes }
     }
 
     /// Bytes of its pages on the device.
@@ -81,9 +84,10 @@ impl<T: Buffer, E> BufferPool<T, E> {
         self.resident_bytes = 0;
     }
 
-    /// Keeps `buf`, whose blocks marked in `resident` are on the device, until `after` is done.
-    pub fn put(&mut self, buf: T, resident: Vec<bool>, after: Vec<E>) {
-        let entry = Pooled::new(buf, resident, after, self.next_seq);
+    /// Keeps `buf`, whose blocks marked in `resident` are on the device, until `after` is done
+    /// (see [`Pooled`] for `last_use`).
+    pub fn put(&mut self, buf: T, resident: Vec<bool>, after: Vec<E>, last_use: Option<E>) {
+        let entry = Pooled::new(buf, resident, after, last_use, self.next_seq);
         self.next_seq += 1;
         self.resident_bytes += entry.resident_bytes();
         self.by_size.entry(entry.buf.len()).or_default().push(entry);
@@ -157,9 +161,9 @@ mod tests {
     #[test]
     fn resident_pages_are_counted_until_taken() {
         let mut pool: BufferPool<Fake, u32> = BufferPool::new();
-        pool.put(Fake(0, 5 * MIB), vec![true, false, true], vec![]);
+        pool.put(Fake(0, 5 * MIB), vec![true, false, true], vec![], None);
         assert_eq!(pool.resident_bytes(), 3 * MIB, "2 MiB + the last 1 MiB block");
-        pool.put(Fake(64 * MIB, 4 * MIB), vec![true, true], vec![]);
+        pool.put(Fake(64 * MIB, 4 * MIB), vec![true, true], vec![], None);
         assert_eq!(pool.resident_bytes(), 7 * MIB);
         let e = pool.take(4 * MIB).expect("one of 4 MiB");
         assert_eq!(e.buf.0, 64 * MIB);
@@ -173,11 +177,11 @@ mod tests {
     #[test]
     fn the_most_resident_buffer_of_a_size_goes_first() {
         let mut pool: BufferPool<Fake, u32> = BufferPool::new();
-        pool.put(Fake(0, 4 * MIB), vec![false, false], vec![1]);
+        pool.put(Fake(0, 4 * MIB), vec![false, false], vec![1], None);
         assert!(pool.take_resident(4 * MIB).is_none(), "no pages on the device");
-        pool.put(Fake(10 * MIB, 4 * MIB), vec![true, false], vec![]);
-        pool.put(Fake(20 * MIB, 4 * MIB), vec![true, true], vec![]);
-        pool.put(Fake(30 * MIB, 4 * MIB), vec![false, true], vec![]);
+        pool.put(Fake(10 * MIB, 4 * MIB), vec![true, false], vec![], None);
+        pool.put(Fake(20 * MIB, 4 * MIB), vec![true, true], vec![], None);
+        pool.put(Fake(30 * MIB, 4 * MIB), vec![false, true], vec![], None);
         assert_eq!(pool.take_resident(4 * MIB).map(|e| e.buf.0), Some(20 * MIB));
         assert_eq!(pool.take(4 * MIB).map(|e| e.buf.0), Some(30 * MIB), "the latest among equals");
         assert_eq!(pool.take(4 * MIB).map(|e| e.buf.0), Some(10 * MIB));
@@ -190,10 +194,10 @@ mod tests {
     #[test]
     fn shedding_takes_the_longest_pooled_resident_buffers_first() {
         let mut pool: BufferPool<Fake, u32> = BufferPool::new();
-        pool.put(Fake(0, 4 * MIB), vec![true, true], vec![]);
-        pool.put(Fake(10 * MIB, 4 * MIB), vec![false, false], vec![]);
-        pool.put(Fake(20 * MIB, 2 * MIB), vec![true], vec![]);
-        pool.put(Fake(30 * MIB, 4 * MIB), vec![false, true], vec![]);
+        pool.put(Fake(0, 4 * MIB), vec![true, true], vec![], None);
+        pool.put(Fake(10 * MIB, 4 * MIB), vec![false, false], vec![], None);
+        pool.put(Fake(20 * MIB, 2 * MIB), vec![true], vec![], None);
+        pool.put(Fake(30 * MIB, 4 * MIB), vec![false, true], vec![], None);
         assert_eq!(pool.resident_bytes(), 8 * MIB);
         let shed: Vec<u64> = pool.shed(5 * MIB).iter().map(|e| e.buf.0).collect();
         assert_eq!(shed, vec![0, 20 * MIB], "oldest first, whole buffers, until 5 MiB");

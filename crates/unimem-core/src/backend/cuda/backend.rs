@@ -626,7 +626,7 @@ impl CudaBackend {
             self.shed.1 += e.resident_bytes();
         }
         self.shed.0 += shed.len() as u64;
-        for ev in shed.iter().flat_map(|e| &e.after).filter(|ev| !ev.is_complete()) {
+        for ev in shed.iter().flat_map(|e| e.after.iter().chain(&e.last_use)).filter(|ev| !ev.is_complete()) {
             self.remap.wait(ev).map_err(cuda_err("cuStreamWaitEvent", "shed after last use"))?;
         }
         if discard_batch(&self.dev, &coalesce(pieces), &self.remap)? {
@@ -837,7 +837,7 @@ impl CudaBackend {
                 }
             }
         }
-        let (buf, pages) = self.reuse(entry)?;
+        let (buf, pages) = self.reuse(entry, true)?;
         let r = self.regions.get_mut(&id).expect("checked");
         let old = std::mem::replace(&mut r.buf, buf);
         let (from, to) = (old.ptr(), r.buf.ptr());
@@ -849,7 +849,7 @@ impl CudaBackend {
             }
         }
         let old_blocks = old.len().div_ceil(BLOCK_SIZE) as usize;
-        self.pool.put(old, vec![false; old_blocks], after);
+        self.pool.put(old, vec![false; old_blocks], after, None);
         self.relocations += 1;
         if self.recording.is_some() {
             let at_ns = self.now();
@@ -1208,7 +1208,7 @@ impl CudaBackend {
     fn take_buffer(&mut self, bytes: u64) -> Result<(ManagedBuffer, Vec<Block>)> {
         if let Some(entry) = self.pool.take(bytes) {
             self.pool_hits += 1;
-            return self.reuse(entry);
+            return self.reuse(entry, false);
         }
         self.new_buffers += 1;
         let blocks = vec![Block::default(); bytes.div_ceil(BLOCK_SIZE) as usize];
@@ -1228,13 +1228,22 @@ impl CudaBackend {
     }
 
     /// A pooled buffer back in use: every stream that may touch its pages waits for the work
-    /// still queued on it (its last kernels, a discard), and its blocks say which pages are on
-    /// the device.
-    fn reuse(&mut self, entry: Pooled<ManagedBuffer, Arc<CudaEvent>>) -> Result<(ManagedBuffer, Vec<Block>)> {
+    /// still queued on it (a discard), `h2d` for its last kernels too where staged data is
+    /// copied in (`copies_in`: a relocation), and its blocks say which pages are on the
+    /// device. (A new region's own writes come from kernels, after the old ones on `compute`,
+    /// or from the host, which synchronises first.)
+    fn reuse(
+        &mut self,
+        entry: Pooled<ManagedBuffer, Arc<CudaEvent>>,
+        copies_in: bool,
+    ) -> Result<(ManagedBuffer, Vec<Block>)> {
         for ev in entry.after.iter().filter(|ev| !ev.is_complete()) {
             for s in [&self.compute, &self.h2d, &self.d2h, &self.remap] {
                 s.wait(ev).map_err(cuda_err("cuStreamWaitEvent", "reuse after a discard"))?;
             }
+        }
+        if let Some(ev) = entry.last_use.as_ref().filter(|ev| copies_in && !ev.is_complete()) {
+            self.h2d.wait(ev).map_err(cuda_err("cuStreamWaitEvent", "copies in after its last kernels"))?;
         }
         let blocks =
             entry.resident.iter().map(|&on_device| Block { on_device, ..Block::default() }).collect();
@@ -1389,10 +1398,10 @@ impl MemoryBackend for CudaBackend {
             }
         }
         let resident = blocks.iter().zip(spare).map(|(b, spare)| b.on_device || spare).collect();
-        // Its next user (a new region, a relocation's copies, a shed's discard) must not write
-        // its pages under the kernels issued before the free: as after `cuMemFree`.
+        // What writes other bytes into its pages next (a relocation's copies, a shed's discard)
+        // must not run under the kernels issued before the free: as after `cuMemFree`.
         let last_use = Arc::new(self.compute.record_event(None).map_err(cuda_err("cuEventRecord", "free"))?);
-        self.pool.put(r.buf, resident, vec![last_use]);
+        self.pool.put(r.buf, resident, Vec::new(), Some(last_use));
         Ok(())
     }
 

@@ -638,7 +638,7 @@ impl SimBackend {
         let taken: usize =
             (0..blocks).filter(|&b| r.spare[b]).map(|b| r.block_pages(b)).map(|(s, e)| e - s).sum();
         self.spare_pages += taken;
-        self.pool.put(SimBuffer(r.bytes), vec![false; blocks], Vec::new());
+        self.pool.put(SimBuffer(r.bytes), vec![false; blocks], Vec::new(), None);
     }
 
     /// Brings the staged pages of `s..e` back to the host (the copy engine copies them into
@@ -824,7 +824,7 @@ impl MemoryBackend for SimBackend {
             .collect();
         self.note_device_released(r.on_device.count(0, r.pages));
         self.spare_pages -= r.spare_pages_in(0, r.pages);
-        self.pool.put(SimBuffer(r.bytes), resident, Vec::new());
+        self.pool.put(SimBuffer(r.bytes), resident, Vec::new(), None);
         for (b, blk) in r.blocks.iter().enumerate() {
             if blk.stamp != 0 {
                 self.lrm.remove(&(blk.stamp, id, b as u32));
