@@ -603,8 +603,8 @@ impl CudaBackend {
 
     /// Gives back the device pages of pooled buffers, the longest pooled first, until `need`
     /// more bytes fit beside the account, the pool and the spare pages: a GPU of the budget's
-    /// size has no room for a pool beside data that fills it (the simulator's pool holds only
-    /// what the data leaves free, too). The pages are discarded on `remap` after the buffer's
+    /// size has no room for a pool beside data that fills it (the simulator pools the same
+    /// way, with the same `BufferPool`). The pages are discarded on `remap` after the buffer's
     /// last users (the kernels issued before its free), and the buffers retire: a new
     /// region gets a new buffer rather than one repopulated soon after its discard, which the
     /// H200's driver does on a slow path (0.6-1 GB/s against 250 for fresh pages).
