@@ -51,7 +51,7 @@ const KINDS: &str =
      hint, forecast";
 
 impl Log {
-    /// Reads a log file.
+    /// Reads a log file, plain or gzip-compressed (as `gzip` leaves a kept log).
     pub fn read(path: &Path) -> Result<Self, LogError> {
         let file = path.display().to_string();
         let f = std::fs::File::open(path).map_err(|e| LogError {
@@ -62,10 +62,19 @@ impl Log {
         Self::parse(f, &file)
     }
 
-    /// Reads a log from `input`; `origin` names it in errors.
+    /// Reads a log from `input`, plain or gzip-compressed (told by its first bytes); `origin`
+    /// names it in errors.
     pub fn parse(input: impl Read, origin: &str) -> Result<Self, LogError> {
         let err = |line: u64, reason: String| LogError { file: origin.to_string(), line, reason };
-        let mut lines = BufReader::new(input).lines();
+        let mut raw = BufReader::new(input);
+        let magic = raw.fill_buf().map_err(|e| err(0, e.to_string()))?;
+        let gz = magic.len() >= 2 && magic[0] == 0x1f && magic[1] == 0x8b;
+        let input: Box<dyn BufRead> = if gz {
+            Box::new(BufReader::new(flate2::bufread::MultiGzDecoder::new(raw)))
+        } else {
+            Box::new(raw)
+        };
+        let mut lines = input.lines();
         let header = match lines.next() {
             Some(Ok(h)) => h,
             Some(Err(e)) => return Err(err(1, e.to_string())),

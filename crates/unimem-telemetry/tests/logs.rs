@@ -63,6 +63,21 @@ fn replay_logs_attribute_events_to_named_regions() {
     assert!(advised.totals.forecast_hits > 0, "the second pass was forecast: {:?}", advised.totals);
 }
 
+/// A log kept compressed (`gzip t.jsonl`) reads as the plain one does.
+#[test]
+fn gzipped_logs_read_as_plain_ones() {
+    use std::io::Write;
+    let plain = replay_log(PolicyName::Advisor);
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(&plain).unwrap();
+    let gz = gz.finish().unwrap();
+    let (a, b) = (Log::parse(&plain[..], "plain").unwrap(), Log::parse(&gz[..], "gz").unwrap());
+    assert!(!a.events.is_empty());
+    assert_eq!((a.source, a.regions, a.events), (b.source, b.regions, b.events));
+    let err = Log::parse(&gz[..gz.len() / 2], "cut.jsonl.gz").unwrap_err().to_string();
+    assert!(err.starts_with("cut.jsonl.gz:"), "{err}");
+}
+
 #[test]
 fn the_chrome_trace_is_well_formed() {
     let log = Log::parse(&replay_log(PolicyName::Advisor)[..], "mem").unwrap();
