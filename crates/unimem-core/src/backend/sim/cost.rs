@@ -26,7 +26,8 @@ pub struct CostModel {
     pub gpu_fault_latency_ns: u64,
     /// Bytes a GPU fault is grown to (power of two, multiple of 4 KiB).
     pub fault_unit_bytes: u64,
-    /// Cost per fault unit of first-touch population on the GPU.
+    /// Cost per fault unit of first-touch population on the GPU (measured on fresh 2 MiB
+    /// allocations, one kernel each).
     pub gpu_populate_latency_ns: u64,
     /// CPU-fault migration rate (D2H).
     pub cpu_fault_rate_gbps: f64,
