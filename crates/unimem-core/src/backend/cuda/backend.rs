@@ -142,7 +142,7 @@ pub struct CudaBackend {
     /// but count against the capacity all the same (`shed_pool`).
     pool: BufferPool<ManagedBuffer, Arc<CudaEvent>>,
     /// Pooled buffers whose pages were given back (`shed_pool`): they hold no memory, and are
-    /// freed when the backend closes (`cuMemFree` synchronises the device).
+    /// freed when the device is next synchronised anyway (`cuMemFree` synchronises it).
     retired: Vec<ManagedBuffer>,
     /// Pooled buffers shed, and the device bytes they gave back.
     shed: (u64, u64),
@@ -464,7 +464,11 @@ impl CudaBackend {
     /// Issues every pending discard, then waits for the device.
     fn sync_all(&mut self) -> Result<()> {
         self.issue_discards(true)?;
-        self.dev.synchronize()
+        self.dev.synchronize()?;
+        // The device is idle: freeing the retired buffers costs no synchronisation now, and a
+        // long-running program does not keep one per shed buffer.
+        self.retired.clear();
+        Ok(())
     }
 
     /// Issues the pending discard of block `key` now (`remap` waiting for its copy if need be),
@@ -615,21 +619,16 @@ impl CudaBackend {
             return Ok(());
         }
         let shed = self.pool.shed(over);
-        let mut pieces: Vec<(RegionId, u64, u64)> = Vec::new();
-        for (i, e) in shed.iter().enumerate() {
-            let (base, len) = (e.buf.ptr(), e.buf.len());
-            for (b, _) in e.resident.iter().enumerate().filter(|(_, &on)| on) {
-                let at = b as u64 * BLOCK_SIZE;
-                // The entry's index stands for its allocation: ranges never merge across two.
-                pieces.push((RegionId(i as u64), base + at, (len - at).min(BLOCK_SIZE)));
-            }
+        let mut ranges: Vec<DevRange> = Vec::new();
+        for e in &shed {
+            ranges.extend(resident_ranges(e.buf.ptr(), e.buf.len(), &e.resident));
             self.shed.1 += e.resident_bytes();
         }
         self.shed.0 += shed.len() as u64;
         for ev in shed.iter().flat_map(|e| e.after.iter().chain(&e.last_use)).filter(|ev| !ev.is_complete()) {
             self.remap.wait(ev).map_err(cuda_err("cuStreamWaitEvent", "shed after last use"))?;
         }
-        if discard_batch(&self.dev, &coalesce(pieces), &self.remap)? {
+        if discard_batch(&self.dev, &ranges, &self.remap)? {
             self.retired.extend(shed.into_iter().map(|e| e.buf));
         }
         // Else (no discard on this driver) the buffers drop here: cuMemFree gives their pages
@@ -1313,6 +1312,21 @@ fn parse_mem_total(meminfo: &str) -> Option<u64> {
 
 /// Sorts (region, address, bytes) ranges and merges the adjacent ones of the same allocation
 /// ([`merge_pieces`]): -> (address, bytes).
+/// The address ranges of a buffer at `base` of `len` bytes whose 2 MiB blocks are marked in
+/// `resident`, neighbouring blocks merged (one buffer's: a range never spans two allocations).
+fn resident_ranges(base: u64, len: u64, resident: &[bool]) -> Vec<DevRange> {
+    let mut out: Vec<DevRange> = Vec::new();
+    for (b, _) in resident.iter().enumerate().filter(|(_, &on)| on) {
+        let at = b as u64 * BLOCK_SIZE;
+        let bytes = (len - at).min(BLOCK_SIZE);
+        match out.last_mut() {
+            Some((start, n)) if *start + *n == base + at => *n += bytes,
+            _ => out.push((base + at, bytes)),
+        }
+    }
+    out
+}
+
 fn coalesce(mut ranges: Vec<(RegionId, u64, u64)>) -> Vec<(u64, u64)> {
     ranges.sort_unstable();
     merge_pieces(ranges.into_iter().map(|(id, p, l)| (id, p, l, false)).collect())
@@ -1846,6 +1860,16 @@ mod tests {
                 (0x1000_0000 + 4 * M + M / 2, M),
             ]
         );
+    }
+
+    #[test]
+    fn resident_blocks_of_a_buffer_become_merged_ranges() {
+        const MIB: u64 = 1 << 20;
+        let base = 1 << 40;
+        // Blocks 0, 1 and 3 of a 7 MiB buffer (the last one 1 MiB).
+        let ranges = resident_ranges(base, 7 * MIB, &[true, true, false, true]);
+        assert_eq!(ranges, vec![(base, 4 * MIB), (base + 6 * MIB, MIB)]);
+        assert!(resident_ranges(base, 4 * MIB, &[false, false]).is_empty());
     }
 
     #[test]
