@@ -224,6 +224,21 @@ pub trait MemoryBackend: Send {
     /// Where the bytes of a range are.
     fn residency(&self, range: ByteRange) -> Result<Residency>;
 
+    /// The 2 MiB blocks of region `id` (of `bytes` bytes) that hold pages on the device, as
+    /// [`residency`](Self::residency) tells block by block: a policy learns which pages of a
+    /// new region came from the pool. Backends override it where they know it cheaper.
+    fn device_blocks(&self, id: RegionId, bytes: u64) -> Result<Vec<u32>> {
+        let mut out = Vec::new();
+        for b in 0..bytes.div_ceil(BLOCK_SIZE) {
+            let offset = b * BLOCK_SIZE;
+            let range = ByteRange { region: id, offset, len: bytes.min(offset + BLOCK_SIZE) - offset };
+            if self.residency(range)?.on_device() > 0 {
+                out.push(b as u32);
+            }
+        }
+        Ok(out)
+    }
+
     /// Bytes of managed data resident on the device now.
     fn device_resident_bytes(&self) -> u64;
 

@@ -1369,6 +1369,18 @@ impl MemoryBackend for SimBackend {
         })
     }
 
+    fn device_blocks(&self, id: RegionId, _bytes: u64) -> Result<Vec<u32>> {
+        // One count per block (the default asks for the whole residency, five).
+        let r = self.region(id)?;
+        Ok((0..r.blocks.len())
+            .filter(|&b| {
+                let (s, e) = r.block_pages(b);
+                r.on_device.count(s, e) > 0
+            })
+            .map(|b| b as u32)
+            .collect())
+    }
+
     fn device_resident_bytes(&self) -> u64 {
         self.device_bytes
     }

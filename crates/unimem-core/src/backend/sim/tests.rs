@@ -115,8 +115,12 @@ fn freed_buffers_serve_their_size_and_give_way_to_data() {
     let faults = s.stats().gpu_faults;
     s.kernel_write(RegionId(3), 0, &[1; 64]).unwrap();
     assert_eq!(s.stats().gpu_faults, faults, "pooled pages need no fault");
+    assert_eq!(s.device_blocks(RegionId(3), 4 * MIB).unwrap(), vec![0, 1]);
     s.allocate(RegionId(4), 6 * MIB).unwrap();
     assert_eq!(s.residency(whole(4, 6 * MIB)).unwrap().device, 0, "no pooled buffer of its size");
+    assert!(s.device_blocks(RegionId(4), 6 * MIB).unwrap().is_empty());
+    s.kernel_write(RegionId(4), 2 * MIB + 100, &[7; 64]).unwrap();
+    assert_eq!(s.device_blocks(RegionId(4), 6 * MIB).unwrap(), vec![1], "a block with one fault unit");
     // 4 MiB of data and 4 MiB pooled: 11 MiB more data fits only once the pool gives way.
     s.kernel_write(RegionId(4), 0, &pattern(4, (6 * MIB) as usize)).unwrap();
     write(&mut s, 5, 5 * MIB);

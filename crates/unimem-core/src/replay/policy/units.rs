@@ -101,14 +101,7 @@ pub(super) fn fetch_needed(
 /// Blocks of a newly allocated region that are on the device already (memory recycled from
 /// the pool).
 pub(super) fn pooled_blocks(sizes: &Sizes, backend: &dyn MemoryBackend, id: RegionId) -> Result<Vec<u32>> {
-    let blocks = sizes.get(&id).copied().unwrap_or(0).div_ceil(BLOCK_SIZE) as u32;
-    let mut on_device = Vec::new();
-    for b in 0..blocks {
-        if backend.residency(unit_range(sizes, (id, b)))?.on_device() > 0 {
-            on_device.push(b);
-        }
-    }
-    Ok(on_device)
+    backend.device_blocks(id, sizes.get(&id).copied().unwrap_or(0))
 }
 
 #[cfg(test)]
