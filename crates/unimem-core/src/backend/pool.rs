@@ -208,4 +208,77 @@ mod tests {
         assert_eq!(pool.resident_bytes(), 0);
         assert_eq!(pool.take(4 * MIB).map(|e| e.buf.0), Some(10 * MIB));
     }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Put(u64, Vec<bool>),
+        Take(u64),
+        Shed(u64),
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        // Three sizes of 1-3 blocks, so that takes find buffers and sheds choose among many.
+        let size = (1u64..4).prop_map(|blocks| blocks * 2 * MIB - MIB / 2);
+        prop_oneof![
+            size.clone().prop_flat_map(|len| {
+                proptest::collection::vec(any::<bool>(), len.div_ceil(BLOCK_SIZE) as usize)
+                    .prop_map(move |resident| Op::Put(len, resident))
+            }),
+            size.prop_map(Op::Take),
+            (0u64..8 * MIB).prop_map(Op::Shed),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Against a plain list of what was put: the pool's count of device bytes is the sum
+        /// over its buffers, a take hands out a buffer of the size asked with the most resident
+        /// bytes (the latest among equals), and a shed takes the longest-pooled buffers with
+        /// device pages, in order, until it has the bytes asked for or none is left.
+        #[test]
+        fn the_pool_agrees_with_a_plain_list(ops in proptest::collection::vec(op(), 1..80)) {
+            let mut pool: BufferPool<Fake, u32> = BufferPool::new();
+            // (id, len, resident bytes), in pooling order.
+            let mut plain: Vec<(u64, u64, u64)> = Vec::new();
+            let resident_of = |len: u64, r: &[bool]| -> u64 {
+                r.iter().enumerate().filter(|(_, &on)| on).map(|(b, _)| (len - b as u64 * BLOCK_SIZE).min(BLOCK_SIZE)).sum()
+            };
+            for (id, op) in ops.into_iter().enumerate() {
+                match op {
+                    Op::Put(len, resident) => {
+                        plain.push((id as u64, len, resident_of(len, &resident)));
+                        pool.put(Fake(id as u64, len), resident, vec![], None);
+                    }
+                    Op::Take(len) => {
+                        let want = plain
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, e)| e.1 == len)
+                            .max_by_key(|(i, e)| (e.2, *i))
+                            .map(|(i, _)| i);
+                        let got = pool.take(len).map(|e| e.buf.0);
+                        proptest::prop_assert_eq!(got, want.map(|i| plain[i].0));
+                        if let Some(i) = want {
+                            plain.remove(i);
+                        }
+                    }
+                    Op::Shed(bytes) => {
+                        let mut want = Vec::new();
+                        let mut freed = 0;
+                        for e in plain.iter().filter(|e| e.2 > 0) {
+                            if freed >= bytes {
+                                break;
+                            }
+                            freed += e.2;
+                            want.push(e.0);
+                        }
+                        let got: Vec<u64> = pool.shed(bytes).iter().map(|e| e.buf.0).collect();
+                        proptest::prop_assert_eq!(&got, &want);
+                        plain.retain(|e| !want.contains(&e.0));
+                    }
+                }
+                proptest::prop_assert_eq!(pool.resident_bytes(), plain.iter().map(|e| e.2).sum::<u64>());
+            }
+        }
+    }
 }
