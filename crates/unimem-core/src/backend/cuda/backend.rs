@@ -85,7 +85,8 @@ struct Block {
     last_kernel: u64,
     /// Staged, and its pages in the region's buffer are on the device all the same: the
     /// region moved into a pooled buffer before this block came back (`relocate_staged`). Its
-    /// restore is a copy alone. Outside the account until then, as pooled pages are.
+    /// restore is a copy alone. Outside the account of data until then, but counted against
+    /// the capacity (`spare_bytes`), as pooled pages are.
     spare: bool,
 }
 
@@ -152,7 +153,8 @@ pub struct CudaBackend {
     /// Restores that moved a region into a pooled buffer, and the bytes they found on the device.
     relocations: u64,
     relocated_resident: u64,
-    /// Bytes of the blocks marked `spare`: device pages outside the account and the pool.
+    /// Bytes of the blocks marked `spare`: device pages outside the account of data and the
+    /// pool, counted against the capacity with them.
     spare_bytes: u64,
     /// Device blocks in least-recently-used order: (stamp, region, block).
     lru: BTreeSet<(u64, RegionId, u32)>,
