@@ -5,6 +5,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
 use unimem_core::backend::MemEvent;
+use unimem_core::trace::Decompressed;
 use unimem_core::RegionId;
 
 use crate::log::{OLDEST_READABLE_VERSION, SCHEMA, SCHEMA_VERSION};
@@ -66,14 +67,7 @@ impl Log {
     /// names it in errors.
     pub fn parse(input: impl Read, origin: &str) -> Result<Self, LogError> {
         let err = |line: u64, reason: String| LogError { file: origin.to_string(), line, reason };
-        let mut raw = BufReader::new(input);
-        let magic = raw.fill_buf().map_err(|e| err(0, e.to_string()))?;
-        let gz = magic.len() >= 2 && magic[0] == 0x1f && magic[1] == 0x8b;
-        let input: Box<dyn BufRead> = if gz {
-            Box::new(BufReader::new(flate2::bufread::MultiGzDecoder::new(raw)))
-        } else {
-            Box::new(raw)
-        };
+        let input = Decompressed::new(BufReader::new(input)).map_err(|e| err(0, e.to_string()))?;
         let mut lines = input.lines();
         let header = match lines.next() {
             Some(Ok(h)) => h,

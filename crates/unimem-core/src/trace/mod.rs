@@ -2,12 +2,14 @@
 //! a writer, whole-trace statistics and a generator of synthetic access patterns.
 
 mod event;
+mod gzip;
 mod reader;
 mod stats;
 pub mod synth;
 mod writer;
 
 pub use event::{TraceAccess, TraceEvent, TraceHeader};
+pub use gzip::Decompressed;
 pub use reader::{TraceReader, MAX_LINE_BYTES};
 pub use stats::{RegionIds, TraceStats};
 pub use writer::TraceWriter;

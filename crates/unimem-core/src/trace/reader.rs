@@ -16,6 +16,7 @@ use rustc_hash::FxHashMap;
 use serde::Deserialize;
 
 use super::event::{TraceAccess, TraceEvent, TraceHeader};
+use super::gzip::Decompressed;
 use crate::error::{Error, Result};
 
 /// Longest line accepted (64 MiB): garbage without newlines must not exhaust memory.
@@ -148,14 +149,8 @@ impl TraceReader {
     /// Reads a trace from any byte source; `name` appears in errors.
     pub fn from_read<R: Read + Send + 'static>(name: &str, source: R) -> Result<Self> {
         let consumed = Arc::new(AtomicU64::new(0));
-        let mut raw = BufReader::with_capacity(1 << 16, Counting { inner: source, count: consumed.clone() });
-        let magic = raw.fill_buf().map_err(|e| Error::io(name, e))?;
-        let gz = magic.len() >= 2 && magic[0] == 0x1f && magic[1] == 0x8b;
-        let input: Box<dyn BufRead + Send> = if gz {
-            Box::new(BufReader::with_capacity(1 << 16, flate2::bufread::MultiGzDecoder::new(raw)))
-        } else {
-            Box::new(raw)
-        };
+        let raw = BufReader::with_capacity(1 << 16, Counting { inner: source, count: consumed.clone() });
+        let input = Box::new(Decompressed::new(raw).map_err(|e| Error::io(name, e))?);
         let mut reader = Self {
             file: name.to_string(),
             input,
