@@ -21,6 +21,11 @@ pub const PAGE_SIZE: u64 = 4096;
 /// The driver's large-page block (2 MiB): eviction and advice granularity.
 pub const BLOCK_SIZE: u64 = 2 << 20;
 
+/// Bytes of block `b` (2 MiB) of a buffer of `len` bytes: the last one may be short.
+pub(crate) fn block_bytes(len: u64, b: u64) -> u64 {
+    (len - b * BLOCK_SIZE).min(BLOCK_SIZE)
+}
+
 /// Bytes of `len` rounded up to whole pages: what a range costs in device memory.
 pub fn page_round(len: u64) -> u64 {
     len.div_ceil(PAGE_SIZE) * PAGE_SIZE
@@ -230,8 +235,7 @@ pub trait MemoryBackend: Send {
     fn device_blocks(&self, id: RegionId, bytes: u64) -> Result<Vec<u32>> {
         let mut out = Vec::new();
         for b in 0..bytes.div_ceil(BLOCK_SIZE) {
-            let offset = b * BLOCK_SIZE;
-            let range = ByteRange { region: id, offset, len: bytes.min(offset + BLOCK_SIZE) - offset };
+            let range = ByteRange { region: id, offset: b * BLOCK_SIZE, len: block_bytes(bytes, b) };
             if self.residency(range)?.on_device() > 0 {
                 out.push(b as u32);
             }

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::backend::BLOCK_SIZE;
+use crate::backend::block_bytes;
 
 /// What the pool needs of a buffer: its length.
 pub(crate) trait Buffer {
@@ -41,12 +41,8 @@ pub(crate) struct Pooled<T, E> {
 impl<T: Buffer, E> Pooled<T, E> {
     fn new(buf: T, resident: Vec<bool>, after: Vec<E>, last_use: Option<E>, seq: u64) -> Self {
         let len = buf.len();
-        let resident_bytes = resident
-            .iter()
-            .enumerate()
-            .filter(|(_, &r)| r)
-            .map(|(b, _)| (len - b as u64 * BLOCK_SIZE).min(BLOCK_SIZE))
-            .sum();
+        let resident_bytes =
+            resident.iter().enumerate().filter(|(_, &r)| r).map(|(b, _)| block_bytes(len, b as u64)).sum();
         Self { buf, resident, after, last_use, seq, resident_bytes }
     }
 
@@ -103,6 +99,16 @@ impl<T: Buffer, E> BufferPool<T, E> {
         Some(entry)
     }
 
+    /// The same, only if that buffer has pages on the device.
+    pub fn take_resident(&mut self, bytes: u64) -> Option<Pooled<T, E>> {
+        let resident = self.by_size.get(&bytes)?.iter().any(|e| e.resident_bytes() > 0);
+        if resident {
+            self.take(bytes)
+        } else {
+            None
+        }
+    }
+
     /// Takes out buffers with pages on the device, the longest pooled first, until they hold
     /// at least `bytes` of device pages or none is left: the caller gives their pages back.
     pub fn shed(&mut self, bytes: u64) -> Vec<Pooled<T, E>> {
@@ -133,21 +139,12 @@ impl<T: Buffer, E> BufferPool<T, E> {
         }
         out
     }
-
-    /// The same, only if that buffer has pages on the device.
-    pub fn take_resident(&mut self, bytes: u64) -> Option<Pooled<T, E>> {
-        let resident = self.by_size.get(&bytes)?.iter().any(|e| e.resident.iter().any(|&r| r));
-        if resident {
-            self.take(bytes)
-        } else {
-            None
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::BLOCK_SIZE;
 
     struct Fake(u64, u64);
     impl Buffer for Fake {

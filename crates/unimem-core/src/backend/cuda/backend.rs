@@ -54,8 +54,8 @@ use super::{
 use crate::access::RangeAccess;
 use crate::backend::pool::{BufferPool, Pooled};
 use crate::backend::{
-    Advice, BackendKind, BackendStats, ByteRange, KernelLaunch, Location, MemEvent, MemoryBackend,
-    NativeLaunch, Residency, BLOCK_SIZE, PAGE_SIZE,
+    block_bytes, Advice, BackendKind, BackendStats, ByteRange, KernelLaunch, Location, MemEvent,
+    MemoryBackend, NativeLaunch, Residency, BLOCK_SIZE, PAGE_SIZE,
 };
 use crate::config::Oversubscribe;
 use crate::error::{Error, Result};
@@ -100,7 +100,7 @@ struct CudaRegion {
 
 impl CudaRegion {
     fn block_bytes(&self, b: usize) -> u64 {
-        (self.bytes - b as u64 * BLOCK_SIZE).min(BLOCK_SIZE)
+        block_bytes(self.bytes, b as u64)
     }
 
     fn blocks_of(&self, offset: u64, len: u64) -> std::ops::Range<usize> {
@@ -532,11 +532,15 @@ impl CudaBackend {
         self.note_footprint();
     }
 
-    /// Keeps the peak of the device memory held: the account, pooled pages on the device and
-    /// spare pages. Pages whose stage-out is still queued count as gone from its issue on.
+    /// Keeps the peak of the device memory held (`held`). Pages whose stage-out is still queued
+    /// count as gone from its issue on.
     fn note_footprint(&mut self) {
-        let held = self.device_bytes + self.pool.resident_bytes() + self.spare_bytes;
-        self.stats.peak_footprint_bytes = self.stats.peak_footprint_bytes.max(held);
+        self.stats.peak_footprint_bytes = self.stats.peak_footprint_bytes.max(self.held());
+    }
+
+    /// Device memory held: the account, the pooled pages on the device and the spare pages.
+    fn held(&self) -> u64 {
+        self.device_bytes + self.pool.resident_bytes() + self.spare_bytes
     }
 
     /// Clears block `b`'s `spare` mark; returns whether it had one.
@@ -570,7 +574,7 @@ impl CudaBackend {
     fn make_room(&mut self, need: u64, protect: &FxHashSet<(RegionId, u32)>, site: RoomSite) -> Result<bool> {
         self.timed(5, |this| {
             this.shed_pool(need)?;
-            let held = this.device_bytes + this.pool.resident_bytes() + this.spare_bytes;
+            let held = this.held();
             let mut victims: Vec<(RegionId, u32)> = Vec::new();
             let mut freed = 0u64;
             for &(_, id, b) in &this.lru {
@@ -615,8 +619,7 @@ impl CudaBackend {
     /// region gets a new buffer rather than one repopulated soon after its discard, which the
     /// H200's driver does on a slow path (0.6-1 GB/s against 250 for fresh pages).
     fn shed_pool(&mut self, need: u64) -> Result<()> {
-        let held = self.device_bytes + self.pool.resident_bytes() + self.spare_bytes + need;
-        let over = held.saturating_sub(self.capacity).min(self.pool.resident_bytes());
+        let over = (self.held() + need).saturating_sub(self.capacity).min(self.pool.resident_bytes());
         if over == 0 {
             return Ok(());
         }
@@ -1312,15 +1315,13 @@ fn parse_mem_total(meminfo: &str) -> Option<u64> {
     Some(kib * 1024)
 }
 
-/// Sorts (region, address, bytes) ranges and merges the adjacent ones of the same allocation
-/// ([`merge_pieces`]): -> (address, bytes).
 /// The address ranges of a buffer at `base` of `len` bytes whose 2 MiB blocks are marked in
 /// `resident`, neighbouring blocks merged (one buffer's: a range never spans two allocations).
 fn resident_ranges(base: u64, len: u64, resident: &[bool]) -> Vec<DevRange> {
     let mut out: Vec<DevRange> = Vec::new();
     for (b, _) in resident.iter().enumerate().filter(|(_, &on)| on) {
         let at = b as u64 * BLOCK_SIZE;
-        let bytes = (len - at).min(BLOCK_SIZE);
+        let bytes = block_bytes(len, b as u64);
         match out.last_mut() {
             Some((start, n)) if *start + *n == base + at => *n += bytes,
             _ => out.push((base + at, bytes)),
@@ -1329,6 +1330,8 @@ fn resident_ranges(base: u64, len: u64, resident: &[bool]) -> Vec<DevRange> {
     out
 }
 
+/// Sorts (region, address, bytes) ranges and merges the adjacent ones of the same allocation
+/// ([`merge_pieces`]): -> (address, bytes).
 fn coalesce(mut ranges: Vec<(RegionId, u64, u64)>) -> Vec<(u64, u64)> {
     ranges.sort_unstable();
     merge_pieces(ranges.into_iter().map(|(id, p, l)| (id, p, l, false)).collect())
@@ -1397,7 +1400,7 @@ impl MemoryBackend for CudaBackend {
                 // count against the capacity: `shed_pool`); `on_device` tells the buffer's
                 // next user.
                 self.lru.remove(&(blk.stamp, id, b as u32));
-                self.device_bytes -= (r.bytes - b as u64 * BLOCK_SIZE).min(BLOCK_SIZE);
+                self.device_bytes -= block_bytes(r.bytes, b as u64);
             }
             blk.stamp = 0;
             blk.on_host = false; // dead data

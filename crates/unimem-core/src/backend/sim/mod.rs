@@ -632,13 +632,11 @@ impl SimBackend {
             return;
         }
         let Some(entry) = self.pool.take_resident(r.bytes) else { return };
-        let blocks = r.blocks.len();
         let r = self.regions.get_mut(&id).expect("checked by caller");
         r.spare = entry.resident;
-        let taken: usize =
-            (0..blocks).filter(|&b| r.spare[b]).map(|b| r.block_pages(b)).map(|(s, e)| e - s).sum();
-        self.spare_pages += taken;
-        self.pool.put(SimBuffer(r.bytes), vec![false; blocks], Vec::new(), None);
+        // Every page is staged: the spare blocks' pages, all of them.
+        self.spare_pages += r.spare_pages_in(0, r.pages);
+        self.pool.put(SimBuffer(r.bytes), vec![false; r.blocks.len()], Vec::new(), None);
     }
 
     /// Brings the staged pages of `s..e` back to the host (the copy engine copies them into
