@@ -5,6 +5,9 @@ profile written by `unimem probe`. Prints a Markdown table with the sim/real rat
 
 Usage: scripts/sim-vs-real.py PROFILE.toml REAL.jsonl [REAL2.jsonl ...] [--exe target/release/unimem]
 Several REAL files are repeated runs: the table shows their range and compares with the mean.
+With --host, a second table sets the host time the backend's calls held the replaying thread
+(`backend_host_ns`, real mean / simulated) beside the policy's own work on the GPU's host (its
+time less the hints it gave), which the simulator does not charge.
 """
 import json, os, subprocess, sys
 from collections import defaultdict
@@ -13,7 +16,11 @@ args = sys.argv[1:]
 exe = "target/release/unimem"
 if "--exe" in args:
     i = args.index("--exe"); exe = args[i + 1]; del args[i:i + 2]
+host = "--host" in args
+if host:
+    args.remove("--host")
 profile, files = args[0], args[1:]
+host_rows = []
 real = defaultdict(list)
 for f in files:
     for line in open(f):
@@ -32,5 +39,20 @@ for (trace, budget) in sorted({(t, b) for (t, b, _) in real}, key=lambda k: (k[0
         runs = [r["time_ns"] / 1e6 for r in real[(trace, budget, p)]]
         m, s = mean(p), sim[p]["time_ns"]
         span = f"{min(runs):.0f}-{max(runs):.0f} ms" if len(runs) > 1 else f"{runs[0]:.0f} ms"
-        print(f"| {trace.split('/')[-1].split('.')[0]} | {budget} | {p} | {span} | {s / 1e6:.0f} ms | {s / m:.2f} | "
+        name = trace.split('/')[-1].split('.')[0]
+        print(f"| {name} | {budget} | {p} | {span} | {s / 1e6:.0f} ms | {s / m:.2f} | "
               f"{mean('none') / m:.2f}x | {sim['none']['time_ns'] / s:.2f}x |")
+        runs = [r for r in real[(trace, budget, p)] if "backend_host_ns" in r]
+        if host and runs:
+            avg = lambda f: sum(map(f, runs)) / len(runs) / 1e6
+            hints = lambda h: sum(h[k] for k in ["prefetch_to_device", "prefetch_to_host", "discard", "advise", "stage_out"])
+            sh = sim[p]["backend_host_ns"]
+            cells = [f"{avg(lambda r: r['backend_host_ns'][k]):.0f} / {sh[k] / 1e6:.0f}" for k in ["launch", "allocate"]]
+            cells.append(f"{avg(lambda r: hints(r['backend_host_ns'])):.0f} / {hints(sh) / 1e6:.0f}")
+            cells.append(f"{avg(lambda r: r['policy_ns'] - hints(r['backend_host_ns'])):.0f}")
+            host_rows.append(f"| {name} | {budget} | {p} | " + " | ".join(cells) + " |")
+if host_rows:
+    print("\nHost time, ms (real / sim): the backend's calls, and the policy's own work (real)\n")
+    print("| trace | budget | policy | launch | allocate | hints | policy's own |")
+    print("|---|---|---|---|---|---|---|")
+    print("\n".join(host_rows))

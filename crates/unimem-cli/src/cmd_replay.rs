@@ -212,12 +212,17 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
             output::print_report_json(&report, &budget.to_string()).map_err(|e| Error::io("stdout", e))?;
         } else {
             table.row(output::report_row(&name, &budget.to_string(), &report));
+            let host = report.backend_host;
+            let ms = |ns: u64| ns as f64 / 1e6;
             eprintln!(
-                "{}: {} events in {:.2} s ({:.2} M events/s)",
+                "{}: {} events in {:.2} s ({:.2} M events/s); the backend held the host {:.1} ms for launches, {:.1} ms for allocations, {:.1} ms for hints",
                 report.policy,
                 report.events,
                 report.wall_ns as f64 / 1e9,
-                report.events_per_sec() / 1e6
+                report.events_per_sec() / 1e6,
+                ms(host.launch),
+                ms(host.allocate),
+                ms(host.hints()),
             );
         }
     }

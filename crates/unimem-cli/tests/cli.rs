@@ -104,6 +104,10 @@ fn replay_json_has_the_documented_keys() {
         assert_eq!(run["backend"], "sim");
         assert!(run["peak_resident_bytes"].as_u64() <= run["budget_bytes"].as_u64());
         assert!(run["peak_resident_bytes"].as_u64() <= run["peak_footprint_bytes"].as_u64());
+        let host = &run["backend_host_ns"];
+        assert!(host["launch"].as_u64().unwrap() > 0, "every kernel is launched: {host}");
+        let prefetch = host["prefetch_to_device"].as_u64().unwrap();
+        assert_eq!(prefetch > 0, policy == "oracle", "only the oracle prefetches: {host}");
     }
     assert!(runs[1]["time_ns"].as_u64() < runs[0]["time_ns"].as_u64(), "oracle beats none");
 }

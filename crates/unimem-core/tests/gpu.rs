@@ -175,6 +175,14 @@ fn probe_measures_and_writes_a_valid_profile() {
     }
     r.profile.validate("probe").unwrap();
     assert!(r.profile.prefetch_h2d_rate_gbps > r.profile.gpu_fault_rate_gbps, "prefetch beats faults");
+    // Allocations cost host time, and the profile's line through their sizes says how much.
+    let small =
+        r.measurements.iter().find(|m| m.name.starts_with("cuMemAllocManaged of 2 MiB (")).unwrap().value;
+    assert!(
+        small > 0.0 && r.profile.alloc_host_ns as f64 <= 2.0 * small + 1000.0,
+        "{small} vs {:?}",
+        r.profile
+    );
     let streaming = r.measurements.iter().find(|m| m.name.starts_with("streaming read")).unwrap().value;
     assert!(streaming > 3.0 * r.profile.gpu_fault_rate_gbps, "pipelined prefetch {streaming} GB/s vs faults");
 }
@@ -688,6 +696,14 @@ mod backend {
             assert_eq!(r.backend, unimem_core::BackendKind::Cuda);
             assert!(r.time_ns >= r.compute_floor_ns, "{policy}: faster than the floor?");
             assert!(r.peak_resident_bytes <= budget + 64 * MIB, "{policy}: {}", r.peak_resident_bytes);
+            // The host time of the calls is measured: every kernel launched, and the hints a
+            // policy gave are part of its own time.
+            let host = r.backend_host;
+            assert!(host.launch > 0 && host.allocate > 0, "{policy}: {host:?}");
+            assert!(host.hints() <= r.policy_ns, "{policy}: hints {host:?} vs policy {}", r.policy_ns);
+            if policy != PolicyName::None {
+                assert!(host.prefetch_to_device > 0, "{policy}: {host:?}");
+            }
             times.push(r.time_ns);
         }
         assert!(times[2] < times[0], "advisor {} vs none {}", times[2], times[0]);

@@ -251,6 +251,87 @@ impl serde::Serialize for Accessor {
     }
 }
 
+/// Kinds of backend call whose host time is accounted ([`HostTime`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostOp {
+    /// Kernel launches, with the waits a backend puts before them and the room it makes for
+    /// their data.
+    Launch,
+    /// Prefetches to the device.
+    PrefetchToDevice,
+    /// Prefetches to the host.
+    PrefetchToHost,
+    /// Discards.
+    Discard,
+    /// Memory advice.
+    Advise,
+    /// New managed allocations and buffers taken from the pool.
+    Allocate,
+    /// Host accesses (with the synchronisation before them).
+    HostAccess,
+    /// Stage-outs.
+    StageOut,
+}
+
+/// Host time a backend's calls held the calling thread, by kind of call, in nanoseconds:
+/// measured on a GPU, simulated on the simulator. On a GPU the host issues work
+/// asynchronously, so this time is on the critical path whenever the device waits for it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct HostTime {
+    /// See [`HostOp::Launch`].
+    pub launch: u64,
+    /// See [`HostOp::PrefetchToDevice`].
+    pub prefetch_to_device: u64,
+    /// See [`HostOp::PrefetchToHost`].
+    pub prefetch_to_host: u64,
+    /// See [`HostOp::Discard`].
+    pub discard: u64,
+    /// See [`HostOp::Advise`].
+    pub advise: u64,
+    /// See [`HostOp::Allocate`].
+    pub allocate: u64,
+    /// See [`HostOp::HostAccess`].
+    pub host_access: u64,
+    /// See [`HostOp::StageOut`].
+    pub stage_out: u64,
+}
+
+impl HostTime {
+    /// Adds `ns` to the counter of `op`.
+    pub fn add(&mut self, op: HostOp, ns: u64) {
+        *match op {
+            HostOp::Launch => &mut self.launch,
+            HostOp::PrefetchToDevice => &mut self.prefetch_to_device,
+            HostOp::PrefetchToHost => &mut self.prefetch_to_host,
+            HostOp::Discard => &mut self.discard,
+            HostOp::Advise => &mut self.advise,
+            HostOp::Allocate => &mut self.allocate,
+            HostOp::HostAccess => &mut self.host_access,
+            HostOp::StageOut => &mut self.stage_out,
+        } += ns;
+    }
+
+    /// The counters with their names, in the order of [`HostOp`].
+    pub fn parts(&self) -> [(&'static str, u64); 8] {
+        [
+            ("launch", self.launch),
+            ("prefetch to device", self.prefetch_to_device),
+            ("prefetch to host", self.prefetch_to_host),
+            ("discard", self.discard),
+            ("advise", self.advise),
+            ("allocate", self.allocate),
+            ("host access", self.host_access),
+            ("stage out", self.stage_out),
+        ]
+    }
+
+    /// Host time of the calls a policy makes (prefetch, discard, advise, stage out): the part
+    /// of a replay's policy time that is not the policy's own work.
+    pub fn hints(&self) -> u64 {
+        self.prefetch_to_device + self.prefetch_to_host + self.discard + self.advise + self.stage_out
+    }
+}
+
 /// Running counters of a backend.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct BackendStats {
@@ -303,4 +384,6 @@ pub struct BackendStats {
     /// buffers kept for reuse and pages taken over for restores still to come. What a GPU of
     /// the budget's size would have to hold; `peak_device_bytes` counts the data alone.
     pub peak_footprint_bytes: u64,
+    /// Host time the backend's calls held the calling thread.
+    pub host: HostTime,
 }

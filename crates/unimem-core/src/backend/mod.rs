@@ -9,7 +9,7 @@ pub mod sim;
 
 use std::fmt;
 
-pub use event::{BackendStats, Direction, MemEvent, MigrationCause, RemoteMapCause};
+pub use event::{BackendStats, Direction, HostOp, HostTime, MemEvent, MigrationCause, RemoteMapCause};
 
 use crate::access::RangeAccess;
 use crate::error::Result;

@@ -400,6 +400,7 @@ fn replay_events(
         steps,
         wall_ns: wall.elapsed().as_nanos() as u64,
         policy_ns: protocol.policy_ns,
+        backend_host: stats.host,
         learning: policy.learning(),
     })
 }

@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use crate::backend::BackendKind;
+use crate::backend::{BackendKind, HostTime};
 
 /// Time and floor of one step (between `step` markers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -151,6 +151,11 @@ pub struct ReplayReport {
     /// Host time the policy took (planning, learning, issuing hints): on a GPU it sits
     /// between kernel launches, so it is on the critical path when the device waits.
     pub policy_ns: u64,
+    /// Host time the backend's calls held the replaying thread, by kind of call (measured on
+    /// a GPU, simulated on the simulator). The prefetch, discard, advise and stage-out calls
+    /// are the policy's and count in `policy_ns` too.
+    #[serde(rename = "backend_host_ns")]
+    pub backend_host: HostTime,
     /// What the policy learned from faults on accesses it was not told of (zero for policies
     /// that do not learn).
     pub learning: Learning,

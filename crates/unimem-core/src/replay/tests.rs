@@ -52,7 +52,7 @@ fn none_policy_pays_exactly_the_fault_model() {
     let cost = CostModel::h200();
     let fault = cost.gpu_fault_latency_ns + CostModel::transfer_ns(mib4, cost.gpu_fault_rate_gbps);
     // The host allocates and launches first; then the kernel faults its data in and runs.
-    assert_eq!(r.time_ns, cost.alloc_host_ns + cost.launch_host_ns + 1_000_000 + fault);
+    assert_eq!(r.time_ns, cost.alloc_ns(mib4) + cost.launch_host_ns + 1_000_000 + fault);
     assert_eq!((r.h2d_bytes, r.gpu_faults, r.compute_floor_ns), (mib4, 1, 1_000_000));
     assert_eq!(r.peak_resident_bytes, mib4);
 }

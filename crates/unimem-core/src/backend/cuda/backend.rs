@@ -54,7 +54,7 @@ use super::{
 use crate::access::RangeAccess;
 use crate::backend::pool::{BufferPool, Pooled};
 use crate::backend::{
-    block_bytes, Advice, BackendKind, BackendStats, ByteRange, KernelLaunch, Location, MemEvent,
+    block_bytes, Advice, BackendKind, BackendStats, ByteRange, HostOp, KernelLaunch, Location, MemEvent,
     MemoryBackend, NativeLaunch, Residency, BLOCK_SIZE, PAGE_SIZE,
 };
 use crate::config::Oversubscribe;
@@ -164,8 +164,9 @@ pub struct CudaBackend {
     start: Instant,
     /// Host time spent on set-up (preloading data), not counted on the clock.
     excluded_ns: u64,
-    /// Host time spent in each kind of call (logged at `info` when the backend closes).
-    host_ns: [u64; HOST_OPS.len()],
+    /// Host time spent making room (inside the calls that needed it; logged at `info` when
+    /// the backend closes, with `stats.host`).
+    make_room_ns: u64,
     /// Allocations served by the pool / by a new `cuMemAllocManaged`.
     pool_hits: u64,
     new_buffers: u64,
@@ -329,19 +330,6 @@ enum RoomSite {
     Restore = 2,
 }
 
-/// Kinds of backend call whose host time is accounted.
-const HOST_OPS: [&str; 9] = [
-    "launch",
-    "prefetch to device",
-    "prefetch to host",
-    "discard",
-    "advise",
-    "make room",
-    "allocate",
-    "host access",
-    "stage out",
-];
-
 impl std::fmt::Debug for CudaBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CudaBackend").field("device", &self.dev.capabilities().name).finish()
@@ -390,7 +378,7 @@ impl CudaBackend {
             stats: BackendStats::default(),
             start: Instant::now(),
             excluded_ns: 0,
-            host_ns: [0; HOST_OPS.len()],
+            make_room_ns: 0,
             pool_hits: 0,
             new_buffers: 0,
             kernel_waits: 0,
@@ -439,11 +427,11 @@ impl CudaBackend {
         Ok(&self.region(id)?.buf)
     }
 
-    /// Runs `f`, adding its host time to counter `op` (see `HOST_OPS`).
-    fn timed<T>(&mut self, op: usize, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
+    /// Runs `f`, adding its host time to the counter of `op`.
+    fn timed<T>(&mut self, op: HostOp, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
         let t0 = Instant::now();
         let out = f(self);
-        self.host_ns[op] += t0.elapsed().as_nanos() as u64;
+        self.stats.host.add(op, t0.elapsed().as_nanos() as u64);
         out
     }
 
@@ -572,7 +560,16 @@ impl CudaBackend {
     /// (`shed_pool`), then by moving least recently used blocks outside `protect` back to the
     /// host. Returns whether anything moved back (the caller's stream then waits for `d2h`).
     fn make_room(&mut self, need: u64, protect: &FxHashSet<(RegionId, u32)>, site: RoomSite) -> Result<bool> {
-        self.timed(5, |this| {
+        let t0 = Instant::now();
+        let out = self.evict_for(need, protect, site);
+        self.make_room_ns += t0.elapsed().as_nanos() as u64;
+        out
+    }
+
+    /// [`Self::make_room`]'s work, untimed.
+    fn evict_for(&mut self, need: u64, protect: &FxHashSet<(RegionId, u32)>, site: RoomSite) -> Result<bool> {
+        let this = self;
+        {
             this.shed_pool(need)?;
             let held = this.held();
             let mut victims: Vec<(RegionId, u32)> = Vec::new();
@@ -608,7 +605,7 @@ impl CudaBackend {
             this.d2h.join(&this.compute).map_err(cuda_err("cuStreamWaitEvent", "evict after kernels"))?;
             prefetch_batch(&this.dev, &coalesce(ranges), Location::Host, &this.d2h)?;
             Ok(true)
-        })
+        }
     }
 
     /// Gives back the device pages of pooled buffers, the longest pooled first, until `need`
@@ -1090,7 +1087,7 @@ impl CudaBackend {
         kernel: &KernelLaunch<'_>,
         exec: &mut dyn FnMut(&mut Self) -> Result<()>,
     ) -> Result<()> {
-        self.timed(0, |this| {
+        self.timed(HostOp::Launch, |this| {
             for a in kernel.accesses {
                 this.checked(a.region, a.offset, a.len)?;
             }
@@ -1259,9 +1256,8 @@ impl Drop for CudaBackend {
     fn drop(&mut self) {
         // Where the host's time went (`log.level = "info"` shows it): hints are synchronous
         // work for the host, and this says which.
-        let parts: Vec<String> = HOST_OPS
-            .iter()
-            .zip(self.host_ns)
+        let parts: Vec<String> = (self.stats.host.parts().into_iter())
+            .chain([("of which making room", self.make_room_ns)])
             .map(|(op, ns)| format!("{op} {:.1} ms", ns as f64 / 1e6))
             .collect();
         tracing::info!(
@@ -1356,7 +1352,7 @@ impl MemoryBackend for CudaBackend {
 
     fn allocate(&mut self, id: RegionId, bytes: u64) -> Result<u64> {
         crate::backend::check_new_region(id, bytes, self.regions.contains_key(&id))?;
-        let (buf, blocks) = self.timed(6, |this| this.take_buffer(bytes))?;
+        let (buf, blocks) = self.timed(HostOp::Allocate, |this| this.take_buffer(bytes))?;
         let addr = buf.ptr();
         // Recycled pages that are on the device count again (they need no faults): they enter
         // the account through touch_block, like any page arriving.
@@ -1425,7 +1421,7 @@ impl MemoryBackend for CudaBackend {
     }
 
     fn advise(&mut self, range: ByteRange, advice: Advice) -> Result<()> {
-        self.timed(4, |this| {
+        self.timed(HostOp::Advise, |this| {
             this.checked(range.region, range.offset, range.len)?;
             if range.len == 0 {
                 return Ok(());
@@ -1461,44 +1457,48 @@ impl MemoryBackend for CudaBackend {
     }
 
     fn prefetch(&mut self, ranges: &[ByteRange], to: Location) -> Result<()> {
-        self.timed(if to == Location::Device { 1 } else { 2 }, |this| {
-            for r in ranges {
-                this.checked(r.region, r.offset, r.len)?;
-            }
-            let list = this.addresses(ranges);
-            if list.is_empty() {
-                return Ok(());
-            }
-            this.stats.prefetch_ranges += list.len() as u64;
-            match to {
-                Location::Device => this.bring_to_device(ranges, &list, true, &FxHashSet::default())?,
-                Location::Host => {
-                    this.d2h
-                        .join(&this.compute)
-                        .map_err(cuda_err("cuStreamWaitEvent", "evict after kernels"))?;
-                    prefetch_batch(&this.dev, &list, Location::Host, &this.d2h)?;
-                    this.after_moves_back("order after evict")?;
-                    let (blocks, _) = this.missing(ranges.iter().map(|r| (r.region, r.offset, r.len)));
-                    for (id, b) in blocks {
-                        let r = &this.regions[&id];
-                        let blk = r.blocks[b as usize];
-                        if blk.on_device && !blk.on_host {
-                            let bytes = r.block_bytes(b as usize);
-                            this.stats.d2h_bytes += bytes;
-                            this.stats.prefetch_d2h_bytes += bytes;
+        self.timed(
+            if to == Location::Device { HostOp::PrefetchToDevice } else { HostOp::PrefetchToHost },
+            |this| {
+                for r in ranges {
+                    this.checked(r.region, r.offset, r.len)?;
+                }
+                let list = this.addresses(ranges);
+                if list.is_empty() {
+                    return Ok(());
+                }
+                this.stats.prefetch_ranges += list.len() as u64;
+                match to {
+                    Location::Device => this.bring_to_device(ranges, &list, true, &FxHashSet::default())?,
+                    Location::Host => {
+                        this.d2h
+                            .join(&this.compute)
+                            .map_err(cuda_err("cuStreamWaitEvent", "evict after kernels"))?;
+                        prefetch_batch(&this.dev, &list, Location::Host, &this.d2h)?;
+                        this.after_moves_back("order after evict")?;
+                        let (blocks, _) = this.missing(ranges.iter().map(|r| (r.region, r.offset, r.len)));
+                        for (id, b) in blocks {
+                            let r = &this.regions[&id];
+                            let blk = r.blocks[b as usize];
+                            if blk.on_device && !blk.on_host {
+                                let bytes = r.block_bytes(b as usize);
+                                this.stats.d2h_bytes += bytes;
+                                this.stats.prefetch_d2h_bytes += bytes;
+                            }
+                            let populated = blk.on_device || blk.on_host;
+                            this.leave_device(id, b as usize);
+                            this.regions.get_mut(&id).expect("checked").blocks[b as usize].on_host =
+                                populated;
                         }
-                        let populated = blk.on_device || blk.on_host;
-                        this.leave_device(id, b as usize);
-                        this.regions.get_mut(&id).expect("checked").blocks[b as usize].on_host = populated;
                     }
                 }
-            }
-            Ok(())
-        })
+                Ok(())
+            },
+        )
     }
 
     fn discard(&mut self, ranges: &[ByteRange]) -> Result<()> {
-        self.timed(3, |this| {
+        self.timed(HostOp::Discard, |this| {
             for r in ranges {
                 this.checked(r.region, r.offset, r.len)?;
             }
@@ -1534,7 +1534,7 @@ impl MemoryBackend for CudaBackend {
         for r in ranges {
             self.checked(r.region, r.offset, r.len)?;
         }
-        let migrate = self.timed(8, |this| {
+        let migrate = self.timed(HostOp::StageOut, |this| {
             this.issue_discards(false)?;
             let (blocks, _) = this.missing(ranges.iter().map(|r| (r.region, r.offset, r.len)));
             let mut blocks: Vec<(RegionId, u32)> = blocks.into_iter().collect();
@@ -1657,7 +1657,7 @@ impl MemoryBackend for CudaBackend {
             std::hint::black_box(sum);
             self.after_host_touch(a.region, a.offset, a.len, a.mode.writes());
         }
-        self.host_ns[7] += t0.elapsed().as_nanos() as u64;
+        self.stats.host.add(HostOp::HostAccess, t0.elapsed().as_nanos() as u64);
         Ok(())
     }
 

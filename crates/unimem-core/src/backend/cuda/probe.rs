@@ -59,6 +59,17 @@ fn host_timed(f: impl FnOnce() -> Result<()>) -> Result<u64> {
     Ok(t0.elapsed().as_nanos() as u64)
 }
 
+/// The least-squares line through `points` (x, y): its value at 0 and its slope, neither
+/// below zero.
+fn line_through(points: &[(f64, f64)]) -> (f64, f64) {
+    let n = points.len().max(1) as f64;
+    let (mx, my) = points.iter().fold((0.0, 0.0), |(x, y), p| (x + p.0 / n, y + p.1 / n));
+    let var: f64 = points.iter().map(|p| (p.0 - mx) * (p.0 - mx)).sum();
+    let cov: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    let slope = if var > 0.0 { (cov / var).max(0.0) } else { 0.0 };
+    ((my - slope * mx).max(0.0), slope)
+}
+
 fn gbps(bytes: u64, ns: u64) -> f64 {
     bytes as f64 / ns.max(1) as f64
 }
@@ -952,20 +963,70 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
         "ns",
         Some(default.launch_host_ns as f64),
     );
+    // Managed allocations by size: replays paid about 100 us for each new buffer (ResNet's
+    // tensors run from 4 bytes to 256 MiB) where one of 4 MiB took 11-14 us here. The profile
+    // takes a line through these (host time = fixed + per GiB).
+    let alloc_sizes: [(u64, u64, &str); 4] = [
+        (64 << 10, 64, "cuMemAllocManaged of 64 KiB (host time)"),
+        (2 << 20, 64, "cuMemAllocManaged of 2 MiB (host time)"),
+        (32 << 20, 32, "cuMemAllocManaged of 32 MiB (host time)"),
+        (256 << 20, 8, "cuMemAllocManaged of 256 MiB (host time)"),
+    ];
+    let mut points = Vec::new();
+    for (size, count, name) in alloc_sizes {
+        let mut fresh = Vec::new();
+        let t = host_timed(|| {
+            for _ in 0..count {
+                fresh.push(ManagedBuffer::alloc(dev, size)?);
+            }
+            Ok(())
+        })?;
+        let freed = host_timed(|| {
+            drop(fresh);
+            Ok(())
+        })?;
+        let per = note(name, t as f64 / count as f64, "ns", None);
+        note("  its cuMemFree, the device idle", freed as f64 / count as f64, "ns", None);
+        points.push((size as f64 / (1u64 << 30) as f64, per));
+    }
+    let (alloc_ns, alloc_per_gib) = line_through(&points);
+    let alloc_ns = note(
+        "cuMemAllocManaged, fixed part (host time, profile)",
+        alloc_ns,
+        "ns",
+        Some(default.alloc_host_ns as f64),
+    );
+    let alloc_per_gib = note(
+        "cuMemAllocManaged, per GiB (host time, profile)",
+        alloc_per_gib,
+        "ns",
+        Some(default.alloc_host_ns_per_gib as f64),
+    );
+    // The same while a kernel on another stream faults its way through host-resident data, as
+    // a replay allocates while its kernels run: whether the driver's fault servicing holds
+    // allocations up. (Not in the profile: the simulator's allocations do not wait for faults.)
+    place(&a, Location::Host, &s)?;
+    kernels.touch(&s2, &[(a.ptr(), bytes, TouchMode::Read)], 4096, 0)?;
+    let read = s2.record_event(None).map_err(cuda_err("cuEventRecord", "probe"))?;
     let mut fresh = Vec::new();
-    let allocations = 64u64;
-    let t = host_timed(|| {
-        for _ in 0..allocations {
-            fresh.push(ManagedBuffer::alloc(dev, 4 << 20)?);
+    let busy = host_timed(|| {
+        for _ in 0..64 {
+            fresh.push(ManagedBuffer::alloc(dev, 2 << 20)?);
         }
         Ok(())
     })?;
+    let faulting = !read.is_complete();
+    s2.synchronize().map_err(cuda_err("cuStreamSynchronize", "probe"))?;
     drop(fresh);
-    let alloc_ns = note(
-        "cuMemAllocManaged of 4 MiB (host time)",
-        t as f64 / allocations as f64,
+    note(
+        if faulting {
+            "cuMemAllocManaged of 2 MiB while a kernel faults (host time)"
+        } else {
+            "cuMemAllocManaged of 2 MiB while a kernel faults (host time; it had finished)"
+        },
+        busy as f64 / 64.0,
         "ns",
-        Some(default.alloc_host_ns as f64),
+        None,
     );
 
     let (major, minor) = dev.capabilities().compute_capability;
@@ -999,6 +1060,7 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
         discard_call_ns: default.discard_call_ns,
         launch_host_ns: launch_ns.round() as u64,
         alloc_host_ns: alloc_ns.round() as u64,
+        alloc_host_ns_per_gib: alloc_per_gib.round() as u64,
         stage_d2h_rate_gbps: stage_d2h,
         stage_h2d_rate_gbps: stage_h2d,
         stage_host_rate_gbps: stage_host,

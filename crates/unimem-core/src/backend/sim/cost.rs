@@ -74,8 +74,12 @@ pub struct CostModel {
     /// Host time of launching one kernel (the call and its bookkeeping): the host cannot issue
     /// the next one before, so kernels shorter than this leave the device waiting.
     pub launch_host_ns: u64,
-    /// Host time of a managed allocation the memory pool cannot serve (`cuMemAllocManaged`).
+    /// Host time of a managed allocation the memory pool cannot serve (`cuMemAllocManaged`):
+    /// this much per call ...
     pub alloc_host_ns: u64,
+    /// ... plus this much per GiB allocated. Profiles written before it was measured take 0.
+    #[serde(default)]
+    pub alloc_host_ns_per_gib: u64,
     /// Copy rate of device-resident managed data into pinned staging buffers and discard of
     /// its pages (a staged eviction). Profiles written before staging take the H200 figures.
     #[serde(default = "h200_stage_d2h")]
@@ -208,6 +212,12 @@ impl CostModel {
             return u64::MAX; // faults are as fast as prefetches: never worth a call
         }
         (overhead / per_byte_saving).ceil() as u64
+    }
+
+    /// Host time of a new managed allocation of `bytes`.
+    pub fn alloc_ns(&self, bytes: u64) -> u64 {
+        self.alloc_host_ns
+            + (bytes as f64 / (1u64 << 30) as f64 * self.alloc_host_ns_per_gib as f64).round() as u64
     }
 
     /// Nanoseconds to move `bytes` at `rate_gbps`.

@@ -40,8 +40,8 @@ use store::PageStore;
 use super::pool::{Buffer, BufferPool};
 
 use super::{
-    Advice, BackendKind, BackendStats, ByteRange, Direction, KernelLaunch, Location, MemEvent, MemoryBackend,
-    MigrationCause, Residency, BLOCK_SIZE, PAGE_SIZE,
+    Advice, BackendKind, BackendStats, ByteRange, Direction, HostOp, KernelLaunch, Location, MemEvent,
+    MemoryBackend, MigrationCause, Residency, BLOCK_SIZE, PAGE_SIZE,
 };
 use crate::access::{Accessor, RangeAccess};
 use crate::error::{Error, Result};
@@ -229,6 +229,15 @@ pub struct SimBackend {
 }
 
 impl SimBackend {
+    /// Runs `f`, adding the simulated host time it took to the counter of `op` (the CUDA
+    /// backend measures the same calls on the host clock).
+    fn host_timed<T>(&mut self, op: HostOp, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
+        let t0 = self.host_now;
+        let out = f(self);
+        self.stats.host.add(op, self.host_now.saturating_sub(t0));
+        out
+    }
+
     /// A simulator with `cost` emulating a device of `capacity` bytes (clamped to the
     /// profile's device memory).
     pub fn new(cost: CostModel, capacity: u64) -> Self {
@@ -772,40 +781,42 @@ impl MemoryBackend for SimBackend {
     }
 
     fn allocate(&mut self, id: RegionId, bytes: u64) -> Result<u64> {
-        crate::backend::check_new_region(id, bytes, self.regions.contains_key(&id))?;
-        let pages = bytes.div_ceil(PAGE_SIZE) as usize;
-        let addr = self.next_addr;
-        self.next_addr += bytes.div_ceil(BLOCK_SIZE) * BLOCK_SIZE;
-        let mut region = SimRegion {
-            bytes,
-            pages,
-            on_device: PageSet::new(pages),
-            on_host: PageSet::new(pages),
-            prefetched: PageSet::new(pages),
-            staged: PageSet::new(pages),
-            blocks: vec![Block::default(); pages.div_ceil(PAGES_PER_BLOCK)],
-            host_data: PageStore::default(),
-            dev_data: PageStore::default(),
-            spare: vec![false; pages.div_ceil(PAGES_PER_BLOCK)],
-        };
-        // A pooled buffer's pages on the device are already mapped (zeroed for the user).
-        let mut pooled = Vec::new();
-        match self.pool.take(bytes) {
-            Some(entry) => {
-                for b in (0..entry.resident.len()).filter(|&b| entry.resident[b]) {
-                    let (bs, be) = region.block_pages(b);
-                    region.on_device.insert(bs, be);
-                    pooled.push((b, be - bs));
+        self.host_timed(HostOp::Allocate, |this| {
+            crate::backend::check_new_region(id, bytes, this.regions.contains_key(&id))?;
+            let pages = bytes.div_ceil(PAGE_SIZE) as usize;
+            let addr = this.next_addr;
+            this.next_addr += bytes.div_ceil(BLOCK_SIZE) * BLOCK_SIZE;
+            let mut region = SimRegion {
+                bytes,
+                pages,
+                on_device: PageSet::new(pages),
+                on_host: PageSet::new(pages),
+                prefetched: PageSet::new(pages),
+                staged: PageSet::new(pages),
+                blocks: vec![Block::default(); pages.div_ceil(PAGES_PER_BLOCK)],
+                host_data: PageStore::default(),
+                dev_data: PageStore::default(),
+                spare: vec![false; pages.div_ceil(PAGES_PER_BLOCK)],
+            };
+            // A pooled buffer's pages on the device are already mapped (zeroed for the user).
+            let mut pooled = Vec::new();
+            match this.pool.take(bytes) {
+                Some(entry) => {
+                    for b in (0..entry.resident.len()).filter(|&b| entry.resident[b]) {
+                        let (bs, be) = region.block_pages(b);
+                        region.on_device.insert(bs, be);
+                        pooled.push((b, be - bs));
+                    }
                 }
+                None => this.host_now += this.cost.alloc_ns(bytes),
             }
-            None => self.host_now += self.cost.alloc_host_ns,
-        }
-        self.regions.insert(id, region);
-        for (b, pages) in pooled {
-            self.note_device_added(pages);
-            self.restamp(id, b..b + 1);
-        }
-        Ok(addr)
+            this.regions.insert(id, region);
+            for (b, pages) in pooled {
+                this.note_device_added(pages);
+                this.restamp(id, b..b + 1);
+            }
+            Ok(addr)
+        })
     }
 
     fn free(&mut self, id: RegionId) -> Result<()> {
@@ -832,269 +843,301 @@ impl MemoryBackend for SimBackend {
     }
 
     fn advise(&mut self, range: ByteRange, advice: Advice) -> Result<()> {
-        let (s, e) = self.checked(range.region, range.offset, range.len)?;
-        // Advice calls block the calling thread (host time measured by `unimem probe`).
-        let per_gib = match advice {
-            Advice::SetReadMostly => self.cost.advise_read_mostly_ns_per_gib as f64,
-            Advice::UnsetReadMostly => self.cost.advise_unset_read_mostly_ns_per_gib as f64,
-            // Measured for the pair of calls that maps data remotely.
-            Advice::SetPreferredLocation(Location::Host) | Advice::SetAccessedByDevice => {
-                self.cost.advise_remote_ns_per_gib as f64 / 2.0
-            }
-            _ => 0.0,
-        };
-        self.host_now += (range.len as f64 / (1u64 << 30) as f64 * per_gib).round() as u64;
-        let r = self.region_mut(range.region)?;
-        let blocks = r.block_range(s, e);
-        for b in blocks.clone() {
-            let blk = &mut r.blocks[b];
-            match advice {
-                Advice::SetReadMostly => blk.advice |= ADV_READ_MOSTLY,
-                Advice::UnsetReadMostly => blk.advice &= !ADV_READ_MOSTLY,
-                Advice::SetPreferredLocation(Location::Host) => {
-                    blk.advice = (blk.advice & !ADV_PREFER_DEVICE) | ADV_PREFER_HOST
+        self.host_timed(HostOp::Advise, |this| {
+            let (s, e) = this.checked(range.region, range.offset, range.len)?;
+            // Advice calls block the calling thread (host time measured by `unimem probe`).
+            let per_gib = match advice {
+                Advice::SetReadMostly => this.cost.advise_read_mostly_ns_per_gib as f64,
+                Advice::UnsetReadMostly => this.cost.advise_unset_read_mostly_ns_per_gib as f64,
+                // Measured for the pair of calls that maps data remotely.
+                Advice::SetPreferredLocation(Location::Host) | Advice::SetAccessedByDevice => {
+                    this.cost.advise_remote_ns_per_gib as f64 / 2.0
                 }
-                Advice::SetPreferredLocation(Location::Device) => {
-                    blk.advice = (blk.advice & !ADV_PREFER_HOST) | ADV_PREFER_DEVICE
-                }
-                Advice::UnsetPreferredLocation => blk.advice &= !(ADV_PREFER_HOST | ADV_PREFER_DEVICE),
-                Advice::SetAccessedByDevice => blk.advice |= ADV_ACCESSED_BY,
-                Advice::UnsetAccessedByDevice => blk.advice &= !ADV_ACCESSED_BY,
-            }
-        }
-        if advice == Advice::UnsetReadMostly {
-            // Duplicates collapse to the host copy: on the H200 a kernel read data just collapsed
-            // at 7.3 GB/s, the fault-driven rate (`unimem probe`).
-            let mut freed = 0;
+                _ => 0.0,
+            };
+            this.host_now += (range.len as f64 / (1u64 << 30) as f64 * per_gib).round() as u64;
+            let r = this.region_mut(range.region)?;
+            let blocks = r.block_range(s, e);
             for b in blocks.clone() {
-                let (bs, be) = r.block_pages(b);
-                freed += r.drop_device_duplicates(bs, be);
+                let blk = &mut r.blocks[b];
+                match advice {
+                    Advice::SetReadMostly => blk.advice |= ADV_READ_MOSTLY,
+                    Advice::UnsetReadMostly => blk.advice &= !ADV_READ_MOSTLY,
+                    Advice::SetPreferredLocation(Location::Host) => {
+                        blk.advice = (blk.advice & !ADV_PREFER_DEVICE) | ADV_PREFER_HOST
+                    }
+                    Advice::SetPreferredLocation(Location::Device) => {
+                        blk.advice = (blk.advice & !ADV_PREFER_HOST) | ADV_PREFER_DEVICE
+                    }
+                    Advice::UnsetPreferredLocation => blk.advice &= !(ADV_PREFER_HOST | ADV_PREFER_DEVICE),
+                    Advice::SetAccessedByDevice => blk.advice |= ADV_ACCESSED_BY,
+                    Advice::UnsetAccessedByDevice => blk.advice &= !ADV_ACCESSED_BY,
+                }
             }
-            self.device_bytes -= freed as u64 * PAGE_SIZE;
-            self.unstamp_empty(range.region, blocks);
-            if freed > 0 {
-                let (region, offset, bytes) = (range.region, range.offset, freed as u64 * PAGE_SIZE);
-                self.emit(|| MemEvent::Drop { region, offset, bytes, from: Location::Device });
+            if advice == Advice::UnsetReadMostly {
+                // Duplicates collapse to the host copy: on the H200 a kernel read data just collapsed
+                // at 7.3 GB/s, the fault-driven rate (`unimem probe`).
+                let mut freed = 0;
+                for b in blocks.clone() {
+                    let (bs, be) = r.block_pages(b);
+                    freed += r.drop_device_duplicates(bs, be);
+                }
+                this.device_bytes -= freed as u64 * PAGE_SIZE;
+                this.unstamp_empty(range.region, blocks);
+                if freed > 0 {
+                    let (region, offset, bytes) = (range.region, range.offset, freed as u64 * PAGE_SIZE);
+                    this.emit(|| MemEvent::Drop { region, offset, bytes, from: Location::Device });
+                }
             }
-        }
-        Ok(())
+            Ok(())
+        })
     }
 
     fn prefetch(&mut self, ranges: &[ByteRange], to: Location) -> Result<()> {
-        for r in ranges {
-            self.checked(r.region, r.offset, r.len)?;
-        }
-        let settled;
-        // Nothing is staged most of the time: no block to leave out.
-        let ranges = if to == Location::Device && self.staged_bytes > 0 {
-            settled = self.settled(ranges);
-            &settled[..]
-        } else {
-            ranges
-        };
-        let protect = if to == Location::Device {
-            self.blocks_of(ranges.iter().map(|r| (r.region, r.offset, r.len)))
-        } else {
-            HashSet::default()
-        };
-        for (i, range) in ranges.iter().enumerate() {
-            let call_ns = if i == 0 { self.cost.prefetch_call_ns } else { self.cost.batch_range_ns };
-            let (s, e) = self.region(range.region)?.page_range(range.offset, range.len);
-            self.stats.prefetch_ranges += 1;
-            let id = range.region;
-            match to {
-                Location::Device => {
-                    if e > s && self.regions[&id].staged.count(s, e) == e - s {
-                        // All of it comes back from staging: the CUDA backend repopulates on a
-                        // stream of its own, behind a short kernel, so the call holds the host
-                        // neither for the link nor for the driver's work.
-                        self.host_now += call_ns;
-                        self.restore_to_device(id, s, e, &protect, self.host_now, true);
-                        continue;
-                    }
-                    self.restore_to_device(id, s, e, &protect, self.host_now, true);
-                    let r = &self.regions[&id];
-                    let missing = (e - s) - r.on_device.count(s, e);
-                    let blocks = r.block_range(s, e);
-                    let read_mostly = blocks.clone().all(|b| r.blocks[b].advice & ADV_READ_MOSTLY != 0);
-                    let room_at = self.make_room(missing as u64 * PAGE_SIZE, &protect, self.host_now);
-                    let r = self.regions.get_mut(&id).expect("checked");
-                    let (prefetched, on_device) = (&mut r.prefetched, &r.on_device);
-                    prefetched.insert_not_in(on_device, s, e);
-                    let m = self.move_to_device(id, s, e, read_mostly);
-                    self.stats.prefetch_arrived_bytes += (m.transferred + m.populated) as u64 * PAGE_SIZE;
-                    if read_mostly {
-                        self.stats.duplicated_bytes += m.transferred as u64 * PAGE_SIZE;
-                    }
-                    let bytes = m.transferred as u64 * PAGE_SIZE;
-                    let rate = if read_mostly {
-                        self.cost.duplicate_prefetch_rate_gbps
-                    } else {
-                        self.cost.prefetch_h2d_rate_gbps
-                    };
-                    let dur = call_ns
-                        + CostModel::transfer_ns(bytes, rate)
-                        + CostModel::transfer_ns(
-                            m.populated as u64 * PAGE_SIZE,
-                            self.cost.prefetch_populate_rate_gbps,
-                        );
-                    let (start, end) = self.occupy_link(Direction::H2D, room_at, dur);
-                    // The call holds the host for part of the transfer (measured).
-                    let held = ((end - start) as f64 * self.cost.prefetch_h2d_host_fraction) as u64;
-                    self.host_now = self.host_now.max(start + held);
-                    self.stats.h2d_bytes += bytes;
-                    self.stats.prefetch_h2d_bytes += bytes;
-                    let r = self.regions.get_mut(&id).expect("checked");
-                    for b in blocks.clone() {
-                        r.blocks[b].ready_ns = r.blocks[b].ready_ns.max(end);
-                    }
-                    if m.transferred + m.populated > 0 {
-                        self.restamp(id, blocks);
-                    }
-                    if m.populated > 0 {
-                        let bytes = m.populated as u64 * PAGE_SIZE;
-                        let offset = range.offset;
-                        self.emit(|| MemEvent::Populate { region: id, offset, bytes, on: Location::Device });
-                    }
-                    self.emit_migration(
-                        id,
-                        range.offset,
-                        bytes,
-                        Direction::H2D,
-                        MigrationCause::Prefetch,
-                        (start, end),
-                    );
+        self.host_timed(
+            if to == Location::Device { HostOp::PrefetchToDevice } else { HostOp::PrefetchToHost },
+            |this| {
+                for r in ranges {
+                    this.checked(r.region, r.offset, r.len)?;
                 }
-                Location::Host => {
-                    let r = &self.regions[&id];
-                    let last_use = r.block_range(s, e).map(|b| r.blocks[b].last_use_ns).max().unwrap_or(0);
-                    let m = self.move_to_host(id, s, e);
-                    let bytes = m.transferred as u64 * PAGE_SIZE;
-                    let dur = call_ns
-                        + CostModel::transfer_ns(bytes, self.cost.prefetch_d2h_rate_gbps)
-                        + CostModel::transfer_ns(
-                            m.dropped as u64 * PAGE_SIZE,
-                            self.cost.duplicate_drop_rate_gbps,
-                        );
-                    let (start, end) = self.occupy_link(Direction::D2H, self.host_now.max(last_use), dur);
-                    let held = ((end - start) as f64 * self.cost.prefetch_d2h_host_fraction) as u64;
-                    self.host_now = self.host_now.max(start + held);
-                    self.stats.d2h_bytes += bytes;
-                    self.stats.prefetch_d2h_bytes += bytes;
-                    self.emit_migration(
-                        id,
-                        range.offset,
-                        bytes,
-                        Direction::D2H,
-                        MigrationCause::Prefetch,
-                        (start, end),
-                    );
+                let settled;
+                // Nothing is staged most of the time: no block to leave out.
+                let ranges = if to == Location::Device && this.staged_bytes > 0 {
+                    settled = this.settled(ranges);
+                    &settled[..]
+                } else {
+                    ranges
+                };
+                let protect = if to == Location::Device {
+                    this.blocks_of(ranges.iter().map(|r| (r.region, r.offset, r.len)))
+                } else {
+                    HashSet::default()
+                };
+                for (i, range) in ranges.iter().enumerate() {
+                    let call_ns = if i == 0 { this.cost.prefetch_call_ns } else { this.cost.batch_range_ns };
+                    let (s, e) = this.region(range.region)?.page_range(range.offset, range.len);
+                    this.stats.prefetch_ranges += 1;
+                    let id = range.region;
+                    match to {
+                        Location::Device => {
+                            if e > s && this.regions[&id].staged.count(s, e) == e - s {
+                                // All of it comes back from staging: the CUDA backend repopulates on a
+                                // stream of its own, behind a short kernel, so the call holds the host
+                                // neither for the link nor for the driver's work.
+                                this.host_now += call_ns;
+                                this.restore_to_device(id, s, e, &protect, this.host_now, true);
+                                continue;
+                            }
+                            this.restore_to_device(id, s, e, &protect, this.host_now, true);
+                            let r = &this.regions[&id];
+                            let missing = (e - s) - r.on_device.count(s, e);
+                            let blocks = r.block_range(s, e);
+                            let read_mostly =
+                                blocks.clone().all(|b| r.blocks[b].advice & ADV_READ_MOSTLY != 0);
+                            let room_at = this.make_room(missing as u64 * PAGE_SIZE, &protect, this.host_now);
+                            let r = this.regions.get_mut(&id).expect("checked");
+                            let (prefetched, on_device) = (&mut r.prefetched, &r.on_device);
+                            prefetched.insert_not_in(on_device, s, e);
+                            let m = this.move_to_device(id, s, e, read_mostly);
+                            this.stats.prefetch_arrived_bytes +=
+                                (m.transferred + m.populated) as u64 * PAGE_SIZE;
+                            if read_mostly {
+                                this.stats.duplicated_bytes += m.transferred as u64 * PAGE_SIZE;
+                            }
+                            let bytes = m.transferred as u64 * PAGE_SIZE;
+                            let rate = if read_mostly {
+                                this.cost.duplicate_prefetch_rate_gbps
+                            } else {
+                                this.cost.prefetch_h2d_rate_gbps
+                            };
+                            let dur = call_ns
+                                + CostModel::transfer_ns(bytes, rate)
+                                + CostModel::transfer_ns(
+                                    m.populated as u64 * PAGE_SIZE,
+                                    this.cost.prefetch_populate_rate_gbps,
+                                );
+                            let (start, end) = this.occupy_link(Direction::H2D, room_at, dur);
+                            // The call holds the host for part of the transfer (measured).
+                            let held = ((end - start) as f64 * this.cost.prefetch_h2d_host_fraction) as u64;
+                            this.host_now = this.host_now.max(start + held);
+                            this.stats.h2d_bytes += bytes;
+                            this.stats.prefetch_h2d_bytes += bytes;
+                            let r = this.regions.get_mut(&id).expect("checked");
+                            for b in blocks.clone() {
+                                r.blocks[b].ready_ns = r.blocks[b].ready_ns.max(end);
+                            }
+                            if m.transferred + m.populated > 0 {
+                                this.restamp(id, blocks);
+                            }
+                            if m.populated > 0 {
+                                let bytes = m.populated as u64 * PAGE_SIZE;
+                                let offset = range.offset;
+                                this.emit(|| MemEvent::Populate {
+                                    region: id,
+                                    offset,
+                                    bytes,
+                                    on: Location::Device,
+                                });
+                            }
+                            this.emit_migration(
+                                id,
+                                range.offset,
+                                bytes,
+                                Direction::H2D,
+                                MigrationCause::Prefetch,
+                                (start, end),
+                            );
+                        }
+                        Location::Host => {
+                            let r = &this.regions[&id];
+                            let last_use =
+                                r.block_range(s, e).map(|b| r.blocks[b].last_use_ns).max().unwrap_or(0);
+                            let m = this.move_to_host(id, s, e);
+                            let bytes = m.transferred as u64 * PAGE_SIZE;
+                            let dur = call_ns
+                                + CostModel::transfer_ns(bytes, this.cost.prefetch_d2h_rate_gbps)
+                                + CostModel::transfer_ns(
+                                    m.dropped as u64 * PAGE_SIZE,
+                                    this.cost.duplicate_drop_rate_gbps,
+                                );
+                            let (start, end) =
+                                this.occupy_link(Direction::D2H, this.host_now.max(last_use), dur);
+                            let held = ((end - start) as f64 * this.cost.prefetch_d2h_host_fraction) as u64;
+                            this.host_now = this.host_now.max(start + held);
+                            this.stats.d2h_bytes += bytes;
+                            this.stats.prefetch_d2h_bytes += bytes;
+                            this.emit_migration(
+                                id,
+                                range.offset,
+                                bytes,
+                                Direction::D2H,
+                                MigrationCause::Prefetch,
+                                (start, end),
+                            );
+                        }
+                    }
                 }
-            }
-        }
-        Ok(())
+                Ok(())
+            },
+        )
     }
 
     fn discard(&mut self, ranges: &[ByteRange]) -> Result<()> {
-        for r in ranges {
-            self.checked(r.region, r.offset, r.len)?;
-        }
-        let mut total = 0u64;
-        let mut after = self.host_now;
-        for range in ranges {
-            let id = range.region;
-            let r = self.regions.get_mut(&id).expect("checked");
-            let (s, e) = r.page_range(range.offset, range.len);
-            let blocks = r.block_range(s, e);
-            after = after.max(blocks.clone().map(|b| r.blocks[b].last_use_ns).max().unwrap_or(0));
-            // Trace replays keep no bytes: only walk pages when a side holds some.
-            if !r.dev_data.is_empty() {
-                let dev_data = &mut r.dev_data;
-                r.on_device.for_each(s, e, |p| dev_data.drop_page(p));
+        self.host_timed(HostOp::Discard, |this| {
+            for r in ranges {
+                this.checked(r.region, r.offset, r.len)?;
             }
-            if !r.host_data.is_empty() {
-                let host_data = &mut r.host_data;
-                r.on_host.for_each(s, e, |p| host_data.drop_page(p));
+            let mut total = 0u64;
+            let mut after = this.host_now;
+            for range in ranges {
+                let id = range.region;
+                let r = this.regions.get_mut(&id).expect("checked");
+                let (s, e) = r.page_range(range.offset, range.len);
+                let blocks = r.block_range(s, e);
+                after = after.max(blocks.clone().map(|b| r.blocks[b].last_use_ns).max().unwrap_or(0));
+                // Trace replays keep no bytes: only walk pages when a side holds some.
+                if !r.dev_data.is_empty() {
+                    let dev_data = &mut r.dev_data;
+                    r.on_device.for_each(s, e, |p| dev_data.drop_page(p));
+                }
+                if !r.host_data.is_empty() {
+                    let host_data = &mut r.host_data;
+                    r.on_host.for_each(s, e, |p| host_data.drop_page(p));
+                }
+                let had_copy = (e - s) - r.on_device.count_neither(&r.on_host, s, e);
+                let dev = r.on_device.remove(s, e);
+                let had_copy = had_copy + this.drop_staged(id, s, e);
+                let r = this.regions.get_mut(&id).expect("checked");
+                r.on_host.remove(s, e);
+                r.prefetched.remove(s, e);
+                // Discard does not return memory (h200-facts.md): the pages stay mapped, pooled.
+                this.note_device_released(dev);
+                let bytes = had_copy as u64 * PAGE_SIZE;
+                total += bytes;
+                this.unstamp_empty(id, blocks);
+                this.emit(|| MemEvent::Drop {
+                    region: id,
+                    offset: range.offset,
+                    bytes,
+                    from: Location::Device,
+                });
             }
-            let had_copy = (e - s) - r.on_device.count_neither(&r.on_host, s, e);
-            let dev = r.on_device.remove(s, e);
-            let had_copy = had_copy + self.drop_staged(id, s, e);
-            let r = self.regions.get_mut(&id).expect("checked");
-            r.on_host.remove(s, e);
-            r.prefetched.remove(s, e);
-            // Discard does not return memory (h200-facts.md): the pages stay mapped, pooled.
-            self.note_device_released(dev);
-            let bytes = had_copy as u64 * PAGE_SIZE;
-            total += bytes;
-            self.unstamp_empty(id, blocks);
-            self.emit(|| MemEvent::Drop { region: id, offset: range.offset, bytes, from: Location::Device });
-        }
-        let dur = self.cost.discard_call_ns + CostModel::transfer_ns(total, self.cost.discard_rate_gbps);
-        self.occupy_link(Direction::D2H, after, dur);
-        // The call itself holds the host (measured per GiB of 2 MiB ranges).
-        let bytes: u64 = ranges.iter().map(|r| r.len).sum();
-        self.host_now += self.discard_host_ns(bytes);
-        self.stats.discarded_bytes += total;
-        Ok(())
+            let dur = this.cost.discard_call_ns + CostModel::transfer_ns(total, this.cost.discard_rate_gbps);
+            this.occupy_link(Direction::D2H, after, dur);
+            // The call itself holds the host (measured per GiB of 2 MiB ranges).
+            let bytes: u64 = ranges.iter().map(|r| r.len).sum();
+            this.host_now += this.discard_host_ns(bytes);
+            this.stats.discarded_bytes += total;
+            Ok(())
+        })
     }
 
     fn stage_out(&mut self, ranges: &[ByteRange]) -> Result<()> {
-        for r in ranges {
-            self.checked(r.region, r.offset, r.len)?;
-        }
-        // Blocks that do not fit in the staging buffers, or hold no device-only data, migrate.
-        let mut migrate: Vec<ByteRange> = Vec::new();
-        let mut copies = 0u64;
-        for range in ranges {
-            let id = range.region;
-            let (s, e) = self.regions[&id].page_range(range.offset, range.len);
-            for b in self.regions[&id].block_range(s, e) {
-                let r = &self.regions[&id];
-                let (bs, be) = r.block_pages(b);
-                let (bs, be) = (bs.max(s), be.min(e));
-                let dev_only = r.on_device.count(bs, be) - r.on_device.count_and(&r.on_host, bs, be);
-                let bytes = dev_only as u64 * PAGE_SIZE;
-                if dev_only == 0 || self.staged_bytes + bytes > self.staging_capacity {
-                    let (offset, len) = (bs as u64 * PAGE_SIZE, (be - bs) as u64 * PAGE_SIZE);
-                    super::push_merged(
-                        &mut migrate,
-                        ByteRange { region: id, offset, len: len.min(r.bytes - offset) },
-                    );
-                    continue;
-                }
-                // The copy waits for the kernels using the block, on the copy engine's lane.
-                let last_use = r.blocks[b].last_use_ns;
-                let r = self.regions.get_mut(&id).expect("checked");
-                let (staged, on_device, on_host) = (&mut r.staged, &r.on_device, &r.on_host);
-                staged.insert_only_in(on_device, on_host, bs, be);
-                r.device_bytes_to_host(bs, be);
-                // Duplicates keep their host copy; every device page of the block is dropped.
-                let dropped = r.on_device.remove(bs, be);
-                r.prefetched.remove(bs, be);
-                self.note_device_released(dropped);
-                self.unstamp_empty(id, b..b + 1);
-                self.staged_bytes += bytes;
-                let start_at = self.host_now.max(last_use);
-                let dur = CostModel::transfer_ns(bytes, self.cost.stage_d2h_rate_gbps);
-                let (start, end) = self.occupy_link(Direction::D2H, start_at, dur);
-                self.regions.get_mut(&id).expect("checked").blocks[b].staged_until = end;
-                copies += 1;
-                self.stats.d2h_bytes += bytes;
-                self.stats.staged_out_bytes += bytes;
-                let offset = bs as u64 * PAGE_SIZE;
-                self.emit_migration(id, offset, bytes, Direction::D2H, MigrationCause::Staging, (start, end));
+        self.host_timed(HostOp::StageOut, |this| {
+            for r in ranges {
+                this.checked(r.region, r.offset, r.len)?;
             }
-        }
-        if copies > 0 {
-            // The copies' calls and the discard of their device pages hold the host.
-            let bytes = copies * BLOCK_SIZE;
-            self.host_now +=
-                (bytes as f64 / (1u64 << 30) as f64 * self.cost.discard_host_ns_per_gib as f64) as u64;
-        }
-        if migrate.is_empty() {
-            return Ok(());
-        }
-        self.prefetch(&migrate, Location::Host)
+            // Blocks that do not fit in the staging buffers, or hold no device-only data, migrate.
+            let mut migrate: Vec<ByteRange> = Vec::new();
+            let mut copies = 0u64;
+            for range in ranges {
+                let id = range.region;
+                let (s, e) = this.regions[&id].page_range(range.offset, range.len);
+                for b in this.regions[&id].block_range(s, e) {
+                    let r = &this.regions[&id];
+                    let (bs, be) = r.block_pages(b);
+                    let (bs, be) = (bs.max(s), be.min(e));
+                    let dev_only = r.on_device.count(bs, be) - r.on_device.count_and(&r.on_host, bs, be);
+                    let bytes = dev_only as u64 * PAGE_SIZE;
+                    if dev_only == 0 || this.staged_bytes + bytes > this.staging_capacity {
+                        let (offset, len) = (bs as u64 * PAGE_SIZE, (be - bs) as u64 * PAGE_SIZE);
+                        super::push_merged(
+                            &mut migrate,
+                            ByteRange { region: id, offset, len: len.min(r.bytes - offset) },
+                        );
+                        continue;
+                    }
+                    // The copy waits for the kernels using the block, on the copy engine's lane.
+                    let last_use = r.blocks[b].last_use_ns;
+                    let r = this.regions.get_mut(&id).expect("checked");
+                    let (staged, on_device, on_host) = (&mut r.staged, &r.on_device, &r.on_host);
+                    staged.insert_only_in(on_device, on_host, bs, be);
+                    r.device_bytes_to_host(bs, be);
+                    // Duplicates keep their host copy; every device page of the block is dropped.
+                    let dropped = r.on_device.remove(bs, be);
+                    r.prefetched.remove(bs, be);
+                    this.note_device_released(dropped);
+                    this.unstamp_empty(id, b..b + 1);
+                    this.staged_bytes += bytes;
+                    let start_at = this.host_now.max(last_use);
+                    let dur = CostModel::transfer_ns(bytes, this.cost.stage_d2h_rate_gbps);
+                    let (start, end) = this.occupy_link(Direction::D2H, start_at, dur);
+                    this.regions.get_mut(&id).expect("checked").blocks[b].staged_until = end;
+                    copies += 1;
+                    this.stats.d2h_bytes += bytes;
+                    this.stats.staged_out_bytes += bytes;
+                    let offset = bs as u64 * PAGE_SIZE;
+                    this.emit_migration(
+                        id,
+                        offset,
+                        bytes,
+                        Direction::D2H,
+                        MigrationCause::Staging,
+                        (start, end),
+                    );
+                }
+            }
+            if copies > 0 {
+                // The copies' calls and the discard of their device pages hold the host.
+                let bytes = copies * BLOCK_SIZE;
+                this.host_now +=
+                    (bytes as f64 / (1u64 << 30) as f64 * this.cost.discard_host_ns_per_gib as f64) as u64;
+            }
+            if migrate.is_empty() {
+                return Ok(());
+            }
+            this.prefetch(&migrate, Location::Host)
+        })
     }
 
     fn staging_capacity(&self) -> u64 {
@@ -1106,239 +1149,262 @@ impl MemoryBackend for SimBackend {
     }
 
     fn launch(&mut self, kernel: &KernelLaunch<'_>) -> Result<()> {
-        for a in kernel.accesses {
-            self.checked(a.region, a.offset, a.len)?;
-        }
-        // The host issues the kernel at the end of its launch call; the device runs it when free.
-        self.host_now += self.cost.launch_host_ns;
-        // Staged data it uses comes back first (the kernel waits for it as for a prefetch):
-        // over whole fault units, since a fault brings in the unit around a touched page.
-        if self.staged_bytes > 0 {
-            let protect = self.blocks_of(kernel.accesses.iter().map(|a| (a.region, a.offset, a.len)));
+        self.host_timed(HostOp::Launch, |this| {
             for a in kernel.accesses {
-                let r = &self.regions[&a.region];
-                let (s, e) = r.page_range(a.offset, a.len);
-                let (us, ue) = self.unit_span(r, s, e);
-                if r.staged.count(us, ue) > 0 {
-                    self.restore_to_device(a.region, us, ue, &protect, self.host_now, false);
-                }
+                this.checked(a.region, a.offset, a.len)?;
             }
-        }
-        let issued = self.compute_free.max(self.host_now);
-        // Wait for data already in flight to the device rather than faulting on it.
-        let mut start = issued;
-        for a in kernel.accesses {
-            let r = &self.regions[&a.region];
-            let (s, e) = r.page_range(a.offset, a.len);
-            for b in r.block_range(s, e) {
-                start = start.max(r.blocks[b].ready_ns);
-            }
-        }
-
-        // Metrics: pages a prefetch brought, used now for the first time, and whether they were
-        // there before the kernel was ready to run.
-        for a in kernel.accesses {
-            let r = self.regions.get_mut(&a.region).expect("checked");
-            let (s, e) = r.page_range(a.offset, a.len);
-            let used = r.prefetched.remove(s, e) as u64 * PAGE_SIZE;
-            if used > 0 {
-                let ready = r.block_range(s, e).map(|b| r.blocks[b].ready_ns).max().unwrap_or(0);
-                self.stats.prefetch_used_bytes += used;
-                if ready <= issued {
-                    self.stats.prefetch_timely_bytes += used;
-                }
-            }
-        }
-
-        // First pass: what is missing, so the driver can make room before migrating.
-        let mut need_pages = 0usize;
-        let mut any_missing = false;
-        for a in kernel.accesses {
-            let r = &self.regions[&a.region];
-            let (s, e) = r.page_range(a.offset, a.len);
-            let present = r.on_device.count(s, e);
-            if present < e - s {
-                any_missing = true;
-                // Remote-mapped blocks use no device memory; the rest fault whole units in.
-                for b in r.block_range(s, e) {
-                    let adv = r.blocks[b].advice;
-                    if adv & ADV_PREFER_HOST != 0 && adv & ADV_ACCESSED_BY != 0 {
-                        continue;
+            // The host issues the kernel at the end of its launch call; the device runs it when free.
+            this.host_now += this.cost.launch_host_ns;
+            // Staged data it uses comes back first (the kernel waits for it as for a prefetch):
+            // over whole fault units, since a fault brings in the unit around a touched page.
+            if this.staged_bytes > 0 {
+                let protect = this.blocks_of(kernel.accesses.iter().map(|a| (a.region, a.offset, a.len)));
+                for a in kernel.accesses {
+                    let r = &this.regions[&a.region];
+                    let (s, e) = r.page_range(a.offset, a.len);
+                    let (us, ue) = this.unit_span(r, s, e);
+                    if r.staged.count(us, ue) > 0 {
+                        this.restore_to_device(a.region, us, ue, &protect, this.host_now, false);
                     }
-                    let (bs, be) = r.block_pages(b);
-                    let (us, ue) = self.unit_span(r, bs.max(s), be.min(e));
-                    need_pages += (ue - us) - r.on_device.count(us, ue);
                 }
             }
-        }
-
-        let (mut groups, mut moved, mut populated) = (0u64, 0usize, 0usize);
-        let (mut remote_bytes, mut collapse_pages) = (0u64, 0usize);
-        let mut room_at = start;
-        let mut touched_new: Vec<(RegionId, std::ops::Range<usize>)> = Vec::new();
-        // (region, offset, bytes) of fault migrations, for telemetry when recording.
-        let mut fault_moves: Vec<(RegionId, u64, u64)> = Vec::new();
-        if any_missing || kernel.accesses.iter().any(|a| a.mode.writes()) {
-            if need_pages > 0 {
-                let protect = self.blocks_of(kernel.accesses.iter().map(|a| (a.region, a.offset, a.len)));
-                room_at = self.make_room(need_pages as u64 * PAGE_SIZE, &protect, start);
-            }
+            let issued = this.compute_free.max(this.host_now);
+            // Wait for data already in flight to the device rather than faulting on it.
+            let mut start = issued;
             for a in kernel.accesses {
-                let id = a.region;
-                let r = &self.regions[&id];
+                let r = &this.regions[&a.region];
                 let (s, e) = r.page_range(a.offset, a.len);
-                let mut in_run = false;
                 for b in r.block_range(s, e) {
-                    let r = &self.regions[&id];
-                    let adv = r.blocks[b].advice;
-                    let (bs, be) = r.block_pages(b);
-                    let (ss, se) = (bs.max(s), be.min(e));
-                    if adv & ADV_READ_MOSTLY != 0 && a.mode.writes() {
-                        // A GPU write to duplicated pages collapses them: a fault storm.
-                        if r.on_device.count_and(&r.on_host, ss, se) > 0 {
-                            let r = self.regions.get_mut(&id).expect("checked");
-                            collapse_pages += r.drop_host_duplicates(ss, se);
+                    start = start.max(r.blocks[b].ready_ns);
+                }
+            }
+
+            // Metrics: pages a prefetch brought, used now for the first time, and whether they were
+            // there before the kernel was ready to run.
+            for a in kernel.accesses {
+                let r = this.regions.get_mut(&a.region).expect("checked");
+                let (s, e) = r.page_range(a.offset, a.len);
+                let used = r.prefetched.remove(s, e) as u64 * PAGE_SIZE;
+                if used > 0 {
+                    let ready = r.block_range(s, e).map(|b| r.blocks[b].ready_ns).max().unwrap_or(0);
+                    this.stats.prefetch_used_bytes += used;
+                    if ready <= issued {
+                        this.stats.prefetch_timely_bytes += used;
+                    }
+                }
+            }
+
+            // First pass: what is missing, so the driver can make room before migrating.
+            let mut need_pages = 0usize;
+            let mut any_missing = false;
+            for a in kernel.accesses {
+                let r = &this.regions[&a.region];
+                let (s, e) = r.page_range(a.offset, a.len);
+                let present = r.on_device.count(s, e);
+                if present < e - s {
+                    any_missing = true;
+                    // Remote-mapped blocks use no device memory; the rest fault whole units in.
+                    for b in r.block_range(s, e) {
+                        let adv = r.blocks[b].advice;
+                        if adv & ADV_PREFER_HOST != 0 && adv & ADV_ACCESSED_BY != 0 {
+                            continue;
+                        }
+                        let (bs, be) = r.block_pages(b);
+                        let (us, ue) = this.unit_span(r, bs.max(s), be.min(e));
+                        need_pages += (ue - us) - r.on_device.count(us, ue);
+                    }
+                }
+            }
+
+            let (mut groups, mut moved, mut populated) = (0u64, 0usize, 0usize);
+            let (mut remote_bytes, mut collapse_pages) = (0u64, 0usize);
+            let mut room_at = start;
+            let mut touched_new: Vec<(RegionId, std::ops::Range<usize>)> = Vec::new();
+            // (region, offset, bytes) of fault migrations, for telemetry when recording.
+            let mut fault_moves: Vec<(RegionId, u64, u64)> = Vec::new();
+            if any_missing || kernel.accesses.iter().any(|a| a.mode.writes()) {
+                if need_pages > 0 {
+                    let protect = this.blocks_of(kernel.accesses.iter().map(|a| (a.region, a.offset, a.len)));
+                    room_at = this.make_room(need_pages as u64 * PAGE_SIZE, &protect, start);
+                }
+                for a in kernel.accesses {
+                    let id = a.region;
+                    let r = &this.regions[&id];
+                    let (s, e) = r.page_range(a.offset, a.len);
+                    let mut in_run = false;
+                    for b in r.block_range(s, e) {
+                        let r = &this.regions[&id];
+                        let adv = r.blocks[b].advice;
+                        let (bs, be) = r.block_pages(b);
+                        let (ss, se) = (bs.max(s), be.min(e));
+                        if adv & ADV_READ_MOSTLY != 0 && a.mode.writes() {
+                            // A GPU write to duplicated pages collapses them: a fault storm.
+                            if r.on_device.count_and(&r.on_host, ss, se) > 0 {
+                                let r = this.regions.get_mut(&id).expect("checked");
+                                collapse_pages += r.drop_host_duplicates(ss, se);
+                            }
+                        }
+                        let r = &this.regions[&id];
+                        if r.on_device.count(ss, se) == se - ss {
+                            in_run = false;
+                            continue;
+                        }
+                        if adv & ADV_PREFER_HOST != 0 && adv & ADV_ACCESSED_BY != 0 {
+                            let missing = (se - ss) - r.on_device.count(ss, se);
+                            remote_bytes += missing as u64 * PAGE_SIZE;
+                            let r = this.regions.get_mut(&id).expect("checked");
+                            // First touch of pages with no copy populates them at the preferred location;
+                            // pages already on the device stay the only valid copy.
+                            let (on_host, on_device) = (&mut r.on_host, &r.on_device);
+                            on_host.insert_not_in(on_device, ss, se);
+                            in_run = false;
+                            continue;
+                        }
+                        let duplicate = adv & ADV_READ_MOSTLY != 0 && !a.mode.writes();
+                        let (g, m, p) = this.fault_in(id, ss, se, duplicate, &mut in_run);
+                        if duplicate {
+                            this.stats.duplicated_bytes += m as u64 * PAGE_SIZE;
+                        }
+                        groups += g;
+                        moved += m;
+                        populated += p;
+                        if m + p > 0 {
+                            touched_new.push((id, b..b + 1));
+                        }
+                        if m > 0 && this.recording {
+                            fault_moves.push((id, ss as u64 * PAGE_SIZE, m as u64 * PAGE_SIZE));
+                        }
+                        if p > 0 {
+                            let (offset, bytes) = (ss as u64 * PAGE_SIZE, p as u64 * PAGE_SIZE);
+                            this.emit(|| MemEvent::Populate {
+                                region: id,
+                                offset,
+                                bytes,
+                                on: Location::Device,
+                            });
+                        }
+                        if g > 0 {
+                            let at = start;
+                            this.emit(|| MemEvent::Fault {
+                                region: id,
+                                offset: ss as u64 * PAGE_SIZE,
+                                bytes: (se - ss) as u64 * PAGE_SIZE,
+                                by: Accessor::Device,
+                                at_ns: at,
+                            });
                         }
                     }
-                    let r = &self.regions[&id];
-                    if r.on_device.count(ss, se) == se - ss {
-                        in_run = false;
-                        continue;
-                    }
-                    if adv & ADV_PREFER_HOST != 0 && adv & ADV_ACCESSED_BY != 0 {
-                        let missing = (se - ss) - r.on_device.count(ss, se);
-                        remote_bytes += missing as u64 * PAGE_SIZE;
-                        let r = self.regions.get_mut(&id).expect("checked");
-                        // First touch of pages with no copy populates them at the preferred location;
-                        // pages already on the device stay the only valid copy.
-                        let (on_host, on_device) = (&mut r.on_host, &r.on_device);
-                        on_host.insert_not_in(on_device, ss, se);
-                        in_run = false;
-                        continue;
-                    }
-                    let duplicate = adv & ADV_READ_MOSTLY != 0 && !a.mode.writes();
-                    let (g, m, p) = self.fault_in(id, ss, se, duplicate, &mut in_run);
-                    if duplicate {
-                        self.stats.duplicated_bytes += m as u64 * PAGE_SIZE;
-                    }
-                    groups += g;
-                    moved += m;
-                    populated += p;
-                    if m + p > 0 {
-                        touched_new.push((id, b..b + 1));
-                    }
-                    if m > 0 && self.recording {
-                        fault_moves.push((id, ss as u64 * PAGE_SIZE, m as u64 * PAGE_SIZE));
-                    }
-                    if p > 0 {
-                        let (offset, bytes) = (ss as u64 * PAGE_SIZE, p as u64 * PAGE_SIZE);
-                        self.emit(|| MemEvent::Populate { region: id, offset, bytes, on: Location::Device });
-                    }
-                    if g > 0 {
-                        let at = start;
-                        self.emit(|| MemEvent::Fault {
-                            region: id,
-                            offset: ss as u64 * PAGE_SIZE,
-                            bytes: (se - ss) as u64 * PAGE_SIZE,
-                            by: Accessor::Device,
-                            at_ns: at,
-                        });
-                    }
                 }
             }
-        }
 
-        let fault_ns = self.fault_cost_ns(groups, moved, populated)
-            + collapse_pages as u64 * self.cost.duplicate_write_fault_ns_per_page;
-        let mut begin = start;
-        if fault_ns > 0 || room_at > start {
-            // Faults share the migration link: they queue behind transfers already on it,
-            // and the forced evictions come first.
-            let (fs, fe) = self.occupy_link(Direction::H2D, room_at, fault_ns);
-            begin = fe;
-            // Each faulting segment gets its share of the fault interval, in order.
-            let total = (moved as u64 * PAGE_SIZE).max(1);
-            let mut at = fs;
-            for (region, offset, bytes) in std::mem::take(&mut fault_moves) {
-                let end = (at + (fe - fs) * bytes / total).min(fe);
-                self.emit_migration(region, offset, bytes, Direction::H2D, MigrationCause::Fault, (at, end));
-                at = end;
+            let fault_ns = this.fault_cost_ns(groups, moved, populated)
+                + collapse_pages as u64 * this.cost.duplicate_write_fault_ns_per_page;
+            let mut begin = start;
+            if fault_ns > 0 || room_at > start {
+                // Faults share the migration link: they queue behind transfers already on it,
+                // and the forced evictions come first.
+                let (fs, fe) = this.occupy_link(Direction::H2D, room_at, fault_ns);
+                begin = fe;
+                // Each faulting segment gets its share of the fault interval, in order.
+                let total = (moved as u64 * PAGE_SIZE).max(1);
+                let mut at = fs;
+                for (region, offset, bytes) in std::mem::take(&mut fault_moves) {
+                    let end = (at + (fe - fs) * bytes / total).min(fe);
+                    this.emit_migration(
+                        region,
+                        offset,
+                        bytes,
+                        Direction::H2D,
+                        MigrationCause::Fault,
+                        (at, end),
+                    );
+                    at = end;
+                }
             }
-        }
-        // Remote accesses cross the same link as migrations: they wait for transfers queued
-        // on it (a conservative model; the hardware would share the bandwidth instead).
-        let remote_ns = CostModel::transfer_ns(remote_bytes, self.cost.remote_rate_gbps);
-        let remote_end =
-            if remote_ns > 0 { self.occupy_link(Direction::H2D, begin, remote_ns).1 } else { begin };
-        let end = (begin + kernel.dur_ns).max(remote_end);
-        self.compute_free = end;
+            // Remote accesses cross the same link as migrations: they wait for transfers queued
+            // on it (a conservative model; the hardware would share the bandwidth instead).
+            let remote_ns = CostModel::transfer_ns(remote_bytes, this.cost.remote_rate_gbps);
+            let remote_end =
+                if remote_ns > 0 { this.occupy_link(Direction::H2D, begin, remote_ns).1 } else { begin };
+            let end = (begin + kernel.dur_ns).max(remote_end);
+            this.compute_free = end;
 
-        for (id, blocks) in touched_new {
-            self.restamp(id, blocks);
-        }
-        for a in kernel.accesses {
-            let r = self.regions.get_mut(&a.region).expect("checked");
-            let (s, e) = r.page_range(a.offset, a.len);
-            for b in r.block_range(s, e) {
-                r.blocks[b].last_use_ns = end;
+            for (id, blocks) in touched_new {
+                this.restamp(id, blocks);
             }
-        }
-        let h2d = moved as u64 * PAGE_SIZE;
-        self.stats.kernels += 1;
-        self.stats.gpu_faults += groups;
-        self.stats.gpu_fault_bytes += h2d;
-        self.stats.h2d_bytes += h2d;
-        self.stats.remote_bytes += remote_bytes;
-        let stall = end - issued - kernel.dur_ns;
-        self.stats.stall_ns += stall;
-        let name = kernel.name;
-        self.emit(|| MemEvent::Kernel {
-            name: name.to_string(),
-            start_ns: issued,
-            end_ns: end,
-            stall_ns: stall,
-        });
-        Ok(())
+            for a in kernel.accesses {
+                let r = this.regions.get_mut(&a.region).expect("checked");
+                let (s, e) = r.page_range(a.offset, a.len);
+                for b in r.block_range(s, e) {
+                    r.blocks[b].last_use_ns = end;
+                }
+            }
+            let h2d = moved as u64 * PAGE_SIZE;
+            this.stats.kernels += 1;
+            this.stats.gpu_faults += groups;
+            this.stats.gpu_fault_bytes += h2d;
+            this.stats.h2d_bytes += h2d;
+            this.stats.remote_bytes += remote_bytes;
+            let stall = end - issued - kernel.dur_ns;
+            this.stats.stall_ns += stall;
+            let name = kernel.name;
+            this.emit(|| MemEvent::Kernel {
+                name: name.to_string(),
+                start_ns: issued,
+                end_ns: end,
+                stall_ns: stall,
+            });
+            Ok(())
+        })
     }
 
     fn host_access(&mut self, accesses: &[RangeAccess]) -> Result<()> {
-        for a in accesses {
-            self.checked(a.region, a.offset, a.len)?;
-        }
-        // The CPU reads results after the device is done with them.
-        let t = self.host_now.max(self.compute_free);
-        let mut cost = 0;
-        for a in accesses {
-            let id = a.region;
-            let r = &self.regions[&id];
-            let (s, e) = r.page_range(a.offset, a.len);
-            cost = self.restore_to_host(id, s, e, t + cost) - t;
-            if a.mode.writes() {
-                // Writing invalidates device duplicates: drop them, no transfer.
-                let r = self.regions.get_mut(&id).expect("checked");
-                let dropped = r.drop_device_duplicates(s, e);
-                let blocks = r.block_range(s, e);
-                self.note_device_released(dropped);
-                self.unstamp_empty(id, blocks);
+        self.host_timed(HostOp::HostAccess, |this| {
+            for a in accesses {
+                this.checked(a.region, a.offset, a.len)?;
             }
-            let r = &self.regions[&id];
-            let dev_only = r.on_device.count(s, e) - r.on_device.count_and(&r.on_host, s, e);
-            if dev_only > 0 {
-                let moved = self.move_to_host(id, s, e);
-                let bytes = moved.transferred as u64 * PAGE_SIZE;
-                let dur = CostModel::transfer_ns(bytes, self.cost.cpu_fault_rate_gbps);
-                let (start, end) = self.occupy_link(Direction::D2H, t + cost, dur);
-                cost = end - t;
-                self.stats.cpu_faults += moved.transferred as u64;
-                self.stats.d2h_bytes += bytes;
-                self.emit_migration(id, a.offset, bytes, Direction::D2H, MigrationCause::Fault, (start, end));
+            // The CPU reads results after the device is done with them.
+            let t = this.host_now.max(this.compute_free);
+            let mut cost = 0;
+            for a in accesses {
+                let id = a.region;
+                let r = &this.regions[&id];
+                let (s, e) = r.page_range(a.offset, a.len);
+                cost = this.restore_to_host(id, s, e, t + cost) - t;
+                if a.mode.writes() {
+                    // Writing invalidates device duplicates: drop them, no transfer.
+                    let r = this.regions.get_mut(&id).expect("checked");
+                    let dropped = r.drop_device_duplicates(s, e);
+                    let blocks = r.block_range(s, e);
+                    this.note_device_released(dropped);
+                    this.unstamp_empty(id, blocks);
+                }
+                let r = &this.regions[&id];
+                let dev_only = r.on_device.count(s, e) - r.on_device.count_and(&r.on_host, s, e);
+                if dev_only > 0 {
+                    let moved = this.move_to_host(id, s, e);
+                    let bytes = moved.transferred as u64 * PAGE_SIZE;
+                    let dur = CostModel::transfer_ns(bytes, this.cost.cpu_fault_rate_gbps);
+                    let (start, end) = this.occupy_link(Direction::D2H, t + cost, dur);
+                    cost = end - t;
+                    this.stats.cpu_faults += moved.transferred as u64;
+                    this.stats.d2h_bytes += bytes;
+                    this.emit_migration(
+                        id,
+                        a.offset,
+                        bytes,
+                        Direction::D2H,
+                        MigrationCause::Fault,
+                        (start, end),
+                    );
+                }
+                let r = this.regions.get_mut(&id).expect("checked");
+                // A CPU touch of pages with no copy populates them on the host.
+                r.on_host.insert_not_in(&r.on_device, s, e);
             }
-            let r = self.regions.get_mut(&id).expect("checked");
-            // A CPU touch of pages with no copy populates them on the host.
-            r.on_host.insert_not_in(&r.on_device, s, e);
-        }
-        self.host_now = t + cost;
-        Ok(())
+            this.host_now = t + cost;
+            Ok(())
+        })
     }
 
     fn synchronize(&mut self) -> Result<u64> {

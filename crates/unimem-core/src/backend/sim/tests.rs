@@ -8,7 +8,10 @@ const MIB: u64 = 1 << 20;
 /// A simulator whose host costs of launches and allocations are zero: the tests of the
 /// transfer model check exact times without them (they are tested on their own).
 fn sim(capacity: u64) -> SimBackend {
-    SimBackend::new(CostModel { launch_host_ns: 0, alloc_host_ns: 0, ..CostModel::h200() }, capacity)
+    SimBackend::new(
+        CostModel { launch_host_ns: 0, alloc_host_ns: 0, alloc_host_ns_per_gib: 0, ..CostModel::h200() },
+        capacity,
+    )
 }
 
 #[test]
@@ -38,7 +41,20 @@ fn launches_and_unpooled_allocations_cost_host_time() {
     s.allocate(RegionId(2), 4 * MIB).unwrap();
     assert_eq!(s.synchronize().unwrap(), before, "pooled: no host time");
     s.allocate(RegionId(3), 4 * MIB).unwrap();
-    assert_eq!(s.synchronize().unwrap(), before + cost.alloc_host_ns, "new: one allocation");
+    assert_eq!(s.synchronize().unwrap(), before + cost.alloc_ns(4 * MIB), "new: one allocation");
+    // The report's host time by kind of call says the same.
+    let host = s.stats().host;
+    assert_eq!((host.launch, host.allocate), (111 * cost.launch_host_ns, 2 * cost.alloc_ns(4 * MIB)));
+    assert_eq!(host.hints(), 0, "no prefetch, discard, advice or stage-out was asked for");
+    // A prefetch holds the host for its call and part of its transfer, and says so.
+    s.prefetch(&[ByteRange::whole(RegionId(3), 4 * MIB)], Location::Host).unwrap();
+    s.allocate(RegionId(4), 64 * MIB).unwrap();
+    let t0 = s.synchronize().unwrap();
+    s.prefetch(&[ByteRange::whole(RegionId(4), 64 * MIB)], Location::Device).unwrap();
+    let host = s.stats().host;
+    assert!(host.prefetch_to_device >= cost.prefetch_call_ns, "{host:?}");
+    assert_eq!(host.hints(), host.prefetch_to_device + host.prefetch_to_host);
+    assert!(s.synchronize().unwrap() >= t0 + host.prefetch_to_device);
 }
 
 fn pattern(seed: u8, len: usize) -> Vec<u8> {
@@ -242,7 +258,7 @@ fn remote_traffic_queues_behind_transfers_on_the_link() {
     let mut cost = CostModel::h200();
     cost.advise_remote_ns_per_gib = 0;
     cost.prefetch_h2d_host_fraction = 0.0;
-    (cost.launch_host_ns, cost.alloc_host_ns) = (0, 0);
+    (cost.launch_host_ns, cost.alloc_host_ns, cost.alloc_host_ns_per_gib) = (0, 0, 0);
     let mut s = SimBackend::new(cost, 1 << 30);
     let (a, b) = (RegionId(1), RegionId(2));
     for id in [a, b] {
