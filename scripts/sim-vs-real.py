@@ -4,10 +4,14 @@ scripts/gpu-replays.sh) with the simulator's prediction of the same runs, calibr
 profile written by `unimem probe`. Prints a Markdown table with the sim/real ratio per row.
 
 Usage: scripts/sim-vs-real.py PROFILE.toml REAL.jsonl [REAL2.jsonl ...] [--exe target/release/unimem]
+       [--host] [--measured] [--sim-out SIM.jsonl | --sim-in SIM.jsonl]
 Several REAL files are repeated runs: the table shows their range and compares with the mean.
 With --host, a second table sets the host time the backend's calls held the replaying thread
 (`backend_host_ns`, real mean / simulated) beside the policy's own work on the GPU's host (its
-time less the hints it gave), which the simulator does not charge.
+time less the hints it gave), which the simulator does not charge by default.
+--measured simulates with `sim.policy_time = "measured"`: the policy's own work costs what it
+takes on this machine, so run it on the GPU's host. --sim-out saves the simulated runs (JSON
+lines), --sim-in reads them back instead of simulating.
 """
 import json, os, subprocess, sys
 from collections import defaultdict
@@ -16,9 +20,24 @@ args = sys.argv[1:]
 exe = "target/release/unimem"
 if "--exe" in args:
     i = args.index("--exe"); exe = args[i + 1]; del args[i:i + 2]
-host = "--host" in args
-if host:
-    args.remove("--host")
+def flag(name):
+    if name in args:
+        args.remove(name)
+        return True
+    return False
+def option(name):
+    if name in args:
+        i = args.index(name); v = args[i + 1]; del args[i:i + 2]
+        return v
+    return None
+host, measured = flag("--host"), flag("--measured")
+sim_out, sim_in = option("--sim-out"), option("--sim-in")
+saved = defaultdict(dict)
+if sim_in:
+    for line in open(sim_in):
+        d = json.loads(line)
+        saved[(d["trace"], d["budget"])][d["policy"]] = d
+sim_lines = []
 profile, files = args[0], args[1:]
 host_rows = []
 real = defaultdict(list)
@@ -26,14 +45,18 @@ for f in files:
     for line in open(f):
         d = json.loads(line)
         real[(d["trace"], d["budget"], d["policy"])].append(d)
-env = dict(os.environ, UNIMEM_SIM_PROFILE=profile)
+env = dict(os.environ, UNIMEM_SIM_PROFILE=profile, UNIMEM_SIM_POLICY_TIME="measured" if measured else "free")
 print("| trace | budget | policy | real (H200) | sim | sim / real | real vs none | sim vs none |")
 print("|---|---|---|---|---|---|---|---|")
 for (trace, budget) in sorted({(t, b) for (t, b, _) in real}, key=lambda k: (k[0], -float(k[1].rstrip('%')))):
     policies = [p for p in ["none", "oracle", "advisor"] if (trace, budget, p) in real]
-    out = subprocess.run([exe, "replay", trace, "--backend", "sim", "--budget", budget, "--policy", ",".join(policies), "--json"],
-                         check=True, capture_output=True, text=True, env=env).stdout
-    sim = {d["policy"]: d for d in map(json.loads, out.splitlines())}
+    if sim_in:
+        sim = saved[(trace, budget)]
+    else:
+        out = subprocess.run([exe, "replay", trace, "--backend", "sim", "--budget", budget, "--policy", ",".join(policies), "--json"],
+                             check=True, capture_output=True, text=True, env=env).stdout
+        sim = {d["policy"]: d for d in map(json.loads, out.splitlines())}
+        sim_lines += out.splitlines()
     mean = lambda p: sum(r["time_ns"] for r in real[(trace, budget, p)]) / len(real[(trace, budget, p)])
     for p in policies:
         runs = [r["time_ns"] / 1e6 for r in real[(trace, budget, p)]]
@@ -56,3 +79,6 @@ if host_rows:
     print("| trace | budget | policy | launch | allocate | hints | policy's own |")
     print("|---|---|---|---|---|---|---|")
     print("\n".join(host_rows))
+if sim_out:
+    with open(sim_out, "w") as f:
+        f.write("\n".join(sim_lines) + "\n")

@@ -106,6 +106,7 @@ pub fn replay_one(
     )?;
     // A replay finds data by region, never by an address it kept: restores may relocate.
     backend.allow_relocation(config.replay.relocate);
+    backend.charge_host_work(config.sim.policy_time == unimem_core::config::PolicyTime::Measured);
     let mut policy_impl = replay::make_policy(policy, backend.device_capacity(), config, &cost);
     let reader = open()?;
     let (consumed, total) = reader.progress();

@@ -213,6 +213,16 @@ pub trait MemoryBackend: Send {
     /// off by default. The simulator models what it saves.
     fn allow_relocation(&mut self, _on: bool) {}
 
+    /// The caller's own work between backend calls (a policy's planning) took `wall_ns` of
+    /// host time, wall clock, the calls it made to this backend included. A GPU backend needs
+    /// nothing: that time passed on its clock. The simulator charges the work, less its own
+    /// time in those calls, to its host clock where [`MemoryBackend::charge_host_work`] asks.
+    fn host_work(&mut self, _wall_ns: u64) {}
+
+    /// Whether [`MemoryBackend::host_work`] costs simulated time (`sim.policy_time`).
+    /// Off by default: simulated times then depend on nothing but the trace and the profile.
+    fn charge_host_work(&mut self, _on: bool) {}
+
     /// Launches a kernel on the compute stream.
     fn launch(&mut self, kernel: &KernelLaunch<'_>) -> Result<()>;
 

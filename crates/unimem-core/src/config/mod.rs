@@ -92,6 +92,22 @@ impl std::str::FromStr for PolicyName {
 pub struct SimConfig {
     /// Calibration profile file (TOML); empty means the embedded H200 profile.
     pub profile: String,
+    /// `free` or `measured`: whether a policy's own work (planning, learning) costs simulated
+    /// host time.
+    pub policy_time: PolicyTime,
+}
+
+/// Whether the simulator charges a policy's own host work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PolicyTime {
+    /// It costs nothing (the default): a simulated time depends on the trace, the policy's
+    /// decisions and the profile alone, the same on every machine and every run.
+    Free,
+    /// It costs what it took on this machine, as a GPU run pays it between kernel launches
+    /// (the hints it gives are costed by the profile either way). Times then vary with the
+    /// machine and from run to run.
+    Measured,
 }
 
 /// Replay settings.
@@ -262,7 +278,7 @@ impl Default for Config {
             budget: Budget::Percent(100.0),
             oversubscribe: Oversubscribe::Deny,
             staging: Staging::Percent(100.0),
-            sim: SimConfig { profile: String::new() },
+            sim: SimConfig { profile: String::new(), policy_time: PolicyTime::Free },
             replay: ReplayConfig {
                 policies: vec![PolicyName::Advisor],
                 oracle_lookahead: 65_536,

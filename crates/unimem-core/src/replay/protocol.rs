@@ -34,6 +34,8 @@ pub(crate) struct Protocol {
     /// Host time spent in the policy's hooks (`before`, `observe`, `after`): on a GPU it sits
     /// between launches.
     pub(crate) policy_ns: u64,
+    /// Of it, work not yet reported to the backend (`MemoryBackend::host_work`).
+    unreported_ns: u64,
 }
 
 impl Protocol {
@@ -59,6 +61,7 @@ impl Protocol {
             events: Vec::new(),
             observed: Vec::new(),
             policy_ns: 0,
+            unreported_ns: 0,
         }
     }
 
@@ -84,8 +87,17 @@ impl Protocol {
         for (kernel, events) in &by_kernel {
             policy.observe_late(*kernel, events);
         }
-        self.policy_ns += t0.elapsed().as_nanos() as u64;
+        let ns = t0.elapsed().as_nanos() as u64;
+        // No backend at hand here: the next hook reports this work with its own.
+        (self.policy_ns, self.unreported_ns) = (self.policy_ns + ns, self.unreported_ns + ns);
         Ok(())
+    }
+
+    /// Counts a policy hook begun at `t0` and tells the backend of the host work it was.
+    fn policy_done(&mut self, t0: Instant, backend: &mut dyn MemoryBackend) {
+        let ns = t0.elapsed().as_nanos() as u64;
+        self.policy_ns += ns;
+        backend.host_work(ns + std::mem::take(&mut self.unreported_ns));
     }
 
     /// Runs `op` (the operation `event` stands for, numbered `index`) between the policy's
@@ -105,7 +117,7 @@ impl Protocol {
         }
         let t0 = Instant::now();
         policy.before(index, event, backend)?;
-        self.policy_ns += t0.elapsed().as_nanos() as u64;
+        self.policy_done(t0, backend);
         if self.feedback || self.keep {
             // What the policy's own hints (and data prepared ahead) did stays apart from the
             // operation's events, which the policy learns from: a prefetch populating a region
@@ -125,7 +137,7 @@ impl Protocol {
             policy.observe(&self.observed);
         }
         policy.after(index, event, backend)?;
-        self.policy_ns += t0.elapsed().as_nanos() as u64;
+        self.policy_done(t0, backend);
         if self.keep {
             policy.drain_events(&mut self.events);
             self.events.append(&mut self.observed);

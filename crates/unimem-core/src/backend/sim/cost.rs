@@ -33,6 +33,12 @@ pub struct CostModel {
     pub cpu_fault_rate_gbps: f64,
     /// Fixed cost of one prefetch call.
     pub prefetch_call_ns: u64,
+    /// Host time of a prefetch call on a stream still busy with earlier work: the driver
+    /// queues the migration and returns, holding the host for none of it. (On an idle stream
+    /// the call holds the host for `prefetch_h2d_host_fraction` of its transfer.) Profiles
+    /// written before it was measured take the H200's.
+    #[serde(default = "h200_prefetch_deferred_call")]
+    pub prefetch_deferred_call_ns: u64,
     /// Prefetch H2D rate.
     pub prefetch_h2d_rate_gbps: f64,
     /// Prefetch D2H rate.
@@ -104,6 +110,10 @@ pub struct CostModel {
     /// Profiles written before it was measured take the H200 figure.
     #[serde(default = "h200_stage_h2d_resident")]
     pub stage_h2d_resident_rate_gbps: f64,
+}
+
+fn h200_prefetch_deferred_call() -> u64 {
+    CostModel::h200().prefetch_deferred_call_ns
 }
 
 fn h200_unset_read_mostly() -> u64 {

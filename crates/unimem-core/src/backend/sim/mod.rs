@@ -47,6 +47,14 @@ use crate::access::{Accessor, RangeAccess};
 use crate::error::{Error, Result};
 use crate::region::RegionId;
 
+/// Whether the caller's own host work costs simulated time, and the simulator's wall time in
+/// the calls made since the caller last reported its work (`MemoryBackend::host_work`).
+#[derive(Debug, Default)]
+struct HostWork {
+    charge: bool,
+    in_calls_ns: u64,
+}
+
 const PAGES_PER_BLOCK: usize = (BLOCK_SIZE / PAGE_SIZE) as usize;
 const ADV_READ_MOSTLY: u8 = 1;
 const ADV_PREFER_HOST: u8 = 2;
@@ -201,6 +209,10 @@ pub struct SimBackend {
     regions: HashMap<RegionId, SimRegion>,
     next_addr: u64,
     host_now: u64,
+    /// Inside a call whose host time is being counted (`host_timed`).
+    in_call: bool,
+    /// The caller's own host work, where it is charged.
+    host_work: HostWork,
     compute_free: u64,
     link_h2d: u64,
     link_d2h: u64,
@@ -231,11 +243,32 @@ pub struct SimBackend {
 impl SimBackend {
     /// Runs `f`, adding the simulated host time it took to the counter of `op` (the CUDA
     /// backend measures the same calls on the host clock).
+    /// A call made inside another (a stage-out's migrations) counts as the outer call's.
+    /// Where host work is charged, the call's own wall time is noted, to leave out of it.
     fn host_timed<T>(&mut self, op: HostOp, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
-        let t0 = self.host_now;
+        if std::mem::replace(&mut self.in_call, true) {
+            return f(self);
+        }
+        let (t0, wall) = (self.host_now, self.host_work.charge.then(std::time::Instant::now));
         let out = f(self);
         self.stats.host.add(op, self.host_now.saturating_sub(t0));
+        if let Some(wall) = wall {
+            self.host_work.in_calls_ns += wall.elapsed().as_nanos() as u64;
+        }
+        self.in_call = false;
         out
+    }
+
+    /// Holds the host for a prefetch call whose work runs from `start` to `end`: for `fraction`
+    /// of it where the stream is idle when it is called (measured), for the call alone where
+    /// the work must wait for earlier work (the driver queues it and returns).
+    fn prefetch_hold(&mut self, start: u64, end: u64, fraction: f64) {
+        if start > self.host_now {
+            self.host_now += self.cost.prefetch_deferred_call_ns;
+        } else {
+            let held = ((end - start) as f64 * fraction) as u64;
+            self.host_now = self.host_now.max(start + held);
+        }
     }
 
     /// A simulator with `cost` emulating a device of `capacity` bytes (clamped to the
@@ -250,6 +283,8 @@ impl SimBackend {
             regions: HashMap::default(),
             next_addr: BASE_ADDR,
             host_now: 0,
+            in_call: false,
+            host_work: HostWork::default(),
             compute_free: 0,
             link_h2d: 0,
             link_d2h: 0,
@@ -957,9 +992,7 @@ impl MemoryBackend for SimBackend {
                                     this.cost.prefetch_populate_rate_gbps,
                                 );
                             let (start, end) = this.occupy_link(Direction::H2D, room_at, dur);
-                            // The call holds the host for part of the transfer (measured).
-                            let held = ((end - start) as f64 * this.cost.prefetch_h2d_host_fraction) as u64;
-                            this.host_now = this.host_now.max(start + held);
+                            this.prefetch_hold(start, end, this.cost.prefetch_h2d_host_fraction);
                             this.stats.h2d_bytes += bytes;
                             this.stats.prefetch_h2d_bytes += bytes;
                             let r = this.regions.get_mut(&id).expect("checked");
@@ -1002,8 +1035,7 @@ impl MemoryBackend for SimBackend {
                                 );
                             let (start, end) =
                                 this.occupy_link(Direction::D2H, this.host_now.max(last_use), dur);
-                            let held = ((end - start) as f64 * this.cost.prefetch_d2h_host_fraction) as u64;
-                            this.host_now = this.host_now.max(start + held);
+                            this.prefetch_hold(start, end, this.cost.prefetch_d2h_host_fraction);
                             this.stats.d2h_bytes += bytes;
                             this.stats.prefetch_d2h_bytes += bytes;
                             this.emit_migration(
@@ -1142,6 +1174,16 @@ impl MemoryBackend for SimBackend {
 
     fn staging_capacity(&self) -> u64 {
         self.staging_capacity
+    }
+
+    fn host_work(&mut self, wall_ns: u64) {
+        if self.host_work.charge {
+            self.host_now += wall_ns.saturating_sub(std::mem::take(&mut self.host_work.in_calls_ns));
+        }
+    }
+
+    fn charge_host_work(&mut self, on: bool) {
+        self.host_work = HostWork { charge: on, in_calls_ns: 0 };
     }
 
     fn allow_relocation(&mut self, on: bool) {

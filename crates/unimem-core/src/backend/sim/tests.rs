@@ -57,6 +57,46 @@ fn launches_and_unpooled_allocations_cost_host_time() {
     assert!(s.synchronize().unwrap() >= t0 + host.prefetch_to_device);
 }
 
+/// A prefetch on an idle link holds the host for part of its transfer; one queued behind it
+/// holds the host for the call alone, as the driver queues work on a busy stream.
+#[test]
+fn a_prefetch_behind_another_holds_the_host_for_the_call_alone() {
+    let cost = CostModel::h200();
+    let mut s = SimBackend::new(cost.clone(), 1 << 30);
+    for id in [1, 2] {
+        s.allocate(RegionId(id), 64 * MIB).unwrap();
+        s.preload_host(whole(id, 64 * MIB)).unwrap();
+    }
+    let t0 = s.synchronize().unwrap();
+    s.prefetch(&[whole(1, 64 * MIB)], Location::Device).unwrap();
+    let first = s.stats().host.prefetch_to_device;
+    let transfer = CostModel::transfer_ns(64 * MIB, cost.prefetch_h2d_rate_gbps);
+    assert!(first >= (transfer as f64 * cost.prefetch_h2d_host_fraction * 0.99) as u64, "idle link: {first}");
+    s.prefetch(&[whole(2, 64 * MIB)], Location::Device).unwrap();
+    assert_eq!(s.stats().host.prefetch_to_device - first, cost.prefetch_deferred_call_ns, "queued");
+    // The link still carries both, one after the other.
+    assert!(s.synchronize().unwrap() >= t0 + 2 * transfer);
+}
+
+/// The caller's own work costs simulated time only where it is charged, less the
+/// simulator's own time in the calls made meanwhile.
+#[test]
+fn host_work_costs_simulated_time_only_where_charged() {
+    let mut s = sim(1 << 30);
+    let t0 = s.synchronize().unwrap();
+    s.host_work(1_000_000);
+    assert_eq!(s.synchronize().unwrap(), t0, "free by default");
+    s.charge_host_work(true);
+    s.host_work(1_000_000);
+    assert_eq!(s.synchronize().unwrap(), t0 + 1_000_000);
+    // A call's wall time is the simulator's, not the caller's: a report of no more than it
+    // costs nothing.
+    s.allocate(RegionId(1), 4 * MIB).unwrap();
+    let t1 = s.synchronize().unwrap();
+    s.host_work(0);
+    assert_eq!(s.synchronize().unwrap(), t1);
+}
+
 fn pattern(seed: u8, len: usize) -> Vec<u8> {
     (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
 }
@@ -484,7 +524,10 @@ fn staged_evictions_keep_data_and_fall_back_to_migration_when_full() {
     assert_eq!(s.residency(whole(0, 4 * MIB)).unwrap().staged, 4 * MIB);
     assert_eq!(s.residency(whole(2, 4 * MIB)).unwrap().host, 4 * MIB);
     assert_eq!(s.device_resident_bytes(), 0);
-    // Back by a prefetch and by a kernel; the third by a host read.
+    // Back by a prefetch and by a kernel; the third by a host read. (The copies out are done
+    // first: the migration's call returned before them, and a prefetch right behind its
+    // stage-out leaves the restore to the kernel.)
+    s.synchronize().unwrap();
     s.prefetch(&[whole(0, 4 * MIB)], Location::Device).unwrap();
     assert_eq!(s.residency(whole(0, 4 * MIB)).unwrap().device, 4 * MIB);
     let mut seen = vec![0; (4 * MIB) as usize];
