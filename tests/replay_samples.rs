@@ -134,7 +134,9 @@ fn placing_policies_beat_none_hold_the_budget_and_the_advisor_tracks_the_oracle(
 /// budget and give way as data needs the room, so some new regions get new buffers and populate
 /// them (ResNet's steady steps 1.21-1.24x the floor on the embedded profile; the transformer
 /// frees almost nothing and runs at it). Prefetching policies stay within 1.3x of the floor and
-/// never behind `none`.
+/// never behind `none`; the last step within 2x, since it ends with the closing
+/// synchronisation, which frees the buffers shed from the pool (ResNet's advisor: 1.78x
+/// simulated, 1.8-2.0x on the H200, where freeing them took 26-34 ms).
 #[test]
 fn at_full_budget_steps_after_the_first_pay_only_for_the_pool() {
     for name in ["resnet50-train.jsonl.gz", "transformer-decode.jsonl.gz"] {
@@ -143,9 +145,10 @@ fn at_full_budget_steps_after_the_first_pay_only_for_the_pool() {
             let r = replay(name, Budget::Percent(100.0), policy);
             assert_eq!(r.steps.len(), 3, "{name}: three recorded steps");
             assert_eq!(r.evicted_bytes + r.d2h_bytes, 0, "{name} {policy}: data left the device");
-            for (s, n) in r.steps[1..].iter().zip(&none.steps[1..]) {
+            for (i, (s, n)) in r.steps.iter().zip(&none.steps).enumerate().skip(1) {
                 let over = s.time_ns as f64 / s.compute_floor_ns as f64;
-                assert!(over < 1.3, "{name} {policy} step {}: {over:.3}x the floor", s.index);
+                let limit = if i + 1 == r.steps.len() { 2.0 } else { 1.3 };
+                assert!(over < limit, "{name} {policy} step {}: {over:.3}x the floor", s.index);
                 assert!(s.time_ns <= n.time_ns, "{name} {policy} step {}: behind none", s.index);
             }
         }

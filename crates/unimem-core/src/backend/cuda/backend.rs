@@ -145,6 +145,9 @@ pub struct CudaBackend {
     /// Pooled buffers whose pages were given back (`shed_pool`): they hold no memory, and are
     /// freed when the device is next synchronised anyway (`cuMemFree` synchronises it).
     retired: Vec<ManagedBuffer>,
+    /// Full synchronisations: how many, the host's wait in them, and the retired buffers freed
+    /// after them (logged at `info` when the backend closes).
+    sync_log: SyncLog,
     /// Pooled buffers shed, and the device bytes they gave back.
     shed: (u64, u64),
     /// A region whose every block is staged may come back into another buffer (see
@@ -321,6 +324,15 @@ fn mark(stream: &CudaStream) -> Result<CudaEvent> {
         .map_err(cuda_err("cuEventRecord", "telemetry mark"))
 }
 
+/// See `CudaBackend::sync_log`.
+#[derive(Debug, Default)]
+struct SyncLog {
+    count: u64,
+    wait_ns: u64,
+    freed: u64,
+    free_ns: u64,
+}
+
 /// What made the emulated driver make room (for the log of where its evictions came from).
 #[derive(Debug, Clone, Copy)]
 enum RoomSite {
@@ -369,6 +381,7 @@ impl CudaBackend {
             regions: FxHashMap::default(),
             pool: BufferPool::new(),
             retired: Vec::new(),
+            sync_log: SyncLog::default(),
             shed: (0, 0),
             relocate: false,
             relocations: 0,
@@ -462,10 +475,16 @@ impl CudaBackend {
     /// Issues every pending discard, then waits for the device.
     fn sync_all(&mut self) -> Result<()> {
         self.issue_discards(true)?;
+        let t0 = Instant::now();
         self.dev.synchronize()?;
+        let t1 = Instant::now();
         // The device is idle: freeing the retired buffers costs no synchronisation now, and a
         // long-running program does not keep one per shed buffer.
+        let freed = self.retired.len() as u64;
         self.retired.clear();
+        let s = &mut self.sync_log;
+        (s.count, s.wait_ns) = (s.count + 1, s.wait_ns + (t1 - t0).as_nanos() as u64);
+        (s.freed, s.free_ns) = (s.freed + freed, s.free_ns + t1.elapsed().as_nanos() as u64);
         Ok(())
     }
 
@@ -1269,7 +1288,7 @@ impl Drop for CudaBackend {
             .map(|(op, ns)| format!("{op} {:.1} ms", ns as f64 / 1e6))
             .collect();
         tracing::info!(
-            "cuda backend host time: {}; set-up (off the clock) {:.1} ms; allocations: {} from the pool, {} new; {} restores relocated, {:.1} MB into pages on the device; {} pooled buffers shed ({:.1} MB); {} kernel waits for prefetches; {} prefetch ranges; emulated driver evictions {:.1} MB for prefetches, {:.1} MB for kernels, {:.1} MB for staged data kernels needed; {:.1} MB asked to stage were not on the device; stage-outs migrated {:.1} MB with a host copy or remote and {:.1} MB for want of a slot (staging {:.1} MB, {:.1} MB pinned)",
+            "cuda backend host time: {}; set-up (off the clock) {:.1} ms; allocations: {} from the pool, {} new; {} restores relocated, {:.1} MB into pages on the device; {} pooled buffers shed ({:.1} MB); {} kernel waits for prefetches; {} prefetch ranges; emulated driver evictions {:.1} MB for prefetches, {:.1} MB for kernels, {:.1} MB for staged data kernels needed; {:.1} MB asked to stage were not on the device; stage-outs migrated {:.1} MB with a host copy or remote and {:.1} MB for want of a slot (staging {:.1} MB, {:.1} MB pinned); {} full synchronisations waited {:.1} ms, then freed {} retired buffers in {:.1} ms",
             parts.join(", "),
             self.excluded_ns as f64 / 1e6,
             self.pool_hits,
@@ -1288,6 +1307,10 @@ impl Drop for CudaBackend {
             self.stage_migrated[1] as f64 / 1e6,
             self.staging.capacity() as f64 / 1e6,
             self.staging.pinned() as f64 / 1e6,
+            self.sync_log.count,
+            self.sync_log.wait_ns as f64 / 1e6,
+            self.sync_log.freed,
+            self.sync_log.free_ns as f64 / 1e6,
         );
     }
 }

@@ -86,6 +86,21 @@ pub struct CostModel {
     /// ... plus this much per GiB allocated. Profiles written before it was measured take 0.
     #[serde(default)]
     pub alloc_host_ns_per_gib: u64,
+    /// Kernels the host can launch ahead of the device: a launch with this many kernels
+    /// queued and unfinished waits for the oldest to end (the driver's launch queue), so a host
+    /// never runs arbitrarily far ahead, nor do the hints it gives. 0: no limit (profiles
+    /// written before it was measured).
+    #[serde(default)]
+    pub launch_queue_depth: u64,
+    /// Host time of freeing (`cuMemFree`) a buffer whose pages were populated on the device
+    /// and then discarded, as the backends free the buffers they shed from their pool at a
+    /// synchronisation. Profiles written before it was measured take the H200's.
+    #[serde(default = "h200_free_retired")]
+    pub free_retired_host_ns: u64,
+    /// ... plus this much per GiB of the buffer. Profiles written before it was measured
+    /// take 0.
+    #[serde(default)]
+    pub free_retired_host_ns_per_gib: u64,
     /// Copy rate of device-resident managed data into pinned staging buffers and discard of
     /// its pages (a staged eviction). Profiles written before staging take the H200 figures.
     #[serde(default = "h200_stage_d2h")]
@@ -110,6 +125,10 @@ pub struct CostModel {
     /// Profiles written before it was measured take the H200 figure.
     #[serde(default = "h200_stage_h2d_resident")]
     pub stage_h2d_resident_rate_gbps: f64,
+}
+
+fn h200_free_retired() -> u64 {
+    CostModel::h200().free_retired_host_ns
 }
 
 fn h200_prefetch_deferred_call() -> u64 {
@@ -222,6 +241,12 @@ impl CostModel {
             return u64::MAX; // faults are as fast as prefetches: never worth a call
         }
         (overhead / per_byte_saving).ceil() as u64
+    }
+
+    /// Host time of freeing a shed buffer of `bytes`.
+    pub fn free_retired_ns(&self, bytes: u64) -> u64 {
+        self.free_retired_host_ns
+            + (bytes as f64 / (1u64 << 30) as f64 * self.free_retired_host_ns_per_gib as f64).round() as u64
     }
 
     /// Host time of a new managed allocation of `bytes`.

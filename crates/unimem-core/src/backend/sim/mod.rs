@@ -213,6 +213,10 @@ pub struct SimBackend {
     in_call: bool,
     /// The caller's own host work, where it is charged.
     host_work: HostWork,
+    /// Host time of freeing the buffers shed from the pool since the last synchronisation.
+    retired: u64,
+    /// When each kernel in the launch queue ends (at most `launch_queue_depth`).
+    launched: std::collections::VecDeque<u64>,
     compute_free: u64,
     link_h2d: u64,
     link_d2h: u64,
@@ -285,6 +289,8 @@ impl SimBackend {
             host_now: 0,
             in_call: false,
             host_work: HostWork::default(),
+            retired: 0,
+            launched: std::collections::VecDeque::new(),
             compute_free: 0,
             link_h2d: 0,
             link_d2h: 0,
@@ -449,10 +455,19 @@ impl SimBackend {
         if over == 0 {
             return;
         }
-        let bytes: u64 = self.pool.shed(over).iter().map(|e| e.resident_bytes()).sum();
+        let shed = self.pool.shed(over);
+        self.retired += shed.iter().map(|e| self.cost.free_retired_ns(e.buf.len())).sum::<u64>();
+        let bytes: u64 = shed.iter().map(|e| e.resident_bytes()).sum();
         let dur = self.cost.discard_call_ns + CostModel::transfer_ns(bytes, self.cost.discard_rate_gbps);
         self.occupy_link(Direction::D2H, self.host_now, dur);
         self.host_now += self.discard_host_ns(bytes);
+    }
+
+    /// Waits for all the device's work, then frees the buffers shed from the pool since the
+    /// last time, as the CUDA backend does once the device is idle (`free_retired_host_ns`
+    /// and so on: their pages, discarded, are still mapped).
+    fn sync_all(&mut self) {
+        self.host_now = self.completion_ns() + std::mem::take(&mut self.retired);
     }
 
     /// Host time of a discard call over `bytes` (measured per GiB of 2 MiB ranges).
@@ -1195,7 +1210,12 @@ impl MemoryBackend for SimBackend {
             for a in kernel.accesses {
                 this.checked(a.region, a.offset, a.len)?;
             }
-            // The host issues the kernel at the end of its launch call; the device runs it when free.
+            // The host issues the kernel at the end of its launch call; the device runs it when
+            // free. With a full launch queue the call waits for the oldest kernel in it to end.
+            if this.launched.len() as u64 >= this.cost.launch_queue_depth.max(1) {
+                let oldest = this.launched.pop_front().unwrap_or(0);
+                this.host_now = this.host_now.max(oldest);
+            }
             this.host_now += this.cost.launch_host_ns;
             // Staged data it uses comes back first (the kernel waits for it as for a prefetch):
             // over whole fault units, since a fault brings in the unit around a touched page.
@@ -1370,6 +1390,9 @@ impl MemoryBackend for SimBackend {
                 if remote_ns > 0 { this.occupy_link(Direction::H2D, begin, remote_ns).1 } else { begin };
             let end = (begin + kernel.dur_ns).max(remote_end);
             this.compute_free = end;
+            if this.cost.launch_queue_depth > 0 {
+                this.launched.push_back(end);
+            }
 
             for (id, blocks) in touched_new {
                 this.restamp(id, blocks);
@@ -1401,12 +1424,15 @@ impl MemoryBackend for SimBackend {
     }
 
     fn host_access(&mut self, accesses: &[RangeAccess]) -> Result<()> {
+        for a in accesses {
+            self.checked(a.region, a.offset, a.len)?;
+        }
+        // The CPU reads results after the device is done with them: as the CUDA backend, the
+        // host waits for all the device's work (transfers in flight too), outside the call's
+        // own host time.
+        self.sync_all();
         self.host_timed(HostOp::HostAccess, |this| {
-            for a in accesses {
-                this.checked(a.region, a.offset, a.len)?;
-            }
-            // The CPU reads results after the device is done with them.
-            let t = this.host_now.max(this.compute_free);
+            let t = this.host_now;
             let mut cost = 0;
             for a in accesses {
                 let id = a.region;
@@ -1450,7 +1476,7 @@ impl MemoryBackend for SimBackend {
     }
 
     fn synchronize(&mut self) -> Result<u64> {
-        self.host_now = self.completion_ns();
+        self.sync_all();
         Ok(self.host_now)
     }
 

@@ -78,6 +78,26 @@ fn a_prefetch_behind_another_holds_the_host_for_the_call_alone() {
     assert!(s.synchronize().unwrap() >= t0 + 2 * transfer);
 }
 
+/// A buffer shed from the pool is freed at the next synchronisation, which then holds the
+/// host for it (its pages were on the device); one that was never shed costs nothing there.
+#[test]
+fn shed_buffers_are_freed_at_the_next_synchronisation() {
+    let cost = CostModel::h200();
+    let mut s = SimBackend::new(cost.clone(), 8 * MIB);
+    s.allocate(RegionId(1), 4 * MIB).unwrap();
+    s.kernel_write(RegionId(1), 0, &pattern(1, (4 * MIB) as usize)).unwrap();
+    s.free(RegionId(1)).unwrap(); // pooled, its pages on the device
+    let t = s.synchronize().unwrap();
+    assert_eq!(s.synchronize().unwrap(), t, "nothing shed yet");
+    // A region of another size needs the pool's room: the pooled buffer is shed.
+    s.allocate(RegionId(2), 6 * MIB).unwrap();
+    s.kernel_write(RegionId(2), 0, &pattern(2, (6 * MIB) as usize)).unwrap();
+    let done = s.completion_ns();
+    assert_eq!(s.synchronize().unwrap(), done + cost.free_retired_ns(4 * MIB));
+    let t = s.synchronize().unwrap();
+    assert_eq!(s.synchronize().unwrap(), t, "freed once");
+}
+
 /// The caller's own work costs simulated time only where it is charged, less the
 /// simulator's own time in the calls made meanwhile.
 #[test]
