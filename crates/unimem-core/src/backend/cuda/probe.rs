@@ -628,88 +628,6 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
         value
     };
 
-    // First, while the driver has nothing else to do (the rows after leave it work in the
-    // background): a replay populates its tensors in a fresh process.
-    // GPU first touch of fresh memory: population by faults (not measured in h200-facts.md).
-    // The median of three buffers, one at a time: single readings ran 3.9-7.6 us per unit
-    // over the lendings of one day, and replays populate a fresh buffer for every new one.
-    let mut per_unit = Vec::new();
-    for _ in 0..3 {
-        let c = ManagedBuffer::alloc(dev, bytes)?;
-        let t = timed(&s, || kernels.touch(&s, &[(c.ptr(), bytes, TouchMode::Write)], 4096, 0))?;
-        per_unit.push(t as f64 / (bytes / default.fault_unit_bytes) as f64);
-    }
-    per_unit.sort_by(f64::total_cmp);
-    let large_populate_ns = note(
-        "GPU first-touch population per 64 KiB, one large buffer (median of 3)",
-        per_unit[1],
-        "ns",
-        None,
-    );
-    note("  the lowest of the three", per_unit[0], "ns", None);
-    note("  the highest of the three", per_unit[2], "ns", None);
-    // Prefetch of pages with no copy anywhere (fresh memory): population by prefetch.
-    let d = ManagedBuffer::alloc(dev, bytes)?;
-    let t = timed(&s, || d.prefetch(0, bytes, Location::Device, &s))?;
-    let populate_rate = note(
-        "prefetch of fresh pages (population)",
-        gbps(bytes, t),
-        "GB/s",
-        Some(default.prefetch_populate_rate_gbps),
-    );
-    drop(d);
-    s.synchronize().map_err(cuda_err("cuStreamSynchronize", "probe"))?;
-
-    // First touch of many small fresh allocations, one kernel each, as a program creates and
-    // fills its tensors: what it costs beyond the population of one large buffer above. The
-    // profile's population cost is the 2 MiB allocations' per 64 KiB, less the kernel alone:
-    // 1.15-1.4x the large buffer's over the 17 probes of 2026-12-01, and what replays paid
-    // (ResNet at full budget with `none` populates a new buffer for many new tensors every
-    // step: with the large-buffer rate the simulator ran 0.70-0.75x its real time there).
-    let mut populate_ns = large_populate_ns;
-    let sizes = [
-        (256u64 << 10, 1, "GPU first touch of a fresh 256 KiB allocation (one kernel each)"),
-        (2 << 20, 3, "GPU first touch of a fresh 2 MiB allocation (one kernel each, median of 3)"),
-    ];
-    for (size, passes, name) in sizes {
-        let count = 256u64;
-        let units = (size / default.fault_unit_bytes) as f64;
-        // Each pass on allocations of its own: (first touch, touched again) per allocation.
-        let mut runs = Vec::new();
-        for _ in 0..passes {
-            let fresh = (0..count).map(|_| ManagedBuffer::alloc(dev, size)).collect::<Result<Vec<_>>>()?;
-            let touch_all = || {
-                timed(&s, || {
-                    for b in &fresh {
-                        kernels.touch(&s, &[(b.ptr(), size, TouchMode::Write)], 4096, 0)?;
-                    }
-                    Ok(())
-                })
-            };
-            let first = touch_all()? as f64 / count as f64;
-            runs.push((first, touch_all()? as f64 / count as f64));
-        }
-        runs.sort_by(|x, y| (x.0 - x.1).total_cmp(&(y.0 - y.1)));
-        let (first, again) = runs[runs.len() / 2];
-        note(name, first, "ns", None);
-        note(
-            "  beyond its population at the large-buffer rate",
-            first - large_populate_ns * units,
-            "ns",
-            None,
-        );
-        // The same buffers touched again (resident): the kernel alone.
-        note("  touched again, resident (kernel alone)", again, "ns", None);
-        if size == 2 << 20 && first > again {
-            populate_ns = note(
-                "GPU first-touch population per 64 KiB, fresh 2 MiB allocations (profile)",
-                (first - again) / units,
-                "ns",
-                Some(default.gpu_populate_latency_ns as f64),
-            );
-        }
-    }
-
     let mut a = ManagedBuffer::alloc(dev, bytes)?;
     // CPU first touch: the pages start on the host.
     // SAFETY: nothing runs on the device yet.
@@ -1006,6 +924,86 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
             )
         };
 
+    // GPU first touch of fresh memory: population by faults (not measured in h200-facts.md).
+    // The median of three buffers, one at a time: single readings ran 3.9-7.6 us per unit
+    // over the lendings of one day, and replays populate a fresh buffer for every new one.
+    let mut per_unit = Vec::new();
+    for _ in 0..3 {
+        let c = ManagedBuffer::alloc(dev, bytes)?;
+        let t = timed(&s, || kernels.touch(&s, &[(c.ptr(), bytes, TouchMode::Write)], 4096, 0))?;
+        per_unit.push(t as f64 / (bytes / default.fault_unit_bytes) as f64);
+    }
+    per_unit.sort_by(f64::total_cmp);
+    let large_populate_ns = note(
+        "GPU first-touch population per 64 KiB, one large buffer (median of 3)",
+        per_unit[1],
+        "ns",
+        None,
+    );
+    note("  the lowest of the three", per_unit[0], "ns", None);
+    note("  the highest of the three", per_unit[2], "ns", None);
+    // Prefetch of pages with no copy anywhere (fresh memory): population by prefetch.
+    let d = ManagedBuffer::alloc(dev, bytes)?;
+    let t = timed(&s, || d.prefetch(0, bytes, Location::Device, &s))?;
+    let populate_rate = note(
+        "prefetch of fresh pages (population)",
+        gbps(bytes, t),
+        "GB/s",
+        Some(default.prefetch_populate_rate_gbps),
+    );
+    drop(d);
+    s.synchronize().map_err(cuda_err("cuStreamSynchronize", "probe"))?;
+
+    // First touch of many small fresh allocations, one kernel each, as a program creates and
+    // fills its tensors: what it costs beyond the population of one large buffer above. The
+    // profile's population cost is the 2 MiB allocations' per 64 KiB, less the kernel alone:
+    // 1.15-1.4x the large buffer's over the 17 probes of 2026-12-01, and what replays paid
+    // (ResNet at full budget with `none` populates a new buffer for many new tensors every
+    // step: with the large-buffer rate the simulator ran 0.70-0.75x its real time there).
+    let mut populate_ns = large_populate_ns;
+    let sizes = [
+        (256u64 << 10, 1, "GPU first touch of a fresh 256 KiB allocation (one kernel each)"),
+        (2 << 20, 3, "GPU first touch of a fresh 2 MiB allocation (one kernel each, median of 3)"),
+    ];
+    for (size, passes, name) in sizes {
+        let count = 256u64;
+        let units = (size / default.fault_unit_bytes) as f64;
+        // Each pass on allocations of its own: (first touch, touched again) per allocation.
+        let mut runs = Vec::new();
+        for _ in 0..passes {
+            let fresh = (0..count).map(|_| ManagedBuffer::alloc(dev, size)).collect::<Result<Vec<_>>>()?;
+            let touch_all = || {
+                timed(&s, || {
+                    for b in &fresh {
+                        kernels.touch(&s, &[(b.ptr(), size, TouchMode::Write)], 4096, 0)?;
+                    }
+                    Ok(())
+                })
+            };
+            let first = touch_all()? as f64 / count as f64;
+            runs.push((first, touch_all()? as f64 / count as f64));
+        }
+        runs.sort_by(|x, y| (x.0 - x.1).total_cmp(&(y.0 - y.1)));
+        let (first, again) = runs[runs.len() / 2];
+        note(name, first, "ns", None);
+        note(
+            "  beyond its population at the large-buffer rate",
+            first - large_populate_ns * units,
+            "ns",
+            None,
+        );
+        // The same buffers touched again (resident): the kernel alone.
+        note("  touched again, resident (kernel alone)", again, "ns", None);
+        if size == 2 << 20 && first > again {
+            populate_ns = note(
+                "GPU first-touch population per 64 KiB, fresh 2 MiB allocations (profile)",
+                (first - again) / units,
+                "ns",
+                Some(default.gpu_populate_latency_ns as f64),
+            );
+        }
+    }
+
     // Host time of a kernel launch (with the event wait and record a backend puts around it)
     // and of a managed allocation: the simulator charges them to its host clock, since a
     // kernel shorter than a launch leaves the device waiting for the host.
@@ -1097,8 +1095,10 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
         Some(default.alloc_host_ns_per_gib as f64),
     );
     // Freeing buffers whose pages were populated on the device and then discarded, as the
-    // backends free the buffers their pools shed (replays paid 76-100 us each).
-    let mut retired_points = Vec::new();
+    // backends free the buffers their pools shed. Not in the profile: freed at once after their
+    // discard, 32 MiB buffers took 286 us each on the H200 (8.9 ms per GiB), where a replay's
+    // closing synchronisation freed its shed buffers (18 MB on average) for 76-100 us each;
+    // the profile keeps the replays' figure (`free_retired_host_ns`, h200.toml).
     for (size, count, name) in [
         (2u64 << 20, 64u64, "cuMemFree of 2 MiB populated on the device, then discarded (host time)"),
         (32 << 20, 16, "cuMemFree of 32 MiB populated on the device, then discarded (host time)"),
@@ -1108,34 +1108,14 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
             shed.iter().map(|b| (b.ptr(), size, TouchMode::Write)).collect();
         kernels.touch(&s, &ranges, 4096, 0)?;
         let pages: Vec<(u64, u64)> = shed.iter().map(|b| (b.ptr(), size)).collect();
-        let discarded = discard_batch(dev, &pages, &s)?;
+        discard_batch(dev, &pages, &s)?;
         s.synchronize().map_err(cuda_err("cuStreamSynchronize", "probe"))?;
         let t = host_timed(|| {
             drop(shed);
             Ok(())
         })?;
-        let per = note(name, t as f64 / count as f64, "ns", None);
-        if discarded {
-            retired_points.push((size as f64 / (1u64 << 30) as f64, per));
-        }
+        note(name, t as f64 / count as f64, "ns", Some(default.free_retired_ns(size) as f64));
     }
-    let (free_retired_ns, free_retired_per_gib) = if retired_points.len() == 2 {
-        line_through(&retired_points)
-    } else {
-        (default.free_retired_host_ns as f64, default.free_retired_host_ns_per_gib as f64)
-    };
-    let free_retired_ns = note(
-        "cuMemFree of a discarded buffer, fixed part (host time, profile)",
-        free_retired_ns,
-        "ns",
-        Some(default.free_retired_host_ns as f64),
-    );
-    let free_retired_per_gib = note(
-        "cuMemFree of a discarded buffer, per GiB (host time, profile)",
-        free_retired_per_gib,
-        "ns",
-        Some(default.free_retired_host_ns_per_gib as f64),
-    );
     // The same while a kernel on another stream faults its way through host-resident data, as
     // a replay allocates while its kernels run: whether the driver's fault servicing holds
     // allocations up. (Not in the profile: the simulator's allocations do not wait for faults.)
@@ -1197,8 +1177,8 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
         launch_queue_depth: depth as u64,
         alloc_host_ns: alloc_ns.round() as u64,
         alloc_host_ns_per_gib: alloc_per_gib.round() as u64,
-        free_retired_host_ns: free_retired_ns.round() as u64,
-        free_retired_host_ns_per_gib: free_retired_per_gib.round() as u64,
+        free_retired_host_ns: default.free_retired_host_ns,
+        free_retired_host_ns_per_gib: default.free_retired_host_ns_per_gib,
         stage_d2h_rate_gbps: stage_d2h,
         stage_h2d_rate_gbps: stage_h2d,
         stage_host_rate_gbps: stage_host,

@@ -456,7 +456,7 @@ impl SimBackend {
             return;
         }
         let shed = self.pool.shed(over);
-        self.retired += shed.iter().map(|e| self.cost.free_retired_ns(e.buf.len())).sum::<u64>();
+        self.retired += shed.iter().map(|e| self.cost.free_retired_ns(e.resident_bytes())).sum::<u64>();
         let bytes: u64 = shed.iter().map(|e| e.resident_bytes()).sum();
         let dur = self.cost.discard_call_ns + CostModel::transfer_ns(bytes, self.cost.discard_rate_gbps);
         self.occupy_link(Direction::D2H, self.host_now, dur);
