@@ -45,7 +45,9 @@ for f in files:
     for line in open(f):
         d = json.loads(line)
         real[(d["trace"], d["budget"], d["policy"])].append(d)
-env = dict(os.environ, UNIMEM_SIM_PROFILE=profile, UNIMEM_SIM_POLICY_TIME="measured" if measured else "free")
+env = dict(os.environ, UNIMEM_SIM_PROFILE=profile)
+if measured:
+    env["UNIMEM_SIM_POLICY_TIME"] = "measured"
 print("| trace | budget | policy | real (H200) | sim | sim / real | real vs none | sim vs none |")
 print("|---|---|---|---|---|---|---|---|")
 for (trace, budget) in sorted({(t, b) for (t, b, _) in real}, key=lambda k: (k[0], -float(k[1].rstrip('%')))):
