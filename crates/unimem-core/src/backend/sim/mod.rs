@@ -263,9 +263,11 @@ impl SimBackend {
         out
     }
 
-    /// Holds the host for a prefetch call whose work runs from `start` to `end`: for `fraction`
-    /// of it where the stream is idle when it is called (measured), for the call alone where
-    /// the work must wait for earlier work (the driver queues it and returns).
+    /// Holds the host for a prefetch call to the host whose work runs from `start` to `end`:
+    /// for `fraction` of it where the stream is idle when it is called (measured), for the call
+    /// alone where the work must wait for earlier work (the driver queues it and returns).
+    /// (Prefetches to the device always hold it for the call alone: the CUDA backend queues
+    /// them behind a short kernel.)
     fn prefetch_hold(&mut self, start: u64, end: u64, fraction: f64) {
         if start > self.host_now {
             self.host_now += self.cost.prefetch_deferred_call_ns;
@@ -1007,7 +1009,9 @@ impl MemoryBackend for SimBackend {
                                     this.cost.prefetch_populate_rate_gbps,
                                 );
                             let (start, end) = this.occupy_link(Direction::H2D, room_at, dur);
-                            this.prefetch_hold(start, end, this.cost.prefetch_h2d_host_fraction);
+                            // The CUDA backend queues it behind a short kernel: the driver
+                            // defers the work, and the call holds the host for itself alone.
+                            this.host_now += this.cost.prefetch_deferred_call_ns;
                             this.stats.h2d_bytes += bytes;
                             this.stats.prefetch_h2d_bytes += bytes;
                             let r = this.regions.get_mut(&id).expect("checked");

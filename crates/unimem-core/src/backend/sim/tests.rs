@@ -46,21 +46,23 @@ fn launches_and_unpooled_allocations_cost_host_time() {
     let host = s.stats().host;
     assert_eq!((host.launch, host.allocate), (111 * cost.launch_host_ns, 2 * cost.alloc_ns(4 * MIB)));
     assert_eq!(host.hints(), 0, "no prefetch, discard, advice or stage-out was asked for");
-    // A prefetch holds the host for its call and part of its transfer, and says so.
+    // A prefetch holds the host for its call (and, to the host, its transfer), and says so.
     s.prefetch(&[ByteRange::whole(RegionId(3), 4 * MIB)], Location::Host).unwrap();
     s.allocate(RegionId(4), 64 * MIB).unwrap();
     let t0 = s.synchronize().unwrap();
     s.prefetch(&[ByteRange::whole(RegionId(4), 64 * MIB)], Location::Device).unwrap();
     let host = s.stats().host;
-    assert!(host.prefetch_to_device >= cost.prefetch_call_ns, "{host:?}");
+    assert_eq!(host.prefetch_to_device, cost.prefetch_deferred_call_ns, "{host:?}");
+    assert!(host.prefetch_to_host >= cost.prefetch_call_ns, "{host:?}");
     assert_eq!(host.hints(), host.prefetch_to_device + host.prefetch_to_host);
     assert!(s.synchronize().unwrap() >= t0 + host.prefetch_to_device);
 }
 
-/// A prefetch on an idle link holds the host for part of its transfer; one queued behind it
-/// holds the host for the call alone, as the driver queues work on a busy stream.
+/// A prefetch to the device holds the host for its call alone (the CUDA backend queues it
+/// behind a short kernel); one to the host holds it for its transfer on an idle link, and for
+/// the call alone queued behind another, as the driver queues work on a busy stream.
 #[test]
-fn a_prefetch_behind_another_holds_the_host_for_the_call_alone() {
+fn prefetch_calls_hold_the_host_for_the_call_where_the_driver_queues_the_work() {
     let cost = CostModel::h200();
     let mut s = SimBackend::new(cost.clone(), 1 << 30);
     for id in [1, 2] {
@@ -69,13 +71,26 @@ fn a_prefetch_behind_another_holds_the_host_for_the_call_alone() {
     }
     let t0 = s.synchronize().unwrap();
     s.prefetch(&[whole(1, 64 * MIB)], Location::Device).unwrap();
-    let first = s.stats().host.prefetch_to_device;
-    let transfer = CostModel::transfer_ns(64 * MIB, cost.prefetch_h2d_rate_gbps);
-    assert!(first >= (transfer as f64 * cost.prefetch_h2d_host_fraction * 0.99) as u64, "idle link: {first}");
     s.prefetch(&[whole(2, 64 * MIB)], Location::Device).unwrap();
-    assert_eq!(s.stats().host.prefetch_to_device - first, cost.prefetch_deferred_call_ns, "queued");
+    assert_eq!(s.stats().host.prefetch_to_device, 2 * cost.prefetch_deferred_call_ns);
     // The link still carries both, one after the other.
-    assert!(s.synchronize().unwrap() >= t0 + 2 * transfer);
+    let to_device = CostModel::transfer_ns(64 * MIB, cost.prefetch_h2d_rate_gbps);
+    let t1 = s.synchronize().unwrap();
+    assert!(t1 >= t0 + 2 * to_device);
+    // To the host: a driver that returned halfway through a transfer leaves the next queued.
+    let cost = CostModel { prefetch_d2h_host_fraction: 0.5, ..cost };
+    let mut s = SimBackend::new(cost.clone(), 1 << 30);
+    for id in [1, 2] {
+        s.allocate(RegionId(id), 64 * MIB).unwrap();
+        s.kernel_write(RegionId(id), 0, &pattern(id as u8, (64 * MIB) as usize)).unwrap();
+    }
+    s.synchronize().unwrap();
+    s.prefetch(&[whole(1, 64 * MIB)], Location::Host).unwrap();
+    let first = s.stats().host.prefetch_to_host;
+    let to_host = CostModel::transfer_ns(64 * MIB, cost.prefetch_d2h_rate_gbps);
+    assert!(first >= (to_host as f64 * 0.5 * 0.99) as u64, "idle: {first}");
+    s.prefetch(&[whole(2, 64 * MIB)], Location::Host).unwrap();
+    assert_eq!(s.stats().host.prefetch_to_host - first, cost.prefetch_deferred_call_ns, "queued");
 }
 
 /// A buffer shed from the pool is freed at the next synchronisation, which then holds the
@@ -317,7 +332,7 @@ fn remote_traffic_queues_behind_transfers_on_the_link() {
     // Without the host time of the calls, to see the link alone.
     let mut cost = CostModel::h200();
     cost.advise_remote_ns_per_gib = 0;
-    cost.prefetch_h2d_host_fraction = 0.0;
+    cost.prefetch_deferred_call_ns = 0;
     (cost.launch_host_ns, cost.alloc_host_ns, cost.alloc_host_ns_per_gib) = (0, 0, 0);
     let mut s = SimBackend::new(cost, 1 << 30);
     let (a, b) = (RegionId(1), RegionId(2));
