@@ -688,10 +688,15 @@ mod backend {
                 r.prefetch
             );
             if policy != PolicyName::None {
-                // The stream is read in order: what is prefetched is used, most of it on time.
+                // The stream is read in order: what is prefetched is used, and what the kernels
+                // need comes by prefetch, not by faults. (On-time is only a share here: the host
+                // issues each kernel before its data lands on this link-bound stream, so on the
+                // H200 it read 0.0034 for the advisor before cb19ddc and 0 after, each prefetch
+                // now starting behind a 20 us kernel.)
                 let m = r.prefetch;
-                assert!(m.used_bytes > 0 && m.accuracy > 0.9 && m.coverage > 0.5, "{policy}: {m:?}");
-                assert!(m.timeliness > 0.0 && m.timeliness <= 1.0, "{policy}: {m:?}");
+                assert!(m.used_bytes > 0 && m.accuracy > 0.9 && m.coverage > 0.99, "{policy}: {m:?}");
+                assert!((0.0..=1.0).contains(&m.timeliness), "{policy}: {m:?}");
+                assert!(r.gpu_faults < 16, "{policy}: {} fault groups", r.gpu_faults);
             }
             assert_eq!(r.backend, unimem_core::BackendKind::Cuda);
             assert!(r.time_ns >= r.compute_floor_ns, "{policy}: faster than the floor?");
