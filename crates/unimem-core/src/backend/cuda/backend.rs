@@ -595,44 +595,41 @@ impl CudaBackend {
 
     /// [`Self::make_room`]'s work, untimed.
     fn evict_for(&mut self, need: u64, protect: &FxHashSet<(RegionId, u32)>, site: RoomSite) -> Result<bool> {
-        let this = self;
-        {
-            this.shed_pool(need)?;
-            let held = this.held();
-            let mut victims: Vec<(RegionId, u32)> = Vec::new();
-            let mut freed = 0u64;
-            for &(_, id, b) in &this.lru {
-                if held + need <= this.capacity + freed {
-                    break;
-                }
-                if protect.contains(&(id, b)) {
-                    continue;
-                }
-                victims.push((id, b));
-                freed += this.regions[&id].block_bytes(b as usize);
+        self.shed_pool(need)?;
+        let held = self.held();
+        let mut victims: Vec<(RegionId, u32)> = Vec::new();
+        let mut freed = 0u64;
+        for &(_, id, b) in &self.lru {
+            if held + need <= self.capacity + freed {
+                break;
             }
-            if victims.is_empty() {
-                return Ok(false);
+            if protect.contains(&(id, b)) {
+                continue;
             }
-            this.room_evicted[site as usize] += freed;
-            this.stats.driver_dropped_bytes += freed;
-            let mut ranges = Vec::with_capacity(victims.len());
-            for &(id, b) in &victims {
-                let r = &this.regions[&id];
-                let dirty = !r.blocks[b as usize].on_host;
-                let bytes = r.block_bytes(b as usize);
-                if dirty {
-                    this.stats.evicted_bytes += bytes;
-                    this.stats.d2h_bytes += bytes;
-                }
-                ranges.push((id, r.buf.ptr() + b as u64 * BLOCK_SIZE, bytes));
-                this.leave_device(id, b as usize);
-                this.regions.get_mut(&id).expect("victim").blocks[b as usize].on_host = true;
-            }
-            this.d2h.join(&this.compute).map_err(cuda_err("cuStreamWaitEvent", "evict after kernels"))?;
-            prefetch_batch(&this.dev, &coalesce(ranges), Location::Host, &this.d2h)?;
-            Ok(true)
+            victims.push((id, b));
+            freed += self.regions[&id].block_bytes(b as usize);
         }
+        if victims.is_empty() {
+            return Ok(false);
+        }
+        self.room_evicted[site as usize] += freed;
+        self.stats.driver_dropped_bytes += freed;
+        let mut ranges = Vec::with_capacity(victims.len());
+        for &(id, b) in &victims {
+            let r = &self.regions[&id];
+            let dirty = !r.blocks[b as usize].on_host;
+            let bytes = r.block_bytes(b as usize);
+            if dirty {
+                self.stats.evicted_bytes += bytes;
+                self.stats.d2h_bytes += bytes;
+            }
+            ranges.push((id, r.buf.ptr() + b as u64 * BLOCK_SIZE, bytes));
+            self.leave_device(id, b as usize);
+            self.regions.get_mut(&id).expect("victim").blocks[b as usize].on_host = true;
+        }
+        self.d2h.join(&self.compute).map_err(cuda_err("cuStreamWaitEvent", "evict after kernels"))?;
+        prefetch_batch(&self.dev, &coalesce(ranges), Location::Host, &self.d2h)?;
+        Ok(true)
     }
 
     /// Gives back the device pages of pooled buffers, the longest pooled first, until `need`
