@@ -61,7 +61,7 @@ synthetic-table:
     cargo build --release -p unimem-cli
     python3 scripts/replay-table.py target/release/unimem none,oracle,advisor --synthetic
 
-# Simulator against the recorded GPU replays (docs/data/), per row.
-sim-vs-real PROFILE="crates/unimem-core/profiles/h200-probe-2026-11-30.toml":
+# Simulator against recorded GPU replays (docs/data/), per row, with host time by kind of call.
+sim-vs-real PROFILE="docs/data/probe-2026-12-01-773d484.toml" +RUNS="docs/data/gpu-replays-2026-12-01-run56.jsonl docs/data/gpu-replays-2026-12-01-run57.jsonl":
     cargo build --release -p unimem-cli
-    python3 scripts/sim-vs-real.py {{PROFILE}} docs/data/gpu-replays-2026-11-30-run1.jsonl docs/data/gpu-replays-2026-11-30-run2.jsonl
+    python3 scripts/sim-vs-real.py {{PROFILE}} {{RUNS}} --host
