@@ -128,6 +128,17 @@ fn oversubscription_is_denied_unless_allowed() {
 }
 
 #[test]
+fn policy_time_is_free_unless_measured_asked_for() {
+    assert_eq!(Config::load(None, env(&[])).unwrap().config.sim.policy_time, PolicyTime::Free);
+    let f = file("[sim]\npolicy_time = \"measured\"\n");
+    assert_eq!(Config::load(Some(f.path()), env(&[])).unwrap().config.sim.policy_time, PolicyTime::Measured);
+    let loaded = Config::load(None, env(&[("UNIMEM_SIM_POLICY_TIME", "measured")])).unwrap();
+    assert_eq!(loaded.config.sim.policy_time, PolicyTime::Measured);
+    let e = err(Some("[sim]\npolicy_time = \"sometimes\"\n"), &[]);
+    assert!(e.contains("sim.policy_time") && e.contains("free") && e.contains("measured"), "{e}");
+}
+
+#[test]
 fn budget_zero_or_over_100_percent_is_rejected() {
     let e = err(Some("budget = 0\n"), &[]);
     assert!(e.contains("budget") && e.contains("0 bytes"), "{e}");
