@@ -565,10 +565,12 @@ fn resnet_learns_hidden_accesses_from_late_faults() {
 }
 
 /// A simulator that notes the calls the replay makes that matter for data from before the
-/// trace: allocations, host preloads and launches, in order.
+/// trace: allocations, host preloads and launches, in order; and the policy's host work it is
+/// told of.
 struct CallLog {
     sim: SimBackend,
     calls: Vec<String>,
+    work_ns: u64,
 }
 
 impl MemoryBackend for CallLog {
@@ -641,6 +643,27 @@ impl MemoryBackend for CallLog {
     fn kernel_store(&mut self, id: RegionId, offset: u64, data: &[u8]) -> Result<()> {
         self.sim.kernel_store(id, offset, data)
     }
+    fn host_work(&mut self, wall_ns: u64) {
+        self.work_ns += wall_ns;
+        self.sim.host_work(wall_ns)
+    }
+    fn charge_host_work(&mut self, on: bool) {
+        self.sim.charge_host_work(on)
+    }
+}
+
+/// Every hook of the policy is reported to the backend as host work, all of the policy's time
+/// (what `sim.policy_time = "measured"` charges; the simulator's own test checks the charge).
+#[test]
+fn the_policys_time_is_reported_to_the_backend_as_host_work() {
+    let (spec, budget) = cyclic_stream();
+    let cost = CostModel::h200();
+    let mut backend = CallLog { sim: SimBackend::new(cost.clone(), budget), calls: Vec::new(), work_ns: 0 };
+    backend.charge_host_work(true);
+    let mut policy = make_policy(PolicyName::Advisor, budget, &Config::default(), &cost);
+    let reader = reader_of(Synth::new(spec));
+    let r = run_with(reader, &mut backend, policy.as_mut(), &mut |_| {}, Options::default()).unwrap();
+    assert!(backend.work_ns > 0 && backend.work_ns == r.policy_ns, "{} vs {}", backend.work_ns, r.policy_ns);
 }
 
 /// Data from before the trace goes to the host as its region is allocated when a first pass
@@ -667,7 +690,8 @@ fn data_from_before_the_trace_is_preloaded_at_allocation_when_known() {
     assert_eq!(json["pre_existing_regions"], 1, "reports give the number: {json}");
 
     let run = |known: Option<&crate::trace::RegionIds>| {
-        let mut backend = CallLog { sim: SimBackend::new(CostModel::h200(), 64 * mib), calls: Vec::new() };
+        let mut backend =
+            CallLog { sim: SimBackend::new(CostModel::h200(), 64 * mib), calls: Vec::new(), work_ns: 0 };
         let options = Options { pre_existing: known, ..Options::default() };
         let r =
             run_with(reader_of(events.clone()), &mut backend, &mut NoHints, &mut |_| {}, options).unwrap();
