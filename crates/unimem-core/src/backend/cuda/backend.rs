@@ -170,8 +170,6 @@ pub struct CudaBackend {
     /// Host time spent making room (inside the calls that needed it; logged at `info` when
     /// the backend closes, with `stats.host`).
     make_room_ns: u64,
-    /// Inside a call whose host time is being counted (`timed`).
-    in_call: bool,
     /// Allocations served by the pool / by a new `cuMemAllocManaged`.
     pool_hits: u64,
     new_buffers: u64,
@@ -394,7 +392,6 @@ impl CudaBackend {
             start: Instant::now(),
             excluded_ns: 0,
             make_room_ns: 0,
-            in_call: false,
             pool_hits: 0,
             new_buffers: 0,
             kernel_waits: 0,
@@ -444,15 +441,10 @@ impl CudaBackend {
     }
 
     /// Runs `f`, adding its host time to the counter of `op`.
-    /// A call made inside another (a stage-out's migrations) counts as the outer call's.
     fn timed<T>(&mut self, op: HostOp, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
-        if std::mem::replace(&mut self.in_call, true) {
-            return f(self);
-        }
         let t0 = Instant::now();
         let out = f(self);
         self.stats.host.add(op, t0.elapsed().as_nanos() as u64);
-        self.in_call = false;
         out
     }
 

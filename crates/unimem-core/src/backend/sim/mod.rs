@@ -209,12 +209,10 @@ pub struct SimBackend {
     regions: HashMap<RegionId, SimRegion>,
     next_addr: u64,
     host_now: u64,
-    /// Inside a call whose host time is being counted (`host_timed`).
-    in_call: bool,
     /// The caller's own host work, where it is charged.
     host_work: HostWork,
     /// Host time of freeing the buffers shed from the pool since the last synchronisation.
-    retired: u64,
+    retired_free_ns: u64,
     /// When each kernel in the launch queue ends (at most `launch_queue_depth`).
     launched: std::collections::VecDeque<u64>,
     compute_free: u64,
@@ -246,33 +244,28 @@ pub struct SimBackend {
 
 impl SimBackend {
     /// Runs `f`, adding the simulated host time it took to the counter of `op` (the CUDA
-    /// backend measures the same calls on the host clock).
-    /// A call made inside another (a stage-out's migrations) counts as the outer call's.
-    /// Where host work is charged, the call's own wall time is noted, to leave out of it.
+    /// backend measures the same calls on the host clock). Where host work is charged, the
+    /// call's own wall time is noted, to leave out of it.
     fn host_timed<T>(&mut self, op: HostOp, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
-        if std::mem::replace(&mut self.in_call, true) {
-            return f(self);
-        }
         let (t0, wall) = (self.host_now, self.host_work.charge.then(std::time::Instant::now));
         let out = f(self);
         self.stats.host.add(op, self.host_now.saturating_sub(t0));
         if let Some(wall) = wall {
             self.host_work.in_calls_ns += wall.elapsed().as_nanos() as u64;
         }
-        self.in_call = false;
         out
     }
 
     /// Holds the host for a prefetch call to the host whose work runs from `start` to `end`:
-    /// for `fraction` of it where the stream is idle when it is called (measured), for the call
-    /// alone where the work must wait for earlier work (the driver queues it and returns).
-    /// (Prefetches to the device always hold it for the call alone: the CUDA backend queues
-    /// them behind a short kernel.)
-    fn prefetch_hold(&mut self, start: u64, end: u64, fraction: f64) {
+    /// for `prefetch_d2h_host_fraction` of it where the stream is idle when it is called
+    /// (measured), for the call alone where the work must wait for earlier work (the driver
+    /// queues it and returns). (Prefetches to the device always hold it for the call alone: the
+    /// CUDA backend queues them behind a short kernel.)
+    fn prefetch_to_host_hold(&mut self, start: u64, end: u64) {
         if start > self.host_now {
             self.host_now += self.cost.prefetch_deferred_call_ns;
         } else {
-            let held = ((end - start) as f64 * fraction) as u64;
+            let held = ((end - start) as f64 * self.cost.prefetch_d2h_host_fraction) as u64;
             self.host_now = self.host_now.max(start + held);
         }
     }
@@ -289,9 +282,8 @@ impl SimBackend {
             regions: HashMap::default(),
             next_addr: BASE_ADDR,
             host_now: 0,
-            in_call: false,
             host_work: HostWork::default(),
-            retired: 0,
+            retired_free_ns: 0,
             launched: std::collections::VecDeque::new(),
             compute_free: 0,
             link_h2d: 0,
@@ -457,9 +449,11 @@ impl SimBackend {
         if over == 0 {
             return;
         }
-        let shed = self.pool.shed(over);
-        self.retired += shed.iter().map(|e| self.cost.free_retired_ns(e.resident_bytes())).sum::<u64>();
-        let bytes: u64 = shed.iter().map(|e| e.resident_bytes()).sum();
+        let mut bytes = 0;
+        for e in self.pool.shed(over) {
+            bytes += e.resident_bytes();
+            self.retired_free_ns += self.cost.free_retired_ns(e.resident_bytes());
+        }
         let dur = self.cost.discard_call_ns + CostModel::transfer_ns(bytes, self.cost.discard_rate_gbps);
         self.occupy_link(Direction::D2H, self.host_now, dur);
         self.host_now += self.discard_host_ns(bytes);
@@ -469,7 +463,7 @@ impl SimBackend {
     /// last time, as the CUDA backend does once the device is idle (`free_retired_host_ns`
     /// and so on: their pages, discarded, are still mapped).
     fn sync_all(&mut self) {
-        self.host_now = self.completion_ns() + std::mem::take(&mut self.retired);
+        self.host_now = self.completion_ns() + std::mem::take(&mut self.retired_free_ns);
     }
 
     /// Host time of a discard call over `bytes` (measured per GiB of 2 MiB ranges).
@@ -1054,7 +1048,7 @@ impl MemoryBackend for SimBackend {
                                 );
                             let (start, end) =
                                 this.occupy_link(Direction::D2H, this.host_now.max(last_use), dur);
-                            this.prefetch_hold(start, end, this.cost.prefetch_d2h_host_fraction);
+                            this.prefetch_to_host_hold(start, end);
                             this.stats.d2h_bytes += bytes;
                             this.stats.prefetch_d2h_bytes += bytes;
                             this.emit_migration(
@@ -1124,7 +1118,9 @@ impl MemoryBackend for SimBackend {
     }
 
     fn stage_out(&mut self, ranges: &[ByteRange]) -> Result<()> {
-        self.host_timed(HostOp::StageOut, |this| {
+        // What does not fit migrates as a prefetch to the host, after the stage-out's own
+        // calls, as the CUDA backend does (and counts it).
+        let migrate = self.host_timed(HostOp::StageOut, |this| {
             for r in ranges {
                 this.checked(r.region, r.offset, r.len)?;
             }
@@ -1180,15 +1176,14 @@ impl MemoryBackend for SimBackend {
             }
             if copies > 0 {
                 // The copies' calls and the discard of their device pages hold the host.
-                let bytes = copies * BLOCK_SIZE;
-                this.host_now +=
-                    (bytes as f64 / (1u64 << 30) as f64 * this.cost.discard_host_ns_per_gib as f64) as u64;
+                this.host_now += this.discard_host_ns(copies * BLOCK_SIZE);
             }
-            if migrate.is_empty() {
-                return Ok(());
-            }
-            this.prefetch(&migrate, Location::Host)
-        })
+            Ok(migrate)
+        })?;
+        if migrate.is_empty() {
+            return Ok(());
+        }
+        self.prefetch(&migrate, Location::Host)
     }
 
     fn staging_capacity(&self) -> u64 {
@@ -1216,7 +1211,8 @@ impl MemoryBackend for SimBackend {
             }
             // The host issues the kernel at the end of its launch call; the device runs it when
             // free. With a full launch queue the call waits for the oldest kernel in it to end.
-            if this.launched.len() as u64 >= this.cost.launch_queue_depth.max(1) {
+            let depth = this.cost.launch_queue_depth;
+            if depth > 0 && this.launched.len() as u64 >= depth {
                 let oldest = this.launched.pop_front().unwrap_or(0);
                 this.host_now = this.host_now.max(oldest);
             }

@@ -796,4 +796,6 @@ fn stage_out_without_room_migrates_the_ranges_it_was_given_whole() {
     let st = s.stats();
     assert_eq!(st.prefetch_ranges - before, 1, "one range, not one per block: {st:?}");
     assert_eq!(st.prefetch_d2h_bytes, 6 * MIB);
+    // Its host time is the prefetch's, as the CUDA backend counts it: nothing was staged.
+    assert!(st.host.prefetch_to_host > 0 && st.host.stage_out == 0, "{:?}", st.host);
 }
