@@ -1,9 +1,10 @@
 //! `unimem probe`: the device's capabilities and measured unified-memory costs, written as a
 //! calibration profile the simulator loads (`sim.profile`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use unimem_core::backend::cuda::{probe, CudaDevice};
+use unimem_core::backend::sim::CostModel;
 use unimem_core::units::parse_bytes;
 use unimem_core::{Error, Result};
 
@@ -24,11 +25,35 @@ pub struct Args {
     /// Print JSON instead of tables.
     #[arg(long)]
     pub json: bool,
+    /// Measure only first-touch population on the device, under several conditions (writes no
+    /// profile).
+    #[arg(long, conflicts_with = "out")]
+    pub population: bool,
+    /// Needs no device: writes the field-by-field median of these calibration profiles (of one
+    /// device, from several probes) to `--out`, and prints how far each figure spread.
+    #[arg(long, num_args = 1.., value_name = "PROFILE", requires = "out", conflicts_with = "population")]
+    pub merge: Vec<PathBuf>,
 }
 
 pub fn run(args: &Args) -> Result<()> {
     let size = parse_bytes(&args.size).map_err(|e| Error::InvalidArgument(format!("--size: {e}")))?;
+    if !args.merge.is_empty() {
+        return merge(&args.merge, args.out.as_deref().expect("clap requires --out"));
+    }
     let dev = CudaDevice::open(args.device)?;
+    if args.population {
+        let rows = probe::population(&dev, size)?;
+        if args.json {
+            println!("{}", serde_json::to_string(&rows).expect("reports serialise"));
+        } else {
+            let mut t = Table::new(vec!["measurement", "value", "unit"]);
+            for m in &rows {
+                t.row(vec![m.name.to_string(), format!("{:.2}", m.value), m.unit.to_string()]);
+            }
+            println!("{}", t.render());
+        }
+        return Ok(());
+    }
     let report = probe::run(&dev, size)?;
     if args.json {
         println!("{}", serde_json::to_string(&report).expect("reports serialise"));
@@ -65,13 +90,50 @@ pub fn run(args: &Args) -> Result<()> {
         println!("{} byte buffers\n{}", report.buffer_bytes, t.render());
     }
     if let Some(out) = &args.out {
-        let text = format!(
-            "# unimem calibration profile, written by `unimem probe` (buffers of {} bytes).\n{}",
-            report.buffer_bytes,
-            toml::to_string(&report.profile).map_err(|e| Error::InvalidArgument(e.to_string()))?
+        let header = format!(
+            "unimem calibration profile, written by `unimem probe` (buffers of {} bytes).",
+            report.buffer_bytes
         );
-        std::fs::write(out, text).map_err(|e| Error::io(out.display(), e))?;
-        eprintln!("wrote {}", out.display());
+        write_profile(out, &header, &report.profile)?;
     }
     Ok(())
+}
+
+fn write_profile(out: &Path, header: &str, profile: &CostModel) -> Result<()> {
+    let body = toml::to_string(profile).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+    std::fs::write(out, format!("# {header}\n{body}")).map_err(|e| Error::io(out.display(), e))?;
+    eprintln!("wrote {}", out.display());
+    Ok(())
+}
+
+/// `unimem probe --merge`: the median profile, and each numeric figure's spread over the inputs.
+fn merge(paths: &[PathBuf], out: &Path) -> Result<()> {
+    let profiles = paths.iter().map(|p| CostModel::load(p)).collect::<Result<Vec<_>>>()?;
+    let median = CostModel::median(&profiles)?;
+    let table = |p: &CostModel| toml::Table::try_from(p).map_err(|e| Error::InvalidArgument(e.to_string()));
+    let columns = profiles.iter().map(table).collect::<Result<Vec<_>>>()?;
+    let mut t = Table::new(vec!["field", "lowest", "median", "highest", "highest / lowest"]);
+    for (key, value) in table(&median)? {
+        let Some(m) = value.as_float().or(value.as_integer().map(|i| i as f64)) else { continue };
+        let v: Vec<f64> = columns
+            .iter()
+            .filter_map(|c| c.get(&key).and_then(|x| x.as_float().or(x.as_integer().map(|i| i as f64))))
+            .collect();
+        let (lo, hi) = (
+            v.iter().copied().fold(f64::INFINITY, f64::min),
+            v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        );
+        let spread = if lo > 0.0 { format!("{:.2}", hi / lo) } else { "-".into() };
+        t.row(vec![key, format!("{lo:.4}"), format!("{m:.4}"), format!("{hi:.4}"), spread]);
+    }
+    println!("median of {} profiles\n{}", profiles.len(), t.render());
+    let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    write_profile(
+        out,
+        &format!(
+            "unimem calibration profile: the median of {}, by `unimem probe --merge`.",
+            names.join(", ")
+        ),
+        &median,
+    )
 }

@@ -238,6 +238,57 @@ fn a_probe_written_profile_drives_the_simulator() {
 }
 
 #[test]
+fn probes_merge_into_their_median_without_a_gpu() {
+    let d = tmp("merge");
+    let h200 = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../unimem-core/profiles/h200.toml"),
+    )
+    .unwrap();
+    let paths: Vec<String> = [("a", "5000"), ("b", "9000"), ("c", "6500")]
+        .iter()
+        .map(|(name, populate)| {
+            let p = d.join(format!("{name}.toml"));
+            let text = h200
+                .replace("gpu_populate_latency_ns = 6060", &format!("gpu_populate_latency_ns = {populate}"));
+            assert_ne!(text, h200, "the embedded profile names gpu_populate_latency_ns");
+            write(&p, text.as_bytes());
+            p.display().to_string()
+        })
+        .collect();
+    let out = d.join("median.toml");
+    let mut args = vec!["probe", "--merge"];
+    args.extend(paths.iter().map(String::as_str));
+    args.extend(["--out", out.to_str().unwrap()]);
+    let o = unimem(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // The spread table names the field, lowest, median and highest.
+    let line = stdout(&o).lines().find(|l| l.starts_with("gpu_populate_latency_ns")).unwrap().to_string();
+    assert!(line.contains("5000") && line.contains("6500") && line.contains("9000"), "{line}");
+    let merged = std::fs::read_to_string(&out).unwrap();
+    assert!(merged.contains("gpu_populate_latency_ns = 6500"), "{merged}");
+    // The median drives the simulator like any profile.
+    let o = unimem_env(
+        &["replay", &sample("transformer-decode.jsonl.gz"), "--budget", "50%", "--policy", "none", "--json"],
+        &[("UNIMEM_SIM_PROFILE", out.to_str().unwrap())],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("median of 3 profiles"), "{}", stdout(&o));
+    // Without --out: a usage error from the argument parser (exit code 2) naming the flag.
+    let o = unimem(&["probe", "--merge", &paths[0]]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--out") && !stderr(&o).contains("panicked"), "{}", stderr(&o));
+    // With a profile that is not one: a clear error naming the file, nothing written.
+    let bad = d.join("bad.toml");
+    write(&bad, b"gpu_fault_rate_gbps = 4.41\n");
+    let lost = d.join("lost.toml");
+    assert_clear_error(
+        &unimem(&["probe", "--merge", &paths[0], bad.to_str().unwrap(), "--out", lost.to_str().unwrap()]),
+        &["bad.toml", "missing field"],
+    );
+    assert!(!lost.exists());
+}
+
+#[test]
 fn config_show_check_and_errors() {
     let d = tmp("cfg");
     let good = d.join("good.toml");

@@ -1199,3 +1199,81 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
         profile,
     })
 }
+
+/// First-touch population by faults on the device, per 64 KiB, under the conditions a program
+/// meets it: a fresh buffer, a fresh buffer on pages that a discard or a `cuMemFree` of
+/// another buffer released, a discarded buffer touched again, and many small allocations one
+/// kernel each. Each is the median of three; buffers of `bytes` (at most two held at once).
+/// `unimem probe --population` runs it alone, first thing in its process; the full probe runs
+/// it after its other rows. Replays populate on pages their pool's discards released, which a
+/// fresh buffer's first touch need not (see docs/benchmarks.md, eleventh session).
+pub fn population(dev: &CudaDevice, bytes: u64) -> Result<Vec<Measurement>> {
+    let bytes = bytes.min(MAX_PROBE_BYTES) / (2 << 20) * (2 << 20);
+    if bytes < 64 << 20 {
+        return Err(Error::InvalidArgument("the probe needs buffers of at least 64 MiB".into()));
+    }
+    let kernels = Kernels::load(dev)?;
+    let s = dev.new_stream()?;
+    let unit = CostModel::h200().fault_unit_bytes;
+    let per_unit = |ns: u64, len: u64| ns as f64 / (len / unit) as f64;
+    let first_touch =
+        |b: &ManagedBuffer| timed(&s, || kernels.touch(&s, &[(b.ptr(), b.len(), TouchMode::Write)], 4096, 0));
+    let discard = |b: &ManagedBuffer| -> Result<()> {
+        discard_batch(dev, &[(b.ptr(), b.len())], &s)?;
+        s.synchronize().map_err(cuda_err("cuStreamSynchronize", "probe"))
+    };
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    // (fresh, on pages a discard released, the discarded one again, on pages a free released)
+    let mut rows: [Vec<f64>; 4] = Default::default();
+    for _ in 0..3 {
+        let x = ManagedBuffer::alloc(dev, bytes)?;
+        rows[0].push(per_unit(first_touch(&x)?, bytes));
+        discard(&x)?;
+        let y = ManagedBuffer::alloc(dev, bytes)?;
+        rows[1].push(per_unit(first_touch(&y)?, bytes));
+        rows[2].push(per_unit(first_touch(&x)?, bytes));
+        drop(x);
+        let z = ManagedBuffer::alloc(dev, bytes)?;
+        rows[3].push(per_unit(first_touch(&z)?, bytes));
+    }
+    let mut out = Vec::new();
+    let names = [
+        "population per 64 KiB: a fresh buffer",
+        "population per 64 KiB: a fresh buffer, on pages another's discard released",
+        "population per 64 KiB: a discarded buffer touched again",
+        "population per 64 KiB: a fresh buffer, on pages cuMemFree released",
+    ];
+    for (name, row) in names.into_iter().zip(rows) {
+        let (lo, hi) =
+            (row.iter().copied().fold(f64::MAX, f64::min), row.iter().copied().fold(0.0, f64::max));
+        out.push(Measurement { name, value: median(row), unit: "ns", profile_value: None });
+        out.push(Measurement { name: "  lowest of three", value: lo, unit: "ns", profile_value: None });
+        out.push(Measurement { name: "  highest of three", value: hi, unit: "ns", profile_value: None });
+    }
+    // Many fresh allocations, one kernel each, less the same kernels on resident pages.
+    for (size, name) in [
+        (2u64 << 20, "population per 64 KiB: fresh 2 MiB allocations, one kernel each"),
+        (32 << 20, "population per 64 KiB: fresh 32 MiB allocations, one kernel each"),
+    ] {
+        let count = (bytes / 4 / size).max(1);
+        let mut v = Vec::new();
+        for _ in 0..3 {
+            let fresh = (0..count).map(|_| ManagedBuffer::alloc(dev, size)).collect::<Result<Vec<_>>>()?;
+            let touch_all = || {
+                timed(&s, || {
+                    fresh
+                        .iter()
+                        .try_for_each(|b| kernels.touch(&s, &[(b.ptr(), size, TouchMode::Write)], 4096, 0))
+                })
+            };
+            let first = touch_all()?;
+            let again = touch_all()?;
+            v.push(per_unit(first.saturating_sub(again), count * size));
+        }
+        out.push(Measurement { name, value: median(v), unit: "ns", profile_value: None });
+    }
+    Ok(out)
+}

@@ -186,6 +186,55 @@ impl CostModel {
         Self::from_toml(&text, &path.display().to_string())
     }
 
+    /// The field-by-field median of several profiles of one device (the mean of the middle two
+    /// for an even count; the majority for a flag, ties to the first profile), named for them.
+    /// One probe's figures for faults and population move by a quarter between processes on
+    /// the H200 (docs/benchmarks.md, eleventh session); the median of a few probes does not.
+    pub fn median(profiles: &[CostModel]) -> Result<Self> {
+        let Some(first) = profiles.first() else {
+            return Err(Error::InvalidArgument("a median of profiles needs at least one".into()));
+        };
+        let tables = profiles
+            .iter()
+            .map(|p| toml::Table::try_from(p).map_err(|e| Error::InvalidArgument(e.to_string())))
+            .collect::<Result<Vec<_>>>()?;
+        let mut out = tables[0].clone();
+        for (key, value) in out.iter_mut() {
+            let column = tables.iter().filter_map(|t| t.get(key));
+            *value = match &*value {
+                toml::Value::Integer(_) => {
+                    let mut v: Vec<i64> = column.filter_map(toml::Value::as_integer).collect();
+                    v.sort_unstable();
+                    let n = v.len();
+                    toml::Value::Integer(if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2 })
+                }
+                toml::Value::Float(_) => {
+                    let mut v: Vec<f64> = column.filter_map(toml::Value::as_float).collect();
+                    v.sort_by(f64::total_cmp);
+                    let n = v.len();
+                    toml::Value::Float(if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 })
+                }
+                toml::Value::Boolean(b) => {
+                    let yes = column.filter(|v| v.as_bool() == Some(true)).count();
+                    toml::Value::Boolean(if 2 * yes == profiles.len() {
+                        *b
+                    } else {
+                        2 * yes > profiles.len()
+                    })
+                }
+                other => other.clone(),
+            };
+        }
+        out.insert(
+            "name".into(),
+            toml::Value::String(format!("{} (median of {} profiles)", first.name, profiles.len())),
+        );
+        let model: CostModel =
+            out.try_into().map_err(|e: toml::de::Error| Error::InvalidArgument(e.to_string()))?;
+        model.validate("median of profiles")?;
+        Ok(model)
+    }
+
     /// Checks every rate is positive and finite and the fault unit is a sane power of two.
     pub fn validate(&self, origin: &str) -> Result<()> {
         let rates = [
@@ -277,6 +326,31 @@ mod tests {
         let t = m.prefetch_call_ns + CostModel::transfer_ns(2 << 20, m.prefetch_h2d_rate_gbps);
         let rate = (2u64 << 20) as f64 / t as f64;
         assert!((rate - 18.5).abs() / 18.5 < 0.1, "{rate}");
+    }
+
+    #[test]
+    fn the_median_of_profiles_takes_each_field_alone() {
+        let with = |rate: f64, populate: u64, duplex: bool| CostModel {
+            gpu_fault_rate_gbps: rate,
+            gpu_populate_latency_ns: populate,
+            um_full_duplex: duplex,
+            ..CostModel::h200()
+        };
+        let odd = CostModel::median(&[with(6.0, 8000, true), with(9.0, 4000, false), with(7.0, 6000, false)])
+            .unwrap();
+        assert_eq!(odd.gpu_fault_rate_gbps, 7.0);
+        assert_eq!(odd.gpu_populate_latency_ns, 6000);
+        assert!(!odd.um_full_duplex, "two of three say half duplex");
+        assert!(odd.name.contains("median of 3 profiles"), "{}", odd.name);
+        // Fields alike in every profile stay as they are.
+        assert_eq!(odd.prefetch_h2d_rate_gbps, CostModel::h200().prefetch_h2d_rate_gbps);
+        let even = CostModel::median(&[with(6.0, 8000, true), with(9.0, 4000, false)]).unwrap();
+        assert_eq!((even.gpu_fault_rate_gbps, even.gpu_populate_latency_ns), (7.5, 6000));
+        assert!(even.um_full_duplex, "a tie goes to the first profile");
+        let one = CostModel::median(&[CostModel::h200()]).unwrap();
+        assert_eq!(CostModel { name: CostModel::h200().name, ..one }, CostModel::h200());
+        let e = CostModel::median(&[]).unwrap_err().to_string();
+        assert!(e.contains("at least one"), "{e}");
     }
 
     #[test]
