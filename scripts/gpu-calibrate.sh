@@ -1,8 +1,7 @@
 #!/bin/bash
 # On the GPU machine: this lending's probes (each in a process of its own, then their median
 # with `unimem probe --merge`: one probe's fault and population figures move by a quarter
-# between processes), the population rows alone (`unimem probe --population`), the sample
-# replays on the GPU, and the simulator's prediction of them calibrated with the median profile,
+# between processes), the sample replays on the GPU, and the simulator's prediction of them calibrated with the median profile,
 # run on this host with the policies' own work charged as measured here
 # (`sim.policy_time = "measured"`). Logs under $OUT (seven files; the device returns eight).
 # Usage: bash scripts/gpu-calibrate.sh [replay runs] [probes]
@@ -16,11 +15,9 @@ for i in $(seq 1 "${2:-3}"); do
   timeout 300 $exe probe --size 2GiB --out "$OUT/profile-$i.toml" >> "$OUT/probes.txt" 2>&1 || rc=1
   profiles+=("$OUT/profile-$i.toml")
 done
-echo "== population alone" >> "$OUT/probes.txt"
-timeout 120 $exe probe --population --size 2GiB >> "$OUT/probes.txt" 2>&1 || rc=1
 echo "== median" >> "$OUT/probes.txt"
 $exe probe --merge "${profiles[@]}" --out /tmp/profile-median.toml >> "$OUT/probes.txt" 2>&1 || rc=1
-grep -E "^== |fault-driven H2D rate  |fresh 2 MiB allocations \(profile\)|^gpu_|^population per" "$OUT/probes.txt"
+grep -E "^== |fault-driven H2D rate|fresh 2 MiB allocations|^gpu_" "$OUT/probes.txt"
 runs=()
 for i in $(seq 1 "${1:-1}"); do
   bash scripts/gpu-replays.sh "$OUT/gpu-replays-$i.jsonl" > /dev/null || rc=1

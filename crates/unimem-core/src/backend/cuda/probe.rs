@@ -628,14 +628,46 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
         value
     };
 
+    // First-touch population first, before the rows below leave their buffers and the driver's
+    // state behind: after them the same rows read 1.3-1.6x slower (2026-12-01, eleventh
+    // session), while replays, each a process of its own, paid about what these rows read alone.
+    let population_rows = population(dev, bytes)?;
+    let populate_ns = population_rows
+        .iter()
+        .find(|m| m.name == POPULATION_PROFILE_ROW)
+        .map(|m| m.value)
+        .expect("population() measures its profile row");
+    for m in population_rows {
+        let profile_value =
+            (m.name == POPULATION_PROFILE_ROW).then_some(default.gpu_populate_latency_ns as f64);
+        note(m.name, m.value, m.unit, profile_value);
+    }
+
     let mut a = ManagedBuffer::alloc(dev, bytes)?;
     // CPU first touch: the pages start on the host.
     // SAFETY: nothing runs on the device yet.
     unsafe { a.host_bytes() }.iter_mut().step_by(4096).enumerate().for_each(|(i, b)| *b = i as u8);
 
-    // Fault-driven H2D: a kernel reads every 16 bytes of host-resident data, no hints.
+    // Fault-driven H2D, the profile's rate: host-resident data read by the kernel a GPU replay
+    // launches (the touch kernel, one byte per 4 KiB page, the whole grid), no hints. Its
+    // threads fault on pages all over the range at once; the same kernel reading every 16
+    // bytes (next row) faults on a narrow moving window, which the driver serves 1.3-2x faster.
+    // Replays ran at the first rate, not the second (docs/benchmarks.md, eleventh session).
+    let t = timed(&s, || kernels.touch(&s, &[(a.ptr(), bytes, TouchMode::Read)], 4096, 0))?;
+    let fault_rate = note(
+        "fault-driven H2D rate, one touch per 4 KiB page (replay kernel; profile)",
+        gbps(bytes, t),
+        "GB/s",
+        Some(default.gpu_fault_rate_gbps),
+    );
+    place(&a, Location::Host, &s)?;
     let t = timed(&s, || kernels.touch(&s, &[(a.ptr(), bytes, TouchMode::Read)], 16, 0))?;
-    let fault_rate = note("fault-driven H2D rate", gbps(bytes, t), "GB/s", Some(default.gpu_fault_rate_gbps));
+    let dense_rate = note(
+        "fault-driven H2D rate, every 16 bytes",
+        gbps(bytes, t),
+        "GB/s",
+        Some(default.gpu_fault_rate_gbps),
+    );
 
     // The same read with one block of 256 threads: far fewer pages in flight at once.
     place(&a, Location::Host, &s)?;
@@ -666,7 +698,12 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
         Ok(())
     })?;
     note("streaming read, prefetch pipelined in 256 MiB chunks", gbps(pieces * piece, t), "GB/s", Some(47.2));
-    note("  same, over the fault-driven read", gbps(pieces * piece, t) / fault_rate, "x", None);
+    note(
+        "  same, over the fault-driven read (every 16 bytes)",
+        gbps(pieces * piece, t) / dense_rate,
+        "x",
+        None,
+    );
 
     // CPU reads of GPU-resident data (CPU faults).
     s.synchronize().map_err(cuda_err("cuStreamSynchronize", "probe"))?;
@@ -924,24 +961,6 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
             )
         };
 
-    // GPU first touch of fresh memory: population by faults (not measured in h200-facts.md).
-    // The median of three buffers, one at a time: single readings ran 3.9-7.6 us per unit
-    // over the lendings of one day, and replays populate a fresh buffer for every new one.
-    let mut per_unit = Vec::new();
-    for _ in 0..3 {
-        let c = ManagedBuffer::alloc(dev, bytes)?;
-        let t = timed(&s, || kernels.touch(&s, &[(c.ptr(), bytes, TouchMode::Write)], 4096, 0))?;
-        per_unit.push(t as f64 / (bytes / default.fault_unit_bytes) as f64);
-    }
-    per_unit.sort_by(f64::total_cmp);
-    let large_populate_ns = note(
-        "GPU first-touch population per 64 KiB, one large buffer (median of 3)",
-        per_unit[1],
-        "ns",
-        None,
-    );
-    note("  the lowest of the three", per_unit[0], "ns", None);
-    note("  the highest of the three", per_unit[2], "ns", None);
     // Prefetch of pages with no copy anywhere (fresh memory): population by prefetch.
     let d = ManagedBuffer::alloc(dev, bytes)?;
     let t = timed(&s, || d.prefetch(0, bytes, Location::Device, &s))?;
@@ -953,59 +972,6 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
     );
     drop(d);
     s.synchronize().map_err(cuda_err("cuStreamSynchronize", "probe"))?;
-
-    // First touch of many small fresh allocations, one kernel each, as a program creates and
-    // fills its tensors: what it costs beyond the population of one large buffer above. The
-    // profile's population cost is the 2 MiB allocations' per 64 KiB, less the kernel alone:
-    // 1.15-1.4x the large buffer's over the 17 probes of 2026-12-01, and what replays paid
-    // (ResNet at full budget with `none` populates a new buffer for many new tensors every
-    // step: with the large-buffer rate the simulator ran 0.70-0.75x its real time there).
-    let mut populate_ns = large_populate_ns;
-    let sizes = [
-        (256u64 << 10, 256u64, 1, "GPU first touch of a fresh 256 KiB allocation (one kernel each)"),
-        (2 << 20, 256, 3, "GPU first touch of a fresh 2 MiB allocation (one kernel each, median of 3)"),
-        (16 << 20, 32, 3, "GPU first touch of a fresh 16 MiB allocation (one kernel each, median of 3)"),
-    ];
-    for (size, count, passes, name) in sizes {
-        let units = (size / default.fault_unit_bytes) as f64;
-        // Each pass on allocations of its own: (first touch, touched again) per allocation.
-        let mut runs = Vec::new();
-        for _ in 0..passes {
-            let fresh = (0..count).map(|_| ManagedBuffer::alloc(dev, size)).collect::<Result<Vec<_>>>()?;
-            let touch_all = || {
-                timed(&s, || {
-                    for b in &fresh {
-                        kernels.touch(&s, &[(b.ptr(), size, TouchMode::Write)], 4096, 0)?;
-                    }
-                    Ok(())
-                })
-            };
-            let first = touch_all()? as f64 / count as f64;
-            runs.push((first, touch_all()? as f64 / count as f64));
-        }
-        runs.sort_by(|x, y| (x.0 - x.1).total_cmp(&(y.0 - y.1)));
-        let (first, again) = runs[runs.len() / 2];
-        note(name, first, "ns", None);
-        note(
-            "  beyond its population at the large-buffer rate",
-            first - large_populate_ns * units,
-            "ns",
-            None,
-        );
-        // The same buffers touched again (resident): the kernel alone.
-        note("  touched again, resident (kernel alone)", again, "ns", None);
-        if size == 16 << 20 && first > again {
-            note("  population per 64 KiB", (first - again) / units, "ns", None);
-        }
-        if size == 2 << 20 && first > again {
-            populate_ns = note(
-                "GPU first-touch population per 64 KiB, fresh 2 MiB allocations (profile)",
-                (first - again) / units,
-                "ns",
-                Some(default.gpu_populate_latency_ns as f64),
-            );
-        }
-    }
 
     // Host time of a kernel launch (with the event wait and record a backend puts around it)
     // and of a managed allocation: the simulator charges them to its host clock, since a
@@ -1200,13 +1166,18 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
     })
 }
 
+/// The population row whose figure a probe's profile takes (`gpu_populate_latency_ns`): the
+/// first touch of many fresh allocations, one kernel each, less the same kernels on resident
+/// pages, as a program creates and fills its tensors. One large buffer populates faster
+/// (0.8-0.9x), and replays paid the small allocations' rate.
+pub const POPULATION_PROFILE_ROW: &str = "population per 64 KiB: fresh 2 MiB allocations, one kernel each";
+
 /// First-touch population by faults on the device, per 64 KiB, under the conditions a program
 /// meets it: a fresh buffer, a fresh buffer on pages that a discard or a `cuMemFree` of
 /// another buffer released, a discarded buffer touched again, and many small allocations one
 /// kernel each. Each is the median of three; buffers of `bytes` (at most two held at once).
-/// `unimem probe --population` runs it alone, first thing in its process; the full probe runs
-/// it after its other rows. Replays populate on pages their pool's discards released, which a
-/// fresh buffer's first touch need not (see docs/benchmarks.md, eleventh session).
+/// `unimem probe --population` runs it alone; the full probe runs it first, before its other
+/// rows (see docs/benchmarks.md, eleventh session).
 pub fn population(dev: &CudaDevice, bytes: u64) -> Result<Vec<Measurement>> {
     let bytes = bytes.min(MAX_PROBE_BYTES) / (2 << 20) * (2 << 20);
     if bytes < 64 << 20 {
@@ -1255,7 +1226,7 @@ pub fn population(dev: &CudaDevice, bytes: u64) -> Result<Vec<Measurement>> {
     }
     // Many fresh allocations, one kernel each, less the same kernels on resident pages.
     for (size, name) in [
-        (2u64 << 20, "population per 64 KiB: fresh 2 MiB allocations, one kernel each"),
+        (2u64 << 20, POPULATION_PROFILE_ROW),
         (32 << 20, "population per 64 KiB: fresh 32 MiB allocations, one kernel each"),
     ] {
         let count = (bytes / 4 / size).max(1);
