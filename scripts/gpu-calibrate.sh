@@ -17,7 +17,7 @@ for i in $(seq 1 "${2:-3}"); do
 done
 echo "== median" >> "$OUT/probes.txt"
 $exe probe --merge "${profiles[@]}" --out /tmp/profile-median.toml >> "$OUT/probes.txt" 2>&1 || rc=1
-grep -E "^== |fault-driven H2D rate|fresh 2 MiB allocations|^gpu_" "$OUT/probes.txt"
+grep -E "^== |fault-driven H2D rate|discard released|fresh 2 MiB allocations|^gpu_" "$OUT/probes.txt"
 runs=()
 for i in $(seq 1 "${1:-1}"); do
   bash scripts/gpu-replays.sh "$OUT/gpu-replays-$i.jsonl" > /dev/null || rc=1

@@ -9,7 +9,7 @@ set -uo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
 rc=0
 timeout 300 .gpu/bin/unimem probe --size 2GiB --out "$OUT/profile.toml" > "$OUT/probe.txt" 2>&1 || rc=1
-grep -E "fault-driven H2D rate|fresh 2 MiB allocations" "$OUT/probe.txt"
+grep -E "fault-driven H2D rate|discard released|fresh 2 MiB allocations" "$OUT/probe.txt"
 # One log for all test binaries: the device returns only 8 files from $OUT, and the profile
 # must be among them.
 for t in .gpu/bin/gpu-* .gpu/bin/cupti_gpu-* .gpu/bin/cupti_feedback_gpu-* .gpu/bin/telemetry_gpu-*; do
