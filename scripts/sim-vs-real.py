@@ -40,6 +40,7 @@ if sim_in:
 sim_lines = []
 profile, files = args[0], args[1:]
 host_rows = []
+tally = []  # per row: the simulated time within 20% of the real mean
 real = defaultdict(list)
 for f in files:
     for line in open(f):
@@ -65,7 +66,10 @@ for (trace, budget) in sorted({(t, b) for (t, b, _) in real}, key=lambda k: (k[0
         m, s = mean(p), sim[p]["time_ns"]
         span = f"{min(runs):.0f}-{max(runs):.0f} ms" if len(runs) > 1 else f"{runs[0]:.0f} ms"
         name = trace.split('/')[-1].split('.')[0]
-        print(f"| {name} | {budget} | {p} | {span} | {s / 1e6:.0f} ms | {s / m:.2f} | "
+        within = abs(s / m - 1) <= 0.2
+        tally.append(within)
+        mark = "" if within else f" (**{s / m:.3f}, outside 20%**)"
+        print(f"| {name} | {budget} | {p} | {span} | {s / 1e6:.0f} ms | {s / m:.2f}{mark} | "
               f"{mean('none') / m:.2f}x | {sim['none']['time_ns'] / s:.2f}x |")
         runs = [r for r in real[(trace, budget, p)] if "backend_host_ns" in r]
         if host and runs:
@@ -76,6 +80,7 @@ for (trace, budget) in sorted({(t, b) for (t, b, _) in real}, key=lambda k: (k[0
             cells.append(f"{avg(lambda r: hints(r['backend_host_ns'])):.0f} / {hints(sh) / 1e6:.0f}")
             cells.append(f"{avg(lambda r: r['policy_ns'] - hints(r['backend_host_ns'])):.0f}")
             host_rows.append(f"| {name} | {budget} | {p} | " + " | ".join(cells) + " |")
+print(f"\nWithin 20% of the real time (its mean over the runs): {sum(tally)} of {len(tally)} rows")
 if host_rows:
     print("\nHost time, ms (real / sim): the backend's calls, and the policy's own work (real)\n")
     print("| trace | budget | policy | launch | allocate | hints | policy's own |")

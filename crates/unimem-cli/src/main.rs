@@ -44,7 +44,7 @@ enum Command {
     /// Show or check the configuration.
     #[command(subcommand)]
     Config(cmd_config::Command),
-    /// Measure this GPU's unified-memory costs and write a calibration profile (needs CUDA).
+    /// Measure this GPU's unified-memory costs and write a calibration profile (needs CUDA; `--merge` does not).
     Probe(cmd_probe::Args),
     /// Report on telemetry logs (`unimem replay --telemetry LOG` writes them).
     #[command(subcommand)]
