@@ -1,9 +1,11 @@
 #!/bin/bash
 # On the GPU machine: this lending's probes (each in a process of its own, then their median
-# with `unimem probe --merge`: one probe's fault and population figures move by a quarter
-# between processes), the sample replays on the GPU, and the simulator's prediction of them calibrated with the median profile,
-# run on this host with the policies' own work charged as measured here
-# (`sim.policy_time = "measured"`). Logs under $OUT (seven files; the device returns eight).
+# with `unimem probe --merge`: one probe's fault and population figures move by up to 30%
+# between processes), the sample replays on the GPU, and the simulator's prediction of them
+# calibrated with the median profile, run on this host with the policies' own work charged as
+# measured here (`sim.policy_time = "measured"`). Logs under $OUT: probes.txt, profile-N.toml,
+# gpu-replays-N.jsonl, sim-measured.jsonl, sim-vs-real.md (the device returns eight files:
+# three probes and two runs fill them).
 # Usage: bash scripts/gpu-calibrate.sh [replay runs] [probes]
 set -uo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}

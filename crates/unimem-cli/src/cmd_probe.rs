@@ -113,16 +113,14 @@ fn merge(paths: &[PathBuf], out: &Path) -> Result<()> {
     let table = |p: &CostModel| toml::Table::try_from(p).map_err(|e| Error::InvalidArgument(e.to_string()));
     let columns = profiles.iter().map(table).collect::<Result<Vec<_>>>()?;
     let mut t = Table::new(vec!["field", "lowest", "median", "highest", "highest / lowest"]);
+    // A profile's numbers are floats or integers (flags and the name have no spread).
+    let number = |v: &toml::Value| v.as_float().or(v.as_integer().map(|i| i as f64));
     for (key, value) in table(&median)? {
-        let Some(m) = value.as_float().or(value.as_integer().map(|i| i as f64)) else { continue };
-        let v: Vec<f64> = columns
+        let Some(m) = number(&value) else { continue };
+        let (lo, hi) = columns
             .iter()
-            .filter_map(|c| c.get(&key).and_then(|x| x.as_float().or(x.as_integer().map(|i| i as f64))))
-            .collect();
-        let (lo, hi) = (
-            v.iter().copied().fold(f64::INFINITY, f64::min),
-            v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-        );
+            .filter_map(|c| c.get(&key).and_then(number))
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| (lo.min(x), hi.max(x)));
         let spread = if lo > 0.0 { format!("{:.2}", hi / lo) } else { "-".into() };
         t.row(vec![key, format!("{lo:.4}"), format!("{m:.4}"), format!("{hi:.4}"), spread]);
     }

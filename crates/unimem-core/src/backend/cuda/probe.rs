@@ -629,8 +629,8 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
     };
 
     // First-touch population first, before the rows below leave their buffers and the driver's
-    // state behind: after them the same rows read 1.3-1.6x slower (2026-12-01, eleventh
-    // session), while replays, each a process of its own, paid about what these rows read alone.
+    // state behind, as a replay starts in a process of its own: after them, fresh 2 MiB
+    // allocations read 8285-8615 ns per 64 KiB on one lending, against 5287 alone.
     let population_rows = population(dev, bytes)?;
     let populate_ns = population_rows
         .iter()
@@ -651,8 +651,9 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
     // Fault-driven H2D, the profile's rate: host-resident data read by the kernel a GPU replay
     // launches (the touch kernel, one byte per 4 KiB page, the whole grid), no hints. Its
     // threads fault on pages all over the range at once; the same kernel reading every 16
-    // bytes (next row) faults on a narrow moving window, which the driver serves 1.3-2x faster.
-    // Replays ran at the first rate, not the second (docs/benchmarks.md, eleventh session).
+    // bytes (next row) faults on a narrow moving window, which the driver serves 1.4-2.2x
+    // faster. The simulator matches the replays with the first (docs/benchmarks.md, eleventh
+    // session).
     let t = timed(&s, || kernels.touch(&s, &[(a.ptr(), bytes, TouchMode::Read)], 4096, 0))?;
     let fault_rate = note(
         "fault-driven H2D rate, one touch per 4 KiB page (replay kernel; profile)",
@@ -1168,9 +1169,10 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
 
 /// The population row whose figure a probe's profile takes (`gpu_populate_latency_ns`): a
 /// fresh buffer's first touch on the device pages that another buffer's discard released, as
-/// a replay's new regions populate the pages its pool's discards released. On two lendings of
-/// 2026-12-01 (the median of three probes each) it put ResNet at full budget with `none`
-/// within 2% of its replays, where fresh 2 MiB allocations (the figure before) read 1.2-1.25x.
+/// a replay's new regions populate the pages its pool's discards released. On three lendings
+/// of 2026-12-01 (the median of each one's probes) it put the simulator within 0-2% of ResNet's
+/// replays at full budget with `none`, where fresh 2 MiB allocations (the figure before) put it
+/// at 1.19 and 1.21x on two of them.
 pub const POPULATION_PROFILE_ROW: &str =
     "population per 64 KiB: a fresh buffer, on pages another's discard released";
 
@@ -1221,8 +1223,7 @@ pub fn population(dev: &CudaDevice, bytes: u64) -> Result<Vec<Measurement>> {
         "population per 64 KiB: a fresh buffer, on pages cuMemFree released",
     ];
     for (name, row) in names.into_iter().zip(rows) {
-        let (lo, hi) =
-            (row.iter().copied().fold(f64::MAX, f64::min), row.iter().copied().fold(0.0, f64::max));
+        let (lo, hi) = lowest_and_highest(&row);
         out.push(Measurement { name, value: median(row), unit: "ns", profile_value: None });
         out.push(Measurement { name: "  lowest of three", value: lo, unit: "ns", profile_value: None });
         out.push(Measurement { name: "  highest of three", value: hi, unit: "ns", profile_value: None });
@@ -1234,7 +1235,7 @@ pub fn population(dev: &CudaDevice, bytes: u64) -> Result<Vec<Measurement>> {
     ] {
         let count = (bytes / 4 / size).max(1);
         let mut v = Vec::new();
-        // Seven passes: single passes of the 2 MiB row ran 4300-8500 ns on one lending.
+        // Seven passes: the passes of one probe spread up to 1.5x (2 MiB: 6006-9180 ns).
         for _ in 0..7 {
             let fresh = (0..count).map(|_| ManagedBuffer::alloc(dev, size)).collect::<Result<Vec<_>>>()?;
             let touch_all = || {
@@ -1248,10 +1249,15 @@ pub fn population(dev: &CudaDevice, bytes: u64) -> Result<Vec<Measurement>> {
             let again = touch_all()?;
             v.push(per_unit(first.saturating_sub(again), count * size));
         }
-        let (lo, hi) = (v.iter().copied().fold(f64::MAX, f64::min), v.iter().copied().fold(0.0, f64::max));
+        let (lo, hi) = lowest_and_highest(&v);
         out.push(Measurement { name, value: median(v), unit: "ns", profile_value: None });
         out.push(Measurement { name: "  lowest of seven", value: lo, unit: "ns", profile_value: None });
         out.push(Measurement { name: "  highest of seven", value: hi, unit: "ns", profile_value: None });
     }
     Ok(out)
+}
+
+/// The lowest and the highest of some readings.
+fn lowest_and_highest(v: &[f64]) -> (f64, f64) {
+    v.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| (lo.min(x), hi.max(x)))
 }
