@@ -17,9 +17,6 @@ import json, os, subprocess, sys
 from collections import defaultdict
 
 args = sys.argv[1:]
-exe = "target/release/unimem"
-if "--exe" in args:
-    i = args.index("--exe"); exe = args[i + 1]; del args[i:i + 2]
 def flag(name):
     if name in args:
         args.remove(name)
@@ -30,6 +27,7 @@ def option(name):
         i = args.index(name); v = args[i + 1]; del args[i:i + 2]
         return v
     return None
+exe = option("--exe") or "target/release/unimem"
 host, measured = flag("--host"), flag("--measured")
 sim_out, sim_in = option("--sim-out"), option("--sim-in")
 saved = defaultdict(dict)
@@ -71,9 +69,9 @@ for (trace, budget) in sorted({(t, b) for (t, b, _) in real}, key=lambda k: (k[0
         mark = "" if within else f" (**{s / m:.3f}, outside 20%**)"
         print(f"| {name} | {budget} | {p} | {span} | {s / 1e6:.0f} ms | {s / m:.2f}{mark} | "
               f"{mean('none') / m:.2f}x | {sim['none']['time_ns'] / s:.2f}x |")
-        runs = [r for r in real[(trace, budget, p)] if "backend_host_ns" in r]
-        if host and runs:
-            avg = lambda f: sum(map(f, runs)) / len(runs) / 1e6
+        timed = [r for r in real[(trace, budget, p)] if "backend_host_ns" in r]
+        if host and timed:
+            avg = lambda f: sum(map(f, timed)) / len(timed) / 1e6
             hints = lambda h: sum(h[k] for k in ["prefetch_to_device", "prefetch_to_host", "discard", "advise", "stage_out"])
             sh = sim[p]["backend_host_ns"]
             cells = [f"{avg(lambda r: r['backend_host_ns'][k]):.0f} / {sh[k] / 1e6:.0f}" for k in ["launch", "allocate"]]

@@ -46,11 +46,7 @@ pub fn run(args: &Args) -> Result<()> {
         if args.json {
             println!("{}", serde_json::to_string(&rows).expect("reports serialise"));
         } else {
-            let mut t = Table::new(vec!["measurement", "value", "unit"]);
-            for m in &rows {
-                t.row(vec![m.name.to_string(), format!("{:.2}", m.value), m.unit.to_string()]);
-            }
-            println!("{}", t.render());
+            println!("{}", measurements_table(&rows));
         }
         return Ok(());
     }
@@ -79,15 +75,7 @@ pub fn run(args: &Args) -> Result<()> {
             format!("{} / {}", c.free_bytes, c.total_bytes),
         ]);
         println!("{}\n", caps.render());
-        let mut t = Table::new(vec!["measurement", "value", "unit", "h200 profile", "ratio"]);
-        for m in &report.measurements {
-            let (p, r) = match m.profile_value {
-                Some(p) => (format!("{p:.2}"), format!("{:.2}", m.value / p)),
-                None => ("-".into(), "-".into()),
-            };
-            t.row(vec![m.name.to_string(), format!("{:.2}", m.value), m.unit.to_string(), p, r]);
-        }
-        println!("{} byte buffers\n{}", report.buffer_bytes, t.render());
+        println!("{} byte buffers\n{}", report.buffer_bytes, measurements_table(&report.measurements));
     }
     if let Some(out) = &args.out {
         let header = format!(
@@ -97,6 +85,19 @@ pub fn run(args: &Args) -> Result<()> {
         write_profile(out, &header, &report.profile)?;
     }
     Ok(())
+}
+
+/// The probe's measurements beside the embedded profile's figures, where it has them.
+fn measurements_table(measurements: &[probe::Measurement]) -> String {
+    let mut t = Table::new(vec!["measurement", "value", "unit", "h200 profile", "ratio"]);
+    for m in measurements {
+        let (p, r) = match m.profile_value {
+            Some(p) => (format!("{p:.2}"), format!("{:.2}", m.value / p)),
+            None => ("-".into(), "-".into()),
+        };
+        t.row(vec![m.name.to_string(), format!("{:.2}", m.value), m.unit.to_string(), p, r]);
+    }
+    t.render()
 }
 
 fn write_profile(out: &Path, header: &str, profile: &CostModel) -> Result<()> {

@@ -296,6 +296,16 @@ pub struct HostTime {
     pub stage_out: u64,
 }
 
+impl HostOp {
+    /// The kind of a prefetch `to` there.
+    pub fn prefetch(to: crate::backend::Location) -> Self {
+        match to {
+            crate::backend::Location::Device => HostOp::PrefetchToDevice,
+            crate::backend::Location::Host => HostOp::PrefetchToHost,
+        }
+    }
+}
+
 impl HostTime {
     /// Adds `ns` to the counter of `op`.
     pub fn add(&mut self, op: HostOp, ns: u64) {

@@ -89,7 +89,8 @@ impl Protocol {
         }
         let ns = t0.elapsed().as_nanos() as u64;
         // No backend at hand here: the next hook reports this work with its own.
-        (self.policy_ns, self.unreported_ns) = (self.policy_ns + ns, self.unreported_ns + ns);
+        self.policy_ns += ns;
+        self.unreported_ns += ns;
         Ok(())
     }
 

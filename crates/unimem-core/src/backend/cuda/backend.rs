@@ -475,8 +475,10 @@ impl CudaBackend {
         let freed = self.retired.len() as u64;
         self.retired.clear();
         let s = &mut self.sync_log;
-        (s.count, s.wait_ns) = (s.count + 1, s.wait_ns + (t1 - t0).as_nanos() as u64);
-        (s.freed, s.free_ns) = (s.freed + freed, s.free_ns + t1.elapsed().as_nanos() as u64);
+        s.count += 1;
+        s.wait_ns += (t1 - t0).as_nanos() as u64;
+        s.freed += freed;
+        s.free_ns += t1.elapsed().as_nanos() as u64;
         Ok(())
     }
 
@@ -1481,44 +1483,40 @@ impl MemoryBackend for CudaBackend {
     }
 
     fn prefetch(&mut self, ranges: &[ByteRange], to: Location) -> Result<()> {
-        self.timed(
-            if to == Location::Device { HostOp::PrefetchToDevice } else { HostOp::PrefetchToHost },
-            |this| {
-                for r in ranges {
-                    this.checked(r.region, r.offset, r.len)?;
-                }
-                let list = this.addresses(ranges);
-                if list.is_empty() {
-                    return Ok(());
-                }
-                this.stats.prefetch_ranges += list.len() as u64;
-                match to {
-                    Location::Device => this.bring_to_device(ranges, &list, true, &FxHashSet::default())?,
-                    Location::Host => {
-                        this.d2h
-                            .join(&this.compute)
-                            .map_err(cuda_err("cuStreamWaitEvent", "evict after kernels"))?;
-                        prefetch_batch(&this.dev, &list, Location::Host, &this.d2h)?;
-                        this.after_moves_back("order after evict")?;
-                        let (blocks, _) = this.missing(ranges.iter().map(|r| (r.region, r.offset, r.len)));
-                        for (id, b) in blocks {
-                            let r = &this.regions[&id];
-                            let blk = r.blocks[b as usize];
-                            if blk.on_device && !blk.on_host {
-                                let bytes = r.block_bytes(b as usize);
-                                this.stats.d2h_bytes += bytes;
-                                this.stats.prefetch_d2h_bytes += bytes;
-                            }
-                            let populated = blk.on_device || blk.on_host;
-                            this.leave_device(id, b as usize);
-                            this.regions.get_mut(&id).expect("checked").blocks[b as usize].on_host =
-                                populated;
+        self.timed(HostOp::prefetch(to), |this| {
+            for r in ranges {
+                this.checked(r.region, r.offset, r.len)?;
+            }
+            let list = this.addresses(ranges);
+            if list.is_empty() {
+                return Ok(());
+            }
+            this.stats.prefetch_ranges += list.len() as u64;
+            match to {
+                Location::Device => this.bring_to_device(ranges, &list, true, &FxHashSet::default())?,
+                Location::Host => {
+                    this.d2h
+                        .join(&this.compute)
+                        .map_err(cuda_err("cuStreamWaitEvent", "evict after kernels"))?;
+                    prefetch_batch(&this.dev, &list, Location::Host, &this.d2h)?;
+                    this.after_moves_back("order after evict")?;
+                    let (blocks, _) = this.missing(ranges.iter().map(|r| (r.region, r.offset, r.len)));
+                    for (id, b) in blocks {
+                        let r = &this.regions[&id];
+                        let blk = r.blocks[b as usize];
+                        if blk.on_device && !blk.on_host {
+                            let bytes = r.block_bytes(b as usize);
+                            this.stats.d2h_bytes += bytes;
+                            this.stats.prefetch_d2h_bytes += bytes;
                         }
+                        let populated = blk.on_device || blk.on_host;
+                        this.leave_device(id, b as usize);
+                        this.regions.get_mut(&id).expect("checked").blocks[b as usize].on_host = populated;
                     }
                 }
-                Ok(())
-            },
-        )
+            }
+            Ok(())
+        })
     }
 
     fn discard(&mut self, ranges: &[ByteRange]) -> Result<()> {

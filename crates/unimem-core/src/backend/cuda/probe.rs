@@ -15,6 +15,16 @@ use crate::error::{Error, Result};
 /// Largest probe buffer: three of them must stay within 8 GiB of managed memory.
 pub const MAX_PROBE_BYTES: u64 = (8u64 << 30) / 3;
 
+/// The probe's buffer size for `bytes` asked: rounded down to 2 MiB, at most
+/// [`MAX_PROBE_BYTES`], at least 64 MiB.
+fn buffer_bytes(bytes: u64) -> Result<u64> {
+    let bytes = bytes.min(MAX_PROBE_BYTES) / (2 << 20) * (2 << 20);
+    if bytes < 64 << 20 {
+        return Err(Error::InvalidArgument("the probe needs buffers of at least 64 MiB".into()));
+    }
+    Ok(bytes)
+}
+
 /// One measured quantity, with the value the default (H200) profile assumes.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Measurement {
@@ -607,10 +617,7 @@ fn backend_launch_ns(ordinal: usize) -> Result<f64> {
 /// Runs every measurement on `dev` with buffers of `bytes` (rounded down to 2 MiB, at most
 /// [`MAX_PROBE_BYTES`]).
 pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
-    let bytes = bytes.min(MAX_PROBE_BYTES) / (2 << 20) * (2 << 20);
-    if bytes < 64 << 20 {
-        return Err(Error::InvalidArgument("the probe needs buffers of at least 64 MiB".into()));
-    }
+    let bytes = buffer_bytes(bytes)?;
     if !dev.capabilities().concurrent_managed_access {
         return Err(Error::BackendUnavailable {
             backend: "cuda".into(),
@@ -631,17 +638,14 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
     // First-touch population first, before the rows below leave their buffers and the driver's
     // state behind, as a replay starts in a process of its own: after them, fresh 2 MiB
     // allocations read 8285-8615 ns per 64 KiB on one lending, against 5287 alone.
-    let population_rows = population(dev, bytes)?;
-    let populate_ns = population_rows
-        .iter()
-        .find(|m| m.name == POPULATION_PROFILE_ROW)
-        .map(|m| m.value)
-        .expect("population() measures its profile row");
-    for m in population_rows {
-        let profile_value =
-            (m.name == POPULATION_PROFILE_ROW).then_some(default.gpu_populate_latency_ns as f64);
-        note(m.name, m.value, m.unit, profile_value);
+    let mut populate_ns = None;
+    for m in population_rows(dev, &kernels, &s, bytes, &default)? {
+        let value = note(m.name, m.value, m.unit, m.profile_value);
+        if m.name == POPULATION_PROFILE_ROW {
+            populate_ns = Some(value);
+        }
     }
+    let populate_ns = populate_ns.expect("population_rows measures the profile row");
 
     let mut a = ManagedBuffer::alloc(dev, bytes)?;
     // CPU first touch: the pages start on the host.
@@ -1184,18 +1188,27 @@ pub const POPULATION_PROFILE_ROW: &str =
 /// `unimem probe --population` runs it alone; the full probe runs it first, before its other
 /// rows (see docs/benchmarks.md, eleventh session).
 pub fn population(dev: &CudaDevice, bytes: u64) -> Result<Vec<Measurement>> {
-    let bytes = bytes.min(MAX_PROBE_BYTES) / (2 << 20) * (2 << 20);
-    if bytes < 64 << 20 {
-        return Err(Error::InvalidArgument("the probe needs buffers of at least 64 MiB".into()));
-    }
+    let bytes = buffer_bytes(bytes)?;
     let kernels = Kernels::load(dev)?;
     let s = dev.new_stream()?;
-    let unit = CostModel::h200().fault_unit_bytes;
+    population_rows(dev, &kernels, &s, bytes, &CostModel::h200())
+}
+
+/// [`population`] with the probe's kernels and stream, `bytes` already checked; the profile
+/// row beside `default`'s figure.
+fn population_rows(
+    dev: &CudaDevice,
+    kernels: &Kernels,
+    s: &CudaStream,
+    bytes: u64,
+    default: &CostModel,
+) -> Result<Vec<Measurement>> {
+    let unit = default.fault_unit_bytes;
     let per_unit = |ns: u64, len: u64| ns as f64 / (len / unit) as f64;
     let first_touch =
-        |b: &ManagedBuffer| timed(&s, || kernels.touch(&s, &[(b.ptr(), b.len(), TouchMode::Write)], 4096, 0));
+        |b: &ManagedBuffer| timed(s, || kernels.touch(s, &[(b.ptr(), b.len(), TouchMode::Write)], 4096, 0));
     let discard = |b: &ManagedBuffer| -> Result<()> {
-        discard_batch(dev, &[(b.ptr(), b.len())], &s)?;
+        discard_batch(dev, &[(b.ptr(), b.len())], s)?;
         s.synchronize().map_err(cuda_err("cuStreamSynchronize", "probe"))
     };
     let median = |mut v: Vec<f64>| {
@@ -1224,7 +1237,9 @@ pub fn population(dev: &CudaDevice, bytes: u64) -> Result<Vec<Measurement>> {
     ];
     for (name, row) in names.into_iter().zip(rows) {
         let (lo, hi) = lowest_and_highest(&row);
-        out.push(Measurement { name, value: median(row), unit: "ns", profile_value: None });
+        let profile_value =
+            (name == POPULATION_PROFILE_ROW).then_some(default.gpu_populate_latency_ns as f64);
+        out.push(Measurement { name, value: median(row), unit: "ns", profile_value });
         out.push(Measurement { name: "  lowest of three", value: lo, unit: "ns", profile_value: None });
         out.push(Measurement { name: "  highest of three", value: hi, unit: "ns", profile_value: None });
     }
@@ -1239,10 +1254,10 @@ pub fn population(dev: &CudaDevice, bytes: u64) -> Result<Vec<Measurement>> {
         for _ in 0..7 {
             let fresh = (0..count).map(|_| ManagedBuffer::alloc(dev, size)).collect::<Result<Vec<_>>>()?;
             let touch_all = || {
-                timed(&s, || {
+                timed(s, || {
                     fresh
                         .iter()
-                        .try_for_each(|b| kernels.touch(&s, &[(b.ptr(), size, TouchMode::Write)], 4096, 0))
+                        .try_for_each(|b| kernels.touch(s, &[(b.ptr(), size, TouchMode::Write)], 4096, 0))
                 })
             };
             let first = touch_all()?;

@@ -940,131 +940,125 @@ impl MemoryBackend for SimBackend {
     }
 
     fn prefetch(&mut self, ranges: &[ByteRange], to: Location) -> Result<()> {
-        self.host_timed(
-            if to == Location::Device { HostOp::PrefetchToDevice } else { HostOp::PrefetchToHost },
-            |this| {
-                for r in ranges {
-                    this.checked(r.region, r.offset, r.len)?;
-                }
-                let settled;
-                // Nothing is staged most of the time: no block to leave out.
-                let ranges = if to == Location::Device && this.staged_bytes > 0 {
-                    settled = this.settled(ranges);
-                    &settled[..]
-                } else {
-                    ranges
-                };
-                let protect = if to == Location::Device {
-                    this.blocks_of(ranges.iter().map(|r| (r.region, r.offset, r.len)))
-                } else {
-                    HashSet::default()
-                };
-                for (i, range) in ranges.iter().enumerate() {
-                    let call_ns = if i == 0 { this.cost.prefetch_call_ns } else { this.cost.batch_range_ns };
-                    let (s, e) = this.region(range.region)?.page_range(range.offset, range.len);
-                    this.stats.prefetch_ranges += 1;
-                    let id = range.region;
-                    match to {
-                        Location::Device => {
-                            if e > s && this.regions[&id].staged.count(s, e) == e - s {
-                                // All of it comes back from staging: the CUDA backend repopulates on a
-                                // stream of its own, behind a short kernel, so the call holds the host
-                                // neither for the link nor for the driver's work.
-                                this.host_now += call_ns;
-                                this.restore_to_device(id, s, e, &protect, this.host_now, true);
-                                continue;
-                            }
+        self.host_timed(HostOp::prefetch(to), |this| {
+            for r in ranges {
+                this.checked(r.region, r.offset, r.len)?;
+            }
+            let settled;
+            // Nothing is staged most of the time: no block to leave out.
+            let ranges = if to == Location::Device && this.staged_bytes > 0 {
+                settled = this.settled(ranges);
+                &settled[..]
+            } else {
+                ranges
+            };
+            let protect = if to == Location::Device {
+                this.blocks_of(ranges.iter().map(|r| (r.region, r.offset, r.len)))
+            } else {
+                HashSet::default()
+            };
+            for (i, range) in ranges.iter().enumerate() {
+                let call_ns = if i == 0 { this.cost.prefetch_call_ns } else { this.cost.batch_range_ns };
+                let (s, e) = this.region(range.region)?.page_range(range.offset, range.len);
+                this.stats.prefetch_ranges += 1;
+                let id = range.region;
+                match to {
+                    Location::Device => {
+                        if e > s && this.regions[&id].staged.count(s, e) == e - s {
+                            // All of it comes back from staging: the CUDA backend repopulates on a
+                            // stream of its own, behind a short kernel, so the call holds the host
+                            // neither for the link nor for the driver's work.
+                            this.host_now += call_ns;
                             this.restore_to_device(id, s, e, &protect, this.host_now, true);
-                            let r = &this.regions[&id];
-                            let missing = (e - s) - r.on_device.count(s, e);
-                            let blocks = r.block_range(s, e);
-                            let read_mostly =
-                                blocks.clone().all(|b| r.blocks[b].advice & ADV_READ_MOSTLY != 0);
-                            let room_at = this.make_room(missing as u64 * PAGE_SIZE, &protect, this.host_now);
-                            let r = this.regions.get_mut(&id).expect("checked");
-                            let (prefetched, on_device) = (&mut r.prefetched, &r.on_device);
-                            prefetched.insert_not_in(on_device, s, e);
-                            let m = this.move_to_device(id, s, e, read_mostly);
-                            this.stats.prefetch_arrived_bytes +=
-                                (m.transferred + m.populated) as u64 * PAGE_SIZE;
-                            if read_mostly {
-                                this.stats.duplicated_bytes += m.transferred as u64 * PAGE_SIZE;
-                            }
-                            let bytes = m.transferred as u64 * PAGE_SIZE;
-                            let rate = if read_mostly {
-                                this.cost.duplicate_prefetch_rate_gbps
-                            } else {
-                                this.cost.prefetch_h2d_rate_gbps
-                            };
-                            let dur = call_ns
-                                + CostModel::transfer_ns(bytes, rate)
-                                + CostModel::transfer_ns(
-                                    m.populated as u64 * PAGE_SIZE,
-                                    this.cost.prefetch_populate_rate_gbps,
-                                );
-                            let (start, end) = this.occupy_link(Direction::H2D, room_at, dur);
-                            // The CUDA backend queues it behind a short kernel: the driver
-                            // defers the work, and the call holds the host for itself alone.
-                            this.host_now += this.cost.prefetch_deferred_call_ns;
-                            this.stats.h2d_bytes += bytes;
-                            this.stats.prefetch_h2d_bytes += bytes;
-                            let r = this.regions.get_mut(&id).expect("checked");
-                            for b in blocks.clone() {
-                                r.blocks[b].ready_ns = r.blocks[b].ready_ns.max(end);
-                            }
-                            if m.transferred + m.populated > 0 {
-                                this.restamp(id, blocks);
-                            }
-                            if m.populated > 0 {
-                                let bytes = m.populated as u64 * PAGE_SIZE;
-                                let offset = range.offset;
-                                this.emit(|| MemEvent::Populate {
-                                    region: id,
-                                    offset,
-                                    bytes,
-                                    on: Location::Device,
-                                });
-                            }
-                            this.emit_migration(
-                                id,
-                                range.offset,
-                                bytes,
-                                Direction::H2D,
-                                MigrationCause::Prefetch,
-                                (start, end),
-                            );
+                            continue;
                         }
-                        Location::Host => {
-                            let r = &this.regions[&id];
-                            let last_use =
-                                r.block_range(s, e).map(|b| r.blocks[b].last_use_ns).max().unwrap_or(0);
-                            let m = this.move_to_host(id, s, e);
-                            let bytes = m.transferred as u64 * PAGE_SIZE;
-                            let dur = call_ns
-                                + CostModel::transfer_ns(bytes, this.cost.prefetch_d2h_rate_gbps)
-                                + CostModel::transfer_ns(
-                                    m.dropped as u64 * PAGE_SIZE,
-                                    this.cost.duplicate_drop_rate_gbps,
-                                );
-                            let (start, end) =
-                                this.occupy_link(Direction::D2H, this.host_now.max(last_use), dur);
-                            this.prefetch_to_host_hold(start, end);
-                            this.stats.d2h_bytes += bytes;
-                            this.stats.prefetch_d2h_bytes += bytes;
-                            this.emit_migration(
-                                id,
-                                range.offset,
-                                bytes,
-                                Direction::D2H,
-                                MigrationCause::Prefetch,
-                                (start, end),
-                            );
+                        this.restore_to_device(id, s, e, &protect, this.host_now, true);
+                        let r = &this.regions[&id];
+                        let missing = (e - s) - r.on_device.count(s, e);
+                        let blocks = r.block_range(s, e);
+                        let read_mostly = blocks.clone().all(|b| r.blocks[b].advice & ADV_READ_MOSTLY != 0);
+                        let room_at = this.make_room(missing as u64 * PAGE_SIZE, &protect, this.host_now);
+                        let r = this.regions.get_mut(&id).expect("checked");
+                        let (prefetched, on_device) = (&mut r.prefetched, &r.on_device);
+                        prefetched.insert_not_in(on_device, s, e);
+                        let m = this.move_to_device(id, s, e, read_mostly);
+                        this.stats.prefetch_arrived_bytes += (m.transferred + m.populated) as u64 * PAGE_SIZE;
+                        if read_mostly {
+                            this.stats.duplicated_bytes += m.transferred as u64 * PAGE_SIZE;
                         }
+                        let bytes = m.transferred as u64 * PAGE_SIZE;
+                        let rate = if read_mostly {
+                            this.cost.duplicate_prefetch_rate_gbps
+                        } else {
+                            this.cost.prefetch_h2d_rate_gbps
+                        };
+                        let dur = call_ns
+                            + CostModel::transfer_ns(bytes, rate)
+                            + CostModel::transfer_ns(
+                                m.populated as u64 * PAGE_SIZE,
+                                this.cost.prefetch_populate_rate_gbps,
+                            );
+                        let (start, end) = this.occupy_link(Direction::H2D, room_at, dur);
+                        // The CUDA backend queues it behind a short kernel: the driver
+                        // defers the work, and the call holds the host for itself alone.
+                        this.host_now += this.cost.prefetch_deferred_call_ns;
+                        this.stats.h2d_bytes += bytes;
+                        this.stats.prefetch_h2d_bytes += bytes;
+                        let r = this.regions.get_mut(&id).expect("checked");
+                        for b in blocks.clone() {
+                            r.blocks[b].ready_ns = r.blocks[b].ready_ns.max(end);
+                        }
+                        if m.transferred + m.populated > 0 {
+                            this.restamp(id, blocks);
+                        }
+                        if m.populated > 0 {
+                            let bytes = m.populated as u64 * PAGE_SIZE;
+                            let offset = range.offset;
+                            this.emit(|| MemEvent::Populate {
+                                region: id,
+                                offset,
+                                bytes,
+                                on: Location::Device,
+                            });
+                        }
+                        this.emit_migration(
+                            id,
+                            range.offset,
+                            bytes,
+                            Direction::H2D,
+                            MigrationCause::Prefetch,
+                            (start, end),
+                        );
+                    }
+                    Location::Host => {
+                        let r = &this.regions[&id];
+                        let last_use =
+                            r.block_range(s, e).map(|b| r.blocks[b].last_use_ns).max().unwrap_or(0);
+                        let m = this.move_to_host(id, s, e);
+                        let bytes = m.transferred as u64 * PAGE_SIZE;
+                        let dur = call_ns
+                            + CostModel::transfer_ns(bytes, this.cost.prefetch_d2h_rate_gbps)
+                            + CostModel::transfer_ns(
+                                m.dropped as u64 * PAGE_SIZE,
+                                this.cost.duplicate_drop_rate_gbps,
+                            );
+                        let (start, end) = this.occupy_link(Direction::D2H, this.host_now.max(last_use), dur);
+                        this.prefetch_to_host_hold(start, end);
+                        this.stats.d2h_bytes += bytes;
+                        this.stats.prefetch_d2h_bytes += bytes;
+                        this.emit_migration(
+                            id,
+                            range.offset,
+                            bytes,
+                            Direction::D2H,
+                            MigrationCause::Prefetch,
+                            (start, end),
+                        );
                     }
                 }
-                Ok(())
-            },
-        )
+            }
+            Ok(())
+        })
     }
 
     fn discard(&mut self, ranges: &[ByteRange]) -> Result<()> {
