@@ -25,7 +25,9 @@ pub fn run(cmd: &Command, config_file: Option<&std::path::Path>) -> Result<()> {
             println!("{}", loaded.show());
         }
         Command::Check { file } => {
-            crate::load_config(Some(file))?;
+            let loaded = crate::load_config(Some(file))?;
+            // The profile a file names must load too, or the first replay would fail on it.
+            unimem_core::backend::cost_model(&loaded.config)?;
             println!("{}: ok", file.display());
         }
     }

@@ -109,11 +109,11 @@ pub fn run(cmd: &Command) -> Result<()> {
                 write_every: *write_every,
             };
             let header = TraceHeader::new(&format!("unimem trace gen: {spec:?}"));
-            let mut w = TraceWriter::create(out, &header)?;
+            let mut w = TraceWriter::create(out, &[], &header)?;
             for event in Synth::new(spec) {
                 w.write(&event)?;
             }
-            w.finish()?;
+            w.commit()?;
             eprintln!("wrote {events} {pattern} events to {}", out.display());
             Ok(())
         }

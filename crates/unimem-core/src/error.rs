@@ -95,6 +95,22 @@ pub enum Error {
     #[error("the unimem runtime has stopped: {0}")]
     Stopped(String),
 
+    /// An operation of a trace failed: the line of the event, and why.
+    #[error("{file}:{line}: {source}")]
+    At {
+        /// The trace file.
+        file: String,
+        /// The 1-based line of the event.
+        line: u64,
+        /// What went wrong.
+        #[source]
+        source: Box<Error>,
+    },
+
+    /// Several problems found at once (every bad key of a configuration), one per line.
+    #[error("{} problems:\n{}", .0.len(), .0.iter().map(|e| format!("  {e}")).collect::<Vec<_>>().join("\n"))]
+    Several(Vec<Error>),
+
     /// An I/O error with the path or stream it concerns.
     #[error("{what}: {source}")]
     Io {
@@ -110,6 +126,24 @@ impl Error {
     /// Builds a [`Error::Config`] error.
     pub fn config(key: impl Into<String>, reason: impl Into<String>, source_desc: impl Into<String>) -> Self {
         Error::Config { key: key.into(), reason: reason.into(), source_desc: source_desc.into() }
+    }
+
+    /// `source` as the failure of the event at `file:line` (an error that names its own line
+    /// already stays as it is).
+    pub fn at(file: &str, line: u64, source: Error) -> Self {
+        match source {
+            Error::Trace { .. } | Error::At { .. } => source,
+            source => Error::At { file: file.to_string(), line, source: Box::new(source) },
+        }
+    }
+
+    /// `Ok` for no problems, the problem itself for one, [`Error::Several`] for more.
+    pub fn from_problems(mut problems: Vec<Error>) -> Result<()> {
+        match problems.len() {
+            0 => Ok(()),
+            1 => Err(problems.remove(0)),
+            _ => Err(Error::Several(problems)),
+        }
     }
 
     /// Builds an [`Error::Io`] error for `what` (usually a path).

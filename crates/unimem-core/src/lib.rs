@@ -15,6 +15,7 @@ pub mod advisor;
 pub mod backend;
 pub mod config;
 pub mod error;
+pub mod output_file;
 pub mod region;
 pub mod replay;
 pub mod runtime;

@@ -7,6 +7,9 @@ use std::fmt;
 /// Units are case-insensitive; whitespace between number and unit is allowed.
 pub fn parse_bytes(text: &str) -> Result<u64, String> {
     let t = text.trim();
+    if t.starts_with('-') {
+        return Err(format!("`{text}` is negative; a byte size must be positive"));
+    }
     let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let unit = unit.trim();
@@ -29,12 +32,19 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
             ))
         }
     };
-    let value: f64 = num.parse().map_err(|_| format!("`{num}` is not a number in `{text}`"))?;
-    let bytes = value * mult as f64;
-    if !bytes.is_finite() || bytes > u64::MAX as f64 {
-        return Err(format!("`{text}` is too large"));
+    let too_large = || format!("`{text}` is too large; a byte size is at most 2^64-1 bytes (16 EiB)");
+    if !num.contains('.') {
+        // Whole numbers exactly: 2^64 must not round to 2^64-1 as a float would.
+        let value: u128 = num.parse().map_err(|_| too_large())?;
+        return u64::try_from(value * mult as u128).map_err(|_| too_large());
     }
-    Ok(bytes.round() as u64)
+    let value: f64 = num.parse().map_err(|_| format!("`{num}` is not a number in `{text}`"))?;
+    let bytes = (value * mult as f64).round();
+    // 2^64 as a float: the first value that does not fit.
+    if !bytes.is_finite() || bytes >= 18_446_744_073_709_551_616.0 {
+        return Err(too_large());
+    }
+    Ok(bytes as u64)
 }
 
 /// Formats bytes with a binary unit, three significant digits: `1.50 GiB`.
@@ -42,7 +52,7 @@ pub struct Bytes(pub u64);
 
 impl fmt::Display for Bytes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+        const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
         let mut v = self.0 as f64;
         let mut i = 0;
         while v >= 1024.0 && i + 1 < UNITS.len() {
@@ -95,6 +105,12 @@ mod tests {
         assert!(parse_bytes("12 parsecs").unwrap_err().contains("allowed"));
         assert!(parse_bytes("1.2.3GiB").is_err());
         assert!(parse_bytes("1e300TiB").is_err());
+        assert_eq!(parse_bytes("18446744073709551615"), Ok(u64::MAX));
+        assert!(parse_bytes("18446744073709551616").unwrap_err().contains("too large"));
+        assert!(parse_bytes("99999999999999999999999999999999999999999").unwrap_err().contains("too large"));
+        assert!(parse_bytes("16777216TiB").unwrap_err().contains("too large"), "2^64 bytes");
+        assert!(parse_bytes("16777215.99999TiB").is_ok());
+        assert!(parse_bytes("-5GiB").unwrap_err().contains("positive"));
     }
 
     #[test]

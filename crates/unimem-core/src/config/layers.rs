@@ -74,19 +74,22 @@ impl Layered {
         self.sources
     }
 
-    /// Merges a TOML file; unknown keys and sections are errors that list the allowed keys.
-    pub(super) fn apply_file(&mut self, path: &Path, text: &str) -> Result<()> {
+    /// Merges a TOML file. A file that is not TOML is an error; the problems of one that is
+    /// (unknown keys and sections, each naming the allowed keys; a section written as a value
+    /// or a value as a section) come back all together, and the keys they concern keep their
+    /// defaults.
+    pub(super) fn apply_file(&mut self, path: &Path, text: &str) -> Result<Vec<Error>> {
         let table: Table = text
             .parse()
             .map_err(|e: toml::de::Error| Error::File { path: path.to_path_buf(), reason: e.to_string() })?;
         let source = Source::File(path.to_path_buf());
-        let mut leaves = Vec::new();
-        check_known("", &table, &self.defaults, &source, &mut leaves)?;
+        let (mut leaves, mut problems) = (Vec::new(), Vec::new());
+        check_known("", &table, &self.defaults, &source, &mut leaves, &mut problems);
         for (key, value) in leaves {
             set_leaf(&mut self.merged, &key, value);
             self.sources.insert(key, source.clone());
         }
-        Ok(())
+        Ok(problems)
     }
 
     /// Applies one `UNIMEM_*` variable, parsed according to the type of its default.
@@ -127,63 +130,75 @@ impl Layered {
     }
 
     /// Deserialises the merged table. A value that does not fit is reported against its key and
-    /// source: each overridden leaf is tried alone on top of the defaults to find the culprit.
-    pub(super) fn build(&self) -> Result<Config> {
-        match self.merged.clone().try_into::<Config>() {
-            Ok(c) => Ok(c),
-            Err(whole) => {
-                for (key, value) in flatten(&self.merged) {
-                    if !self.sources.contains_key(&key) {
-                        continue;
-                    }
-                    let mut alone = self.defaults.clone();
-                    set_leaf(&mut alone, &key, value);
-                    if let Err(e) = alone.try_into::<Config>() {
-                        return Err(Error::config(
-                            key.as_str(),
-                            e.message().trim(),
-                            self.source_of(&key).to_string(),
-                        ));
+    /// source: each overridden leaf is tried alone on top of the defaults to find every culprit,
+    /// which then keeps its default so that the rest can still be checked.
+    pub(super) fn build(&mut self) -> (Config, Vec<Error>) {
+        let mut problems = Vec::new();
+        if let Err(whole) = self.merged.clone().try_into::<Config>() {
+            for (key, value) in flatten(&self.merged) {
+                if !self.sources.contains_key(&key) {
+                    continue;
+                }
+                let mut alone = self.defaults.clone();
+                set_leaf(&mut alone, &key, value);
+                if let Err(e) = alone.try_into::<Config>() {
+                    problems.push(Error::config(
+                        key.as_str(),
+                        e.message().trim(),
+                        self.source_of(&key).to_string(),
+                    ));
+                    let default =
+                        flatten(&self.defaults).into_iter().find(|(k, _)| *k == key).map(|(_, v)| v);
+                    if let Some(default) = default {
+                        set_leaf(&mut self.merged, &key, default);
                     }
                 }
-                Err(Error::config("<config>", whole.message().trim(), "merged layers"))
+            }
+            if problems.is_empty() {
+                problems.push(Error::config("<config>", whole.message().trim(), "merged layers"));
             }
         }
+        let config = self.merged.clone().try_into::<Config>().unwrap_or_default();
+        (config, problems)
     }
 }
 
-/// Walks `table` against `defaults`, collecting leaves; fails on an unknown key or a section
-/// given as a plain value.
+/// Walks `table` against `defaults`, collecting leaves into `out` and every unknown key, section
+/// given as a plain value, or value given as a section into `problems`.
 fn check_known(
     prefix: &str,
     table: &Table,
     defaults: &Table,
     source: &Source,
     out: &mut Vec<(String, Value)>,
-) -> Result<()> {
+    problems: &mut Vec<Error>,
+) {
     for (k, v) in table {
         let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
         let Some(default) = defaults.get(k) else {
             let allowed: Vec<&str> = defaults.keys().map(String::as_str).collect();
             let section =
                 if prefix.is_empty() { "at the top level".to_string() } else { format!("in [{prefix}]") };
-            return Err(Error::config(
+            problems.push(Error::config(
                 key,
                 format!("unknown key; allowed {section}: {}", allowed.join(", ")),
                 source.to_string(),
             ));
+            continue;
         };
         match (default, v) {
-            (Value::Table(d), Value::Table(t)) => check_known(&key, t, d, source, out)?,
-            (Value::Table(_), other) => {
-                return Err(Error::config(
-                    key,
-                    format!("is a section and must be a table, not {}", type_name(other)),
-                    source.to_string(),
-                ))
-            }
+            (Value::Table(d), Value::Table(t)) => check_known(&key, t, d, source, out, problems),
+            (Value::Table(_), other) => problems.push(Error::config(
+                key,
+                format!("is a section and must be a table, not {}", type_name(other)),
+                source.to_string(),
+            )),
+            (default, Value::Table(_)) => problems.push(Error::config(
+                key.as_str(),
+                format!("is a value, not a section or table; write it as `{k} = {default}` (its default)"),
+                source.to_string(),
+            )),
             (_, leaf) => out.push((key, leaf.clone())),
         }
     }
-    Ok(())
 }

@@ -293,73 +293,146 @@ impl Default for Config {
 
 const LOG_LEVELS: [&str; 5] = ["error", "warn", "info", "debug", "trace"];
 
+/// Most events the oracle may look ahead: its window holds them all.
+pub const MAX_ORACLE_LOOKAHEAD: u64 = 1 << 20;
+/// Most kernels the advisor may plan ahead, and the longest remote window.
+pub const MAX_ADVISOR_KERNELS: u64 = 4096;
+/// Largest byte size a size key takes besides the budget: 2^48 bytes (256 TiB).
+pub const MAX_SIZE_BYTES: u64 = 1 << 48;
+
 impl Config {
-    /// Semantic checks that types alone cannot express; returns (key, reason).
-    fn check(&self) -> std::result::Result<(), (&'static str, String)> {
-        if self.replay.policies.is_empty() {
-            return Err(("replay.policies", "must name at least one policy: none, oracle, advisor".into()));
-        }
-        if self.replay.oracle_lookahead == 0 {
-            return Err(("replay.oracle_lookahead", "must be at least 1 event".into()));
-        }
+    /// Semantic checks that types alone cannot express: every problem, as (key, reason).
+    fn check(&self) -> Vec<(&'static str, String)> {
+        let mut problems = Vec::new();
+        let mut range = |key: &'static str, ok: bool, value: String, allowed: &str| {
+            if !ok {
+                problems.push((key, format!("{value} is out of range; allowed: {allowed}")));
+            }
+        };
+        let r = &self.replay;
+        range(
+            "replay.oracle_lookahead",
+            (1..=MAX_ORACLE_LOOKAHEAD).contains(&r.oracle_lookahead),
+            r.oracle_lookahead.to_string(),
+            "1 to 1048576 events",
+        );
         let a = &self.advisor;
-        if !(1..=4096).contains(&a.lookahead_kernels) {
-            return Err((
-                "advisor.lookahead_kernels",
-                format!("{} is out of range; allowed: 1 to 4096", a.lookahead_kernels),
-            ));
+        range(
+            "advisor.lookahead_kernels",
+            (1..=MAX_ADVISOR_KERNELS).contains(&a.lookahead_kernels),
+            a.lookahead_kernels.to_string(),
+            "1 to 4096",
+        );
+        range(
+            "advisor.min_confidence",
+            (0.0..=1.0).contains(&a.min_confidence),
+            a.min_confidence.to_string(),
+            "0 to 1",
+        );
+        range(
+            "advisor.remote_window",
+            a.remote_window <= MAX_ADVISOR_KERNELS,
+            a.remote_window.to_string(),
+            "0 to 4096",
+        );
+        if let MinPrefetch::Bytes(b) = a.min_prefetch {
+            range("advisor.min_prefetch", b <= MAX_SIZE_BYTES, b.to_string(), "\"auto\" or 0 to 2^48 bytes");
         }
-        if !(0.0..=1.0).contains(&a.min_confidence) {
-            return Err((
-                "advisor.min_confidence",
-                format!("{} is out of range; allowed: 0 to 1", a.min_confidence),
-            ));
+        if let Staging::Bytes(b) = self.staging {
+            range(
+                "staging",
+                b <= MAX_SIZE_BYTES,
+                b.to_string(),
+                "0 to 2^48 bytes, or a percent from 0 to 1000",
+            );
         }
-        if a.remote_window > 4096 {
-            return Err((
-                "advisor.remote_window",
-                format!("{} is out of range; allowed: 0 to 4096", a.remote_window),
-            ));
+        if self.replay.policies.is_empty() {
+            problems.push(("replay.policies", "must name at least one policy: none, oracle, advisor".into()));
         }
         if !LOG_LEVELS.contains(&self.log.level.as_str()) {
-            return Err((
+            problems.push((
                 "log.level",
                 format!("`{}` is not a level; allowed: {}", self.log.level, LOG_LEVELS.join(", ")),
             ));
         }
-        Ok(())
+        if !self.sim.profile.is_empty() && !Path::new(&self.sim.profile).is_file() {
+            problems.push((
+                "sim.profile",
+                format!(
+                    "`{}` is not a file; name a calibration profile (TOML), or leave it empty for the embedded H200 profile",
+                    self.sim.profile
+                ),
+            ));
+        }
+        problems
     }
 
     /// Loads the configuration: defaults, then `file` (if any), then `UNIMEM_*` variables from
-    /// `env`. `UNIMEM_CONFIG` in `env` names the file when `file` is `None`.
+    /// `env` (others are ignored). `UNIMEM_CONFIG` in `env` names the file when `file` is
+    /// `None`. Every problem found is reported, not only the first ([`Error::Several`]).
     pub fn load<I>(file: Option<&Path>, env: I) -> Result<LoadedConfig>
     where
         I: IntoIterator<Item = (String, String)>,
     {
         let env: Vec<(String, String)> = env.into_iter().filter(|(k, _)| k.starts_with("UNIMEM_")).collect();
-        let file: Option<PathBuf> = file
-            .map(Path::to_path_buf)
-            .or_else(|| env.iter().find(|(k, _)| k == "UNIMEM_CONFIG").map(|(_, v)| PathBuf::from(v)));
+        let mut problems = Vec::new();
+        let file: Option<PathBuf> = match file {
+            Some(path) => Some(path.to_path_buf()),
+            None => match env.iter().find(|(k, _)| k == "UNIMEM_CONFIG") {
+                Some((_, v)) if v.trim().is_empty() => {
+                    problems.push(Error::config(
+                        "UNIMEM_CONFIG",
+                        "is empty; set it to a config file's path, or unset it",
+                        "env UNIMEM_CONFIG",
+                    ));
+                    None
+                }
+                Some((_, v)) => Some(PathBuf::from(v)),
+                None => None,
+            },
+        };
         let mut layered = layers::Layered::defaults(&Config::default());
         if let Some(path) = &file {
             let text = std::fs::read_to_string(path).map_err(|e| Error::io(path.display(), e))?;
-            layered.apply_file(path, &text)?;
+            problems.extend(layered.apply_file(path, &text)?);
         }
         for (key, value) in &env {
             if key != "UNIMEM_CONFIG" {
-                layered.apply_env(key, value)?;
+                if let Err(e) = layered.apply_env(key, value) {
+                    problems.push(e);
+                }
             }
         }
-        let config: Config = layered.build()?;
-        if let Err((key, reason)) = config.check() {
-            return Err(Error::config(key, reason, layered.source_of(key).to_string()));
+        let (config, bad_values) = layered.build();
+        problems.extend(bad_values);
+        for (key, reason) in config.check() {
+            problems.push(Error::config(key, reason, layered.source_of(key).to_string()));
         }
+        Error::from_problems(problems)?;
         Ok(LoadedConfig { config, sources: layered.into_sources(), file })
     }
 
-    /// Loads from the process environment.
+    /// Loads from the process environment. Variables other than `UNIMEM_*` are never looked
+    /// at; a `UNIMEM_*` variable whose name or value is not UTF-8 is an error naming it.
     pub fn from_env(file: Option<&Path>) -> Result<LoadedConfig> {
-        Self::load(file, std::env::vars())
+        let mut vars = Vec::new();
+        for (key, value) in std::env::vars_os() {
+            if !key.as_encoded_bytes().starts_with(b"UNIMEM_") {
+                continue;
+            }
+            let name = key.to_string_lossy().into_owned();
+            match (key.into_string(), value.into_string()) {
+                (Ok(k), Ok(v)) => vars.push((k, v)),
+                _ => {
+                    return Err(Error::config(
+                        name.as_str(),
+                        "is not valid UTF-8; unimem variables take UTF-8 text",
+                        format!("env {name}"),
+                    ))
+                }
+            }
+        }
+        Self::load(file, vars)
     }
 }
 

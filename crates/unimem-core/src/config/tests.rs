@@ -208,3 +208,159 @@ fn staging_takes_bytes_or_a_percent_of_the_budget_and_names_itself_when_wrong() 
     let e = Config::load(Some(f.path()), env(&[])).unwrap_err().to_string();
     assert!(e.contains("staging") && e.contains("percent"), "{e}");
 }
+
+#[test]
+fn a_value_written_as_a_table_names_its_key() {
+    for (text, key) in [
+        ("budget = { value = \"50%\" }\n", "budget"),
+        ("[budget]\nvalue = \"50%\"\n", "budget"),
+        ("[replay]\nrelocate = {}\n", "replay.relocate"),
+    ] {
+        let e = err(Some(text), &[]);
+        assert!(e.contains(&format!("config: {key}:")) && e.contains("not a section"), "{text}: {e}");
+        assert!(!e.contains("<config>") && !e.contains("merged layers"), "{text}: {e}");
+    }
+}
+
+#[test]
+fn every_numeric_key_has_a_range() {
+    for (var, value, allowed) in [
+        ("UNIMEM_REPLAY_ORACLE_LOOKAHEAD", "9223372036854775807", "1 to 1048576"),
+        ("UNIMEM_REPLAY_ORACLE_LOOKAHEAD", "0", "1 to 1048576"),
+        ("UNIMEM_ADVISOR_LOOKAHEAD_KERNELS", "5000", "1 to 4096"),
+        ("UNIMEM_ADVISOR_REMOTE_WINDOW", "5000", "0 to 4096"),
+        ("UNIMEM_ADVISOR_MIN_CONFIDENCE", "NaN", "0 to 1"),
+        ("UNIMEM_ADVISOR_MIN_PREFETCH", "1000TiB", "2^48"),
+        ("UNIMEM_STAGING", "1000TiB", "2^48"),
+    ] {
+        let e = err(None, &[(var, value)]);
+        assert!(e.contains(allowed) && e.contains(var), "{var}={value}: {e}");
+    }
+    let e = err(None, &[("UNIMEM_REPLAY_ORACLE_LOOKAHEAD", "-3")]);
+    assert!(e.contains("replay.oracle_lookahead"), "{e}");
+    assert_eq!(
+        Config::load(None, env(&[("UNIMEM_REPLAY_ORACLE_LOOKAHEAD", "1048576")]))
+            .unwrap()
+            .config
+            .replay
+            .oracle_lookahead,
+        MAX_ORACLE_LOOKAHEAD
+    );
+}
+
+#[test]
+fn every_problem_of_a_file_is_reported() {
+    let text = "colour = 1\nbudget = \"500%\"\n[replay]\noracle_lookahead = 0\nrelocate = {}\n[advisor]\nmin_confidence = 7\n[log]\nlevel = \"loud\"\n";
+    let e = err(Some(text), &[]);
+    for key in [
+        "colour",
+        "budget",
+        "replay.oracle_lookahead",
+        "replay.relocate",
+        "advisor.min_confidence",
+        "log.level",
+    ] {
+        assert!(e.contains(&format!("config: {key}:")), "{key} missing from: {e}");
+    }
+    assert!(e.starts_with("6 problems:"), "{e}");
+}
+
+#[test]
+fn a_missing_profile_is_an_error_naming_sim_profile() {
+    let e = err(Some("[sim]\nprofile = \"/nonexistent/h200.toml\"\n"), &[]);
+    assert!(
+        e.contains("sim.profile") && e.contains("/nonexistent/h200.toml") && e.contains("not a file"),
+        "{e}"
+    );
+}
+
+#[test]
+fn an_empty_unimem_config_is_an_error_naming_the_variable() {
+    let e = err(None, &[("UNIMEM_CONFIG", "")]);
+    assert!(e.contains("UNIMEM_CONFIG") && e.contains("empty"), "{e}");
+}
+
+#[test]
+fn variables_other_than_unimem_ones_are_never_read() {
+    // A non-UTF-8 variable of another program must not matter; `from_env` skips it by name
+    // before decoding. (`load` takes decoded pairs; other names are filtered there too.)
+    let loaded = Config::load(None, env(&[("FOO", "\u{fffd}"), ("PATH", "/bin")])).unwrap();
+    assert_eq!(loaded.config, Config::default());
+}
+
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Values of every TOML type, at the edges of the ranges keys allow.
+    fn value() -> impl Strategy<Value = String> {
+        prop::sample::select(vec![
+            "0",
+            "1",
+            "-1",
+            "4096",
+            "9223372036854775807",
+            "-9223372036854775808",
+            "1.5",
+            "nan",
+            "inf",
+            "-0.0",
+            "true",
+            "false",
+            "\"\"",
+            "\"50%\"",
+            "\"0%\"",
+            "\"150%\"",
+            "\"8GiB\"",
+            "\"18446744073709551616\"",
+            "\"auto\"",
+            "\"none\"",
+            "\"-5GiB\"",
+            "\"1e3\"",
+            "[]",
+            "[\"none\", \"none\"]",
+            "[1, 2]",
+            "{}",
+            "{ value = 1 }",
+            "1979-05-27",
+        ])
+        .prop_map(str::to_string)
+    }
+
+    fn key() -> impl Strategy<Value = String> {
+        let leaves: Vec<String> = layers::flatten(&toml::Table::try_from(Config::default()).unwrap())
+            .into_iter()
+            .map(|(k, _)| k)
+            .chain(["budget.value", "replay", "advisor", "colour", "sim.profile.x"].map(String::from))
+            .collect();
+        prop::sample::select(leaves)
+    }
+
+    proptest! {
+        /// Any file of known and unknown keys, holding values of any type, loads or fails
+        /// with errors that each name a key; never a panic.
+        #[test]
+        fn any_config_file_loads_or_names_its_bad_keys(
+            entries in prop::collection::vec((key(), value()), 0..8),
+            env_entries in prop::collection::vec((key(), value()), 0..3),
+        ) {
+            let text: String = entries
+                .iter()
+                .map(|(k, v)| format!("{k} = {v}\n"))
+                .collect();
+            let f = file(&text);
+            let vars: Vec<(String, String)> = env_entries
+                .iter()
+                .map(|(k, v)| (format!("UNIMEM_{}", k.replace('.', "_").to_ascii_uppercase()), v.trim_matches('"').to_string()))
+                .collect();
+            match Config::load(Some(f.path()), vars) {
+                Ok(loaded) => prop_assert!(loaded.config.check().is_empty()),
+                Err(e) => {
+                    let e = e.to_string();
+                    prop_assert!(e.contains("config: ") || e.contains("TOML parse error"), "{}", e);
+                    prop_assert!(!e.contains("<config>"), "{}", e);
+                }
+            }
+        }
+    }
+}

@@ -10,6 +10,6 @@ mod writer;
 
 pub use event::{TraceAccess, TraceEvent, TraceHeader};
 pub use gzip::Decompressed;
-pub use reader::{TraceReader, MAX_LINE_BYTES};
-pub use stats::{RegionIds, TraceStats};
+pub use reader::{TraceReader, MAX_LINE_BYTES, MAX_LIVE_BYTES, MAX_REGION_BYTES, MAX_TRACE_NS};
+pub use stats::{footprint_bytes, KernelFootprint, RegionIds, TraceStats};
 pub use writer::TraceWriter;

@@ -17,10 +17,22 @@ use serde::Deserialize;
 
 use super::event::{TraceAccess, TraceEvent, TraceHeader};
 use super::gzip::Decompressed;
+use crate::backend::page_round;
 use crate::error::{Error, Result};
 
 /// Longest line accepted (64 MiB): garbage without newlines must not exhaust memory.
 pub const MAX_LINE_BYTES: u64 = 64 << 20;
+
+/// Largest region a trace may declare: 2^48 bytes (256 TiB), the virtual address space a GPU
+/// maps. Anything larger cannot be one allocation on any device.
+pub const MAX_REGION_BYTES: u64 = 1 << 48;
+
+/// Most kernel time a trace may add up to: 2^62 ns (about 146 years). Every sum of times a
+/// replay forms stays far from `u64` overflow.
+pub const MAX_TRACE_NS: u64 = 1 << 62;
+
+/// Most bytes that may be live at once: 2^62. Sums of live bytes never overflow.
+pub const MAX_LIVE_BYTES: u64 = 1 << 62;
 
 /// Counts bytes read from the underlying (possibly compressed) source, for progress bars.
 struct Counting<R> {
@@ -42,31 +54,40 @@ struct RegionState {
     alloc_line: u64,
 }
 
-/// Ids of freed regions as disjoint ranges `start -> end` (exclusive). Traces free ids mostly
-/// in allocation order, so this stays a handful of ranges however long the trace: the reader's
-/// memory is bounded by the live regions, not by the trace.
+/// Ids of freed regions as disjoint ranges `first -> last` (both included, so that the range
+/// ending at `u64::MAX` needs no end past it). Traces free ids mostly in allocation order, so
+/// this stays a handful of ranges however long the trace: the reader's memory is bounded by the
+/// live regions, not by the trace.
 #[derive(Debug, Default)]
-struct FreedIds(BTreeMap<u64, u64>);
+pub(super) struct FreedIds(BTreeMap<u64, u64>);
 
 impl FreedIds {
-    fn contains(&self, id: u64) -> bool {
-        self.0.range(..=id).next_back().is_some_and(|(_, &end)| id < end)
+    pub(super) fn contains(&self, id: u64) -> bool {
+        self.0.range(..=id).next_back().is_some_and(|(_, &last)| id <= last)
     }
 
-    fn insert(&mut self, id: u64) {
-        let mut start = id;
-        let mut end = id + 1;
-        if let Some((&s, &e)) = self.0.range(..=id).next_back() {
-            if e >= id {
-                start = s;
-                end = end.max(e);
+    pub(super) fn insert(&mut self, id: u64) {
+        let (mut first, mut last) = (id, id);
+        // Join the range that ends just before `id` (or already holds it) ...
+        if let Some((&s, &l)) = self.0.range(..=id).next_back() {
+            if l.checked_add(1).is_none_or(|next| next >= id) {
+                first = s;
+                last = last.max(l);
             }
         }
-        if let Some(&e) = self.0.get(&end) {
-            self.0.remove(&end);
-            end = e;
+        // ... and the one that starts just after it.
+        if let Some(next) = last.checked_add(1) {
+            if let Some(l) = self.0.remove(&next) {
+                last = l;
+            }
         }
-        self.0.insert(start, end);
+        self.0.insert(first, last);
+    }
+
+    /// The freed ids as `(first, last)` ranges, in order.
+    #[cfg(test)]
+    pub(super) fn ranges(&self) -> Vec<(u64, u64)> {
+        self.0.iter().map(|(&f, &l)| (f, l)).collect()
     }
 }
 
@@ -90,11 +111,16 @@ impl Names {
     }
 }
 
-/// What the reader knows of regions: the live ones, and which ids were freed.
+/// What the reader knows of regions: the live ones, which ids were freed, and the sums the
+/// format bounds (live bytes, kernel time).
 #[derive(Debug, Default)]
 struct Regions {
     live: FxHashMap<u64, RegionState>,
     freed: FreedIds,
+    /// Bytes of the live regions, each rounded up to whole pages.
+    live_page_bytes: u64,
+    /// Sum of `dur_ns` so far.
+    kernel_ns: u64,
 }
 
 /// An access as written: `[id, offset, len, mode]`.
@@ -167,6 +193,12 @@ impl TraceReader {
         Ok(reader)
     }
 
+    /// The same reader, with the size of its source for progress reporting.
+    pub fn with_total_bytes(mut self, total: Option<u64>) -> Self {
+        self.total_bytes = total;
+        self
+    }
+
     /// Reads a trace held in memory (e.g. one bundled into the binary).
     pub fn from_bytes(name: &str, bytes: &'static [u8]) -> Result<Self> {
         Self::from_read(name, bytes)
@@ -233,6 +265,10 @@ impl TraceReader {
         if !self.next_line()? {
             return Err(self.err(0, format!("empty trace: {EXPECTED}")));
         }
+        // A UTF-8 byte-order mark, as some editors write one, is not part of the header.
+        if self.buf.starts_with(b"\xEF\xBB\xBF") {
+            self.buf.drain(..3);
+        }
         let line = self.line;
         let meta: serde_json::Map<String, serde_json::Value> =
             serde_json::from_slice(&self.buf).map_err(|e| {
@@ -274,19 +310,24 @@ impl TraceReader {
         let line = self.line;
         let raw: RawEvent<'_> = match serde_json::from_slice(&self.buf) {
             Ok(raw) => raw,
-            Err(e) => return Err(self.err(line, format!("not a valid event: {}", short(&e)))),
+            Err(e) => return Err(self.err(line, format!("not a valid event: {}", explain(&self.buf, &e)))),
         };
         let event =
             validate(&raw, &self.regions, &mut self.names).map_err(|reason| self.err(line, reason))?;
         // Validated: now apply the state change (never half-applied).
+        let regions = &mut self.regions;
         match &event {
             TraceEvent::Alloc { id, bytes, .. } => {
-                self.regions.live.insert(*id, RegionState { bytes: *bytes, alloc_line: line });
+                regions.live.insert(*id, RegionState { bytes: *bytes, alloc_line: line });
+                regions.live_page_bytes += page_round(*bytes);
             }
             TraceEvent::Free { id } => {
-                self.regions.live.remove(id);
-                self.regions.freed.insert(*id);
+                if let Some(r) = regions.live.remove(id) {
+                    regions.live_page_bytes -= page_round(r.bytes);
+                }
+                regions.freed.insert(*id);
             }
+            TraceEvent::Kernel { dur_ns, .. } => regions.kernel_ns += dur_ns,
             _ => {}
         }
         Ok(Some(event))
@@ -306,6 +347,66 @@ fn short(e: &serde_json::Error) -> String {
     match msg.rfind(" at line ") {
         Some(i) => format!("{} (column {})", &msg[..i], e.column()),
         None => msg,
+    }
+}
+
+/// Why a line that did not parse as an event is not one, in the format's terms: which field
+/// has which wrong type, rather than serde's view of the reader's own types. Runs on the error
+/// path only, so the line is parsed a second time as plain JSON.
+fn explain(line: &[u8], e: &serde_json::Error) -> String {
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(line) else {
+        return short(e);
+    };
+    let Some(object) = value.as_object() else {
+        return format!(
+            "an event must be a JSON object such as {{\"ev\": \"kernel\", ...}}, not {}",
+            json_kind(&value)
+        );
+    };
+    let field_type = |field: &str, ok: fn(&serde_json::Value) -> bool, want: &str| {
+        object
+            .get(field)
+            .filter(|v| !ok(v))
+            .map(|v| format!("`{field}` must be {want}, not {}", json_kind(v)))
+    };
+    const U64: &str = "an integer from 0 to 2^64-1";
+    let problem = field_type("ev", serde_json::Value::is_string, "a string")
+        .or_else(|| field_type("name", serde_json::Value::is_string, "a string"))
+        .or_else(|| field_type("id", serde_json::Value::is_u64, U64))
+        .or_else(|| field_type("bytes", serde_json::Value::is_u64, U64))
+        .or_else(|| field_type("dur_ns", serde_json::Value::is_u64, U64))
+        .or_else(|| field_type("index", serde_json::Value::is_u64, U64))
+        .or_else(|| field_type("acc", serde_json::Value::is_array, "a list of accesses [id, offset, len, mode]"))
+        .or_else(|| {
+            let acc = object.get("acc")?.as_array()?;
+            acc.iter().enumerate().find_map(|(i, a)| {
+                let ok = a.as_array().is_some_and(|a| {
+                    a.len() == 4 && a[..3].iter().all(serde_json::Value::is_u64) && a[3].is_string()
+                });
+                (!ok).then(|| {
+                    format!(
+                        "access {i} must be [id, offset, len, mode] (three integers from 0 to 2^64-1 and a string), not {a}"
+                    )
+                })
+            })
+        });
+    problem.unwrap_or_else(|| short(e))
+}
+
+/// A JSON value's kind, as an error names it.
+fn json_kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "true or false",
+        serde_json::Value::Number(n) if n.is_u64() => "an integer",
+        serde_json::Value::Number(n) if n.is_i64() => "a negative integer",
+        serde_json::Value::Number(n) if n.as_f64().is_some_and(|f| f.fract() == 0.0) => {
+            "an integer past 2^64-1"
+        }
+        serde_json::Value::Number(_) => "a fraction",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "a list",
+        serde_json::Value::Object(_) => "an object",
     }
 }
 
@@ -357,6 +458,19 @@ fn validate(
             if bytes == 0 {
                 return Err(format!("region {id} has 0 bytes; `bytes` must be > 0"));
             }
+            if bytes > MAX_REGION_BYTES {
+                return Err(format!(
+                    "region {id} has {bytes} bytes ({}); a region may have at most 2^48 bytes (256 TiB), \
+                     the virtual address space a GPU maps",
+                    crate::units::Bytes(bytes)
+                ));
+            }
+            if regions.live_page_bytes + page_round(bytes) > MAX_LIVE_BYTES {
+                return Err(format!(
+                    "region {id} of {bytes} bytes takes the live regions past 2^62 bytes, the most a trace may \
+                     hold at once"
+                ));
+            }
             if let Some(r) = regions.live.get(&id) {
                 return Err(format!(
                     "region {id} was already allocated at line {}; ids are never reused",
@@ -375,6 +489,12 @@ fn validate(
         }
         "kernel" => {
             let dur_ns = need(raw.dur_ns, ev, "dur_ns")?;
+            if dur_ns > MAX_TRACE_NS - regions.kernel_ns {
+                return Err(format!(
+                    "`dur_ns` {dur_ns} takes the trace's kernel time past 2^62 ns (146 years), the most a trace \
+                     may add up to"
+                ));
+            }
             TraceEvent::Kernel { name: name(ev)?, dur_ns, acc: accesses(ev)? }
         }
         "host" => TraceEvent::Host { name: name(ev)?, acc: accesses(ev)? },

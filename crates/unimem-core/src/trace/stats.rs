@@ -5,8 +5,8 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use serde::Serialize;
 
 use super::{TraceEvent, TraceReader};
-use crate::backend::page_round;
-use crate::error::Result;
+use crate::backend::{page_round, PAGE_SIZE};
+use crate::error::{Error, Result};
 
 /// A set of region ids (trace ids).
 pub type RegionIds = HashSet<u64>;
@@ -14,6 +14,17 @@ pub type RegionIds = HashSet<u64>;
 /// Serialises a set as its size.
 fn count<S: serde::Serializer>(set: &RegionIds, s: S) -> std::result::Result<S::Ok, S::Error> {
     s.serialize_u64(set.len() as u64)
+}
+
+/// The device memory one kernel needs at once.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct KernelFootprint {
+    /// The kernel's name.
+    pub name: String,
+    /// Its line in the trace file (0: no kernel).
+    pub line: u64,
+    /// The pages its accesses cover, in bytes.
+    pub bytes: u64,
 }
 
 /// What a trace contains.
@@ -42,9 +53,12 @@ pub struct TraceStats {
     pub bytes_read: u64,
     /// Bytes written (sum of access lengths with w or rw).
     pub bytes_written: u64,
-    /// Largest sum of access lengths of one kernel: the smallest budget that avoids faulting
-    /// inside a kernel.
+    /// Largest sum of access lengths of one kernel.
     pub max_kernel_bytes: u64,
+    /// The kernel whose accesses cover the most pages: the smallest budget at which every
+    /// kernel's data fits on the device at once (a smaller one makes that kernel fault and
+    /// evict its own data).
+    pub largest_kernel: KernelFootprint,
     /// Regions that some event accesses.
     pub accessed_regions: u64,
     /// Accesses per accessed region, on average.
@@ -59,22 +73,56 @@ pub struct TraceStats {
     pub pre_existing: RegionIds,
 }
 
+/// Bytes of device memory a kernel needs at once: the pages its accesses cover, each page once
+/// however many accesses overlap it.
+pub fn footprint_bytes(acc: &[super::TraceAccess]) -> u64 {
+    let mut spans: Vec<(u64, u64, u64)> = acc
+        .iter()
+        .filter(|a| a.len > 0)
+        .map(|a| (a.id, a.offset / PAGE_SIZE, (a.offset + a.len).div_ceil(PAGE_SIZE)))
+        .collect();
+    spans.sort_unstable();
+    let mut pages = 0u64;
+    let mut open: Option<(u64, u64, u64)> = None;
+    for (id, first, end) in spans {
+        match &mut open {
+            Some((oid, _, oend)) if *oid == id && first <= *oend => *oend = (*oend).max(end),
+            _ => {
+                if let Some((_, f, e)) = open.replace((id, first, end)) {
+                    pages = pages.saturating_add(e - f);
+                }
+            }
+        }
+    }
+    if let Some((_, f, e)) = open {
+        pages = pages.saturating_add(e - f);
+    }
+    pages.saturating_mul(PAGE_SIZE)
+}
+
 impl TraceStats {
-    /// Reads the whole trace once.
-    pub fn compute(reader: TraceReader) -> Result<Self> {
+    /// Reads the whole trace once. A sum that would not fit its counter is an error naming the
+    /// line where it overflows, never a wrapped number.
+    pub fn compute(mut reader: TraceReader) -> Result<Self> {
         let mut s = TraceStats::default();
         let (mut live, mut live_pages) = (0u64, 0u64);
         // Live regions only (size, touched yet?): memory stays bounded by what is live.
         let mut regions: HashMap<u64, (u64, bool)> = HashMap::default();
         let mut accessed_region_bytes = 0u64;
         let mut accesses = 0u64;
-        for event in reader {
-            let event = event?;
+        while let Some(event) = reader.next_event()? {
+            let overflow = |what: &str| Error::Trace {
+                file: reader.file().to_string(),
+                line: reader.line(),
+                reason: format!("the trace's {what} add up past 2^64-1; unimem cannot count them"),
+            };
+            let add = |total: u64, n: u64, what: &str| total.checked_add(n).ok_or_else(|| overflow(what));
             s.events += 1;
             match &event {
                 TraceEvent::Alloc { id, bytes, .. } => {
                     s.regions += 1;
-                    s.allocated_bytes += bytes;
+                    s.allocated_bytes = add(s.allocated_bytes, *bytes, "allocated bytes")?;
+                    // The reader keeps the live page bytes below 2^62: these cannot overflow.
                     live += bytes;
                     live_pages += page_round(*bytes);
                     s.peak_live_bytes = s.peak_live_bytes.max(live);
@@ -86,10 +134,19 @@ impl TraceStats {
                     live -= bytes;
                     live_pages -= page_round(bytes);
                 }
-                TraceEvent::Kernel { dur_ns, acc, .. } => {
+                TraceEvent::Kernel { name, dur_ns, acc } => {
                     s.kernels += 1;
+                    // The reader keeps the kernel time below 2^62 ns.
                     s.compute_floor_ns += dur_ns;
-                    s.max_kernel_bytes = s.max_kernel_bytes.max(acc.iter().map(|a| a.len).sum());
+                    let declared = acc
+                        .iter()
+                        .try_fold(0u64, |sum, a| add(sum, a.len, "access lengths of one kernel"))?;
+                    s.max_kernel_bytes = s.max_kernel_bytes.max(declared);
+                    let footprint = footprint_bytes(acc);
+                    if footprint > s.largest_kernel.bytes {
+                        s.largest_kernel =
+                            KernelFootprint { name: name.to_string(), line: reader.line(), bytes: footprint };
+                    }
                 }
                 TraceEvent::Host { .. } => s.host_events += 1,
                 TraceEvent::Step { .. } => s.steps += 1,
@@ -97,16 +154,17 @@ impl TraceStats {
             for a in event.accesses() {
                 accesses += 1;
                 if a.mode.reads() {
-                    s.bytes_read += a.len;
+                    s.bytes_read = add(s.bytes_read, a.len, "bytes read")?;
                 }
                 if a.mode.writes() {
-                    s.bytes_written += a.len;
+                    s.bytes_written = add(s.bytes_written, a.len, "bytes written")?;
                 }
                 if let Some((bytes, touched)) = regions.get_mut(&a.id) {
                     if !*touched {
                         *touched = true;
                         s.accessed_regions += 1;
-                        accessed_region_bytes += *bytes;
+                        accessed_region_bytes =
+                            add(accessed_region_bytes, *bytes, "sizes of accessed regions")?;
                         if a.mode.reads() {
                             s.pre_existing.insert(a.id);
                         }

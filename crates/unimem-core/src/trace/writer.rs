@@ -1,6 +1,5 @@
 //! Trace writer: JSON Lines, gzip-compressed when the path ends in `.gz`.
 
-use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
 
@@ -8,6 +7,7 @@ use serde::Serialize;
 
 use super::event::{TraceEvent, TraceHeader};
 use crate::error::{Error, Result};
+use crate::output_file::OutputFile;
 
 enum Sink<W: Write> {
     Plain(BufWriter<W>),
@@ -15,7 +15,7 @@ enum Sink<W: Write> {
 }
 
 /// Writes a trace event by event.
-pub struct TraceWriter<W: Write = File> {
+pub struct TraceWriter<W: Write = OutputFile> {
     sink: Sink<W>,
     what: String,
 }
@@ -37,12 +37,18 @@ struct RawOut<'a> {
     index: Option<u64>,
 }
 
-impl TraceWriter<File> {
-    /// Creates `path` (gzip if it ends in `.gz`) and writes the header.
-    pub fn create(path: &Path, header: &TraceHeader) -> Result<Self> {
-        let file = File::create(path).map_err(|e| Error::io(path.display(), e))?;
+impl TraceWriter<OutputFile> {
+    /// Starts writing a trace to `path` (gzip if it ends in `.gz`) with its header; refused
+    /// where `path` is one of `inputs`. The file appears under its name at [`Self::commit`].
+    pub fn create(path: &Path, inputs: &[&Path], header: &TraceHeader) -> Result<Self> {
+        let file = OutputFile::create(path, inputs)?;
         let gz = path.extension().is_some_and(|e| e == "gz");
         Self::new(file, gz, &path.display().to_string(), header)
+    }
+
+    /// Finishes the trace and renames it into place.
+    pub fn commit(self) -> Result<()> {
+        self.finish()?.commit()
     }
 }
 

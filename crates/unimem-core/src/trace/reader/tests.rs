@@ -73,14 +73,20 @@ fn event_errors_name_line_and_reason() {
         (r#"{"ev": "launch"}"#, "unknown event `launch`; allowed: alloc, free, kernel, host, step"),
         (r#"{"id": 1}"#, "no `ev`"),
         (r#"{"ev": "alloc", "id": 1}"#, "missing field `bytes`"),
-        (r#"{"ev": "alloc", "id": "x", "bytes": 4}"#, "invalid type"),
+        (
+            r#"{"ev": "alloc", "id": "x", "bytes": 4}"#,
+            "`id` must be an integer from 0 to 2^64-1, not a string",
+        ),
         (r#"{"ev": "alloc", "id": 1, "bytes": 0}"#, "must be > 0"),
         (r#"{"ev": "kernel", "name": "k", "acc": []}"#, "missing field `dur_ns`"),
         (
             r#"{"ev": "kernel", "name": "k", "dur_ns": 1, "acc": [[9, 0, 1, "r"]]}"#,
             "region 9 was never allocated",
         ),
-        (r#"{"ev": "kernel", "name": "k", "dur_ns": 1, "acc": [[1, 0, 1]]}"#, "invalid length"),
+        (
+            r#"{"ev": "kernel", "name": "k", "dur_ns": 1, "acc": [[1, 0, 1]]}"#,
+            "access 0 must be [id, offset, len, mode]",
+        ),
         (r#"{"ev": "free", "id": 7}"#, "never allocated"),
         (r#"{"ev": "step"}"#, "missing field `index`"),
         ("{not json", "not a valid event"),
@@ -196,4 +202,73 @@ proptest! {
             },
         }
     }
+}
+
+#[test]
+fn freed_ids_hold_the_largest_id() {
+    let mut freed = FreedIds::default();
+    freed.insert(u64::MAX);
+    assert!(freed.contains(u64::MAX) && !freed.contains(u64::MAX - 1));
+    freed.insert(u64::MAX - 1);
+    freed.insert(0);
+    freed.insert(2);
+    freed.insert(1);
+    assert_eq!(freed.ranges(), vec![(0, 2), (u64::MAX - 1, u64::MAX)], "neighbours merge");
+    let e = err_of(&format!(
+        "{{\"ev\": \"alloc\", \"id\": {m}, \"bytes\": 10}}\n{{\"ev\": \"free\", \"id\": {m}}}\n{{\"ev\": \"alloc\", \"id\": {m}, \"bytes\": 10}}\n",
+        m = u64::MAX
+    ));
+    assert!(e.contains(":4:") && e.contains("ids are never reused"), "{e}");
+}
+
+#[test]
+fn sizes_and_times_past_the_format_limits_are_rejected() {
+    let e = err_of("{\"ev\": \"alloc\", \"id\": 1, \"bytes\": 1125899906842624}\n");
+    assert!(e.contains(":2:") && e.contains("at most 2^48 bytes"), "1 PiB: {e}");
+    let e = err_of(&format!("{{\"ev\": \"alloc\", \"id\": 1, \"bytes\": {}}}\n", u64::MAX));
+    assert!(e.contains("at most 2^48 bytes"), "{e}");
+    let max = MAX_REGION_BYTES;
+    let ok = read_all(&format!("{HEADER}\n{{\"ev\": \"alloc\", \"id\": 1, \"bytes\": {max}}}\n"));
+    assert!(ok.is_ok(), "2^48 bytes is allowed: {ok:?}");
+    let allocs: String = (0..16384u64 + 1)
+        .map(|id| format!("{{\"ev\": \"alloc\", \"id\": {id}, \"bytes\": {max}}}\n"))
+        .collect();
+    let e = err_of(&allocs);
+    assert!(e.contains(":16386:") && e.contains("past 2^62 bytes"), "live bytes: {e}");
+    let k = |ns: u64| format!("{{\"ev\": \"kernel\", \"name\": \"k\", \"dur_ns\": {ns}, \"acc\": []}}\n");
+    let e = err_of(&format!("{}{}", k(1 << 63), k(1 << 63)));
+    assert!(e.contains(":2:") && e.contains("past 2^62 ns"), "{e}");
+    let e = err_of(&format!("{}{}", k(1 << 61), k((1 << 61) + 1)));
+    assert!(e.contains(":3:") && e.contains("past 2^62 ns"), "{e}");
+    assert!(read_all(&format!("{HEADER}\n{}{}", k(1 << 61), k(1 << 61))).is_ok(), "exactly 2^62 ns");
+}
+
+#[test]
+fn errors_speak_the_format_not_the_readers_types() {
+    for (line, want) in [
+        ("[1, 2]", "an event must be a JSON object"),
+        ("5", "an event must be a JSON object"),
+        ("{\"ev\": 3}", "`ev` must be a string, not an integer"),
+        (
+            "{\"ev\": \"alloc\", \"id\": -1, \"bytes\": 4}",
+            "`id` must be an integer from 0 to 2^64-1, not a negative integer",
+        ),
+        (
+            "{\"ev\": \"alloc\", \"id\": 1, \"bytes\": 1.5}",
+            "`bytes` must be an integer from 0 to 2^64-1, not a fraction",
+        ),
+        ("{\"ev\": \"alloc\", \"id\": 18446744073709551616, \"bytes\": 4}", "not an integer past 2^64-1"),
+        ("{\"ev\": \"kernel\", \"name\": \"k\", \"dur_ns\": 1, \"acc\": 7}", "`acc` must be a list"),
+        ("{\"ev\": \"kernel\", \"name\": \"k\", \"dur_ns\": 1, \"acc\": [[1, 0, 1, 5]]}", "access 0 must be"),
+    ] {
+        let e = err_of(&format!("{line}\n"));
+        assert!(e.starts_with("t.jsonl:2: ") && e.contains(want), "{line}: {e}");
+        assert!(!e.contains("RawEvent") && !e.contains("tuple"), "{line}: {e}");
+    }
+}
+
+#[test]
+fn a_byte_order_mark_before_the_header_is_skipped() {
+    let events = read_all(&format!("\u{feff}{HEADER}\n{GOOD}")).unwrap();
+    assert_eq!(events.len(), 6);
 }
