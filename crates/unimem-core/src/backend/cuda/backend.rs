@@ -1326,7 +1326,7 @@ fn merge_pieces(pieces: Vec<(RegionId, u64, u64, bool)>) -> Vec<(u64, u64)> {
 }
 
 /// The host's physical memory (`MemTotal` of /proc/meminfo), where the system says.
-fn host_memory_bytes() -> Option<u64> {
+pub(super) fn host_memory_bytes() -> Option<u64> {
     parse_mem_total(&std::fs::read_to_string("/proc/meminfo").ok()?)
 }
 

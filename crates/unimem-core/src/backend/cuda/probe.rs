@@ -1125,6 +1125,7 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
     let profile = CostModel {
         name: format!("{} (sm_{major}{minor}, unimem probe)", dev.capabilities().name),
         device_memory_bytes: dev.capabilities().total_bytes,
+        host_memory_bytes: super::backend::host_memory_bytes().unwrap_or(default.host_memory_bytes),
         gpu_fault_rate_gbps: fault_rate,
         gpu_fault_latency_ns: (isolated - unit_transfer).max(0.0).round() as u64,
         fault_unit_bytes: default.fault_unit_bytes,

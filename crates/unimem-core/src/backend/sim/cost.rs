@@ -11,6 +11,13 @@ use crate::error::{Error, Result};
 /// The embedded default profile (NVIDIA H200, measured 2026-11-30).
 pub const H200_PROFILE: &str = include_str!("../../../profiles/h200.toml");
 
+/// Bounds on a profile's values, so that no time the simulator derives from them overflows.
+const MAX_MEMORY_BYTES: u64 = 1 << 48;
+const MAX_TIME_NS: u64 = 1_000_000_000_000;
+const MAX_LAUNCH_QUEUE: u64 = 1 << 20;
+const MIN_RATE_GBPS: f64 = 0.001;
+const MAX_RATE_GBPS: f64 = 100_000.0;
+
 /// Measured costs of unified memory on one device. Rates are GB/s (bytes per nanosecond),
 /// times nanoseconds. Each field is documented in `profiles/h200.toml` with its source.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -20,6 +27,11 @@ pub struct CostModel {
     pub name: String,
     /// Device memory in bytes.
     pub device_memory_bytes: u64,
+    /// Host memory of the machine in bytes. Managed data lives on one side or the other, so
+    /// the simulator holds at most `device_memory_bytes + host_memory_bytes` of it. Profiles
+    /// written before it was recorded take the H200 machine's.
+    #[serde(default = "h200_host_memory")]
+    pub host_memory_bytes: u64,
     /// Fault-driven H2D rate.
     pub gpu_fault_rate_gbps: f64,
     /// Fixed cost of one GPU fault group.
@@ -125,6 +137,10 @@ pub struct CostModel {
     /// Profiles written before it was measured take the H200 figure.
     #[serde(default = "h200_stage_h2d_resident")]
     pub stage_h2d_resident_rate_gbps: f64,
+}
+
+fn h200_host_memory() -> u64 {
+    CostModel::h200().host_memory_bytes
 }
 
 fn h200_free_retired() -> u64 {
@@ -254,8 +270,12 @@ impl CostModel {
             ("stage_h2d_resident_rate_gbps", self.stage_h2d_resident_rate_gbps),
         ];
         for (key, v) in rates {
-            if !(v.is_finite() && v > 0.0) {
-                return Err(Error::config(key, format!("must be a positive rate in GB/s, got {v}"), origin));
+            if !(v.is_finite() && (MIN_RATE_GBPS..=MAX_RATE_GBPS).contains(&v)) {
+                return Err(Error::config(
+                    key,
+                    format!("must be a positive rate from 0.001 to 100000 GB/s, got {v}"),
+                    origin,
+                ));
             }
         }
         for (key, v) in [
@@ -266,6 +286,34 @@ impl CostModel {
                 return Err(Error::config(key, format!("must be a share from 0 to 1, got {v}"), origin));
             }
         }
+        for (key, v) in
+            [("device_memory_bytes", self.device_memory_bytes), ("host_memory_bytes", self.host_memory_bytes)]
+        {
+            if !(1..=MAX_MEMORY_BYTES).contains(&v) {
+                return Err(Error::config(
+                    key,
+                    format!("must be from 1 to 2^48 bytes (256 TiB), got {v}"),
+                    origin,
+                ));
+            }
+        }
+        for (key, v) in self.times() {
+            if v > MAX_TIME_NS {
+                return Err(Error::config(
+                    key,
+                    format!("must be at most 10^12 ns (1000 s), got {v}"),
+                    origin,
+                ));
+            }
+        }
+        if self.launch_queue_depth > MAX_LAUNCH_QUEUE {
+            let depth = self.launch_queue_depth;
+            return Err(Error::config(
+                "launch_queue_depth",
+                format!("must be from 0 (no limit) to {MAX_LAUNCH_QUEUE} kernels, got {depth}"),
+                origin,
+            ));
+        }
         let u = self.fault_unit_bytes;
         if !u.is_power_of_two() || !(4096..=2 << 20).contains(&u) {
             return Err(Error::config(
@@ -274,10 +322,34 @@ impl CostModel {
                 origin,
             ));
         }
-        if self.device_memory_bytes == 0 {
-            return Err(Error::config("device_memory_bytes", "must be > 0", origin));
-        }
         Ok(())
+    }
+
+    /// The profile's times (ns, or ns per GiB) with their keys.
+    fn times(&self) -> [(&'static str, u64); 16] {
+        [
+            ("gpu_fault_latency_ns", self.gpu_fault_latency_ns),
+            ("gpu_populate_latency_ns", self.gpu_populate_latency_ns),
+            ("prefetch_call_ns", self.prefetch_call_ns),
+            ("prefetch_deferred_call_ns", self.prefetch_deferred_call_ns),
+            ("batch_range_ns", self.batch_range_ns),
+            ("advise_read_mostly_ns_per_gib", self.advise_read_mostly_ns_per_gib),
+            ("advise_unset_read_mostly_ns_per_gib", self.advise_unset_read_mostly_ns_per_gib),
+            ("advise_remote_ns_per_gib", self.advise_remote_ns_per_gib),
+            ("discard_host_ns_per_gib", self.discard_host_ns_per_gib),
+            ("duplicate_write_fault_ns_per_page", self.duplicate_write_fault_ns_per_page),
+            ("discard_call_ns", self.discard_call_ns),
+            ("launch_host_ns", self.launch_host_ns),
+            ("alloc_host_ns", self.alloc_host_ns),
+            ("alloc_host_ns_per_gib", self.alloc_host_ns_per_gib),
+            ("free_retired_host_ns", self.free_retired_host_ns),
+            ("free_retired_host_ns_per_gib", self.free_retired_host_ns_per_gib),
+        ]
+    }
+
+    /// Most managed memory the simulated machine holds: its device and host memory together.
+    pub fn machine_memory_bytes(&self) -> u64 {
+        self.device_memory_bytes + self.host_memory_bytes
     }
 
     /// The size below which letting a range fault in costs less than one more range of a batch

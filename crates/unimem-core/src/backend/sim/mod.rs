@@ -46,6 +46,7 @@ use super::{
 use crate::access::{Accessor, RangeAccess};
 use crate::error::{Error, Result};
 use crate::region::RegionId;
+use crate::units::Bytes;
 
 /// Whether the caller's own host work costs simulated time, and the simulator's wall time in
 /// the calls made since the caller last reported its work (`MemoryBackend::host_work`).
@@ -207,6 +208,8 @@ pub struct SimBackend {
     capacity: u64,
     unit_pages: usize,
     regions: HashMap<RegionId, SimRegion>,
+    /// Bytes of the live regions: at most the profile's machine memory.
+    allocated_bytes: u64,
     next_addr: u64,
     host_now: u64,
     /// The caller's own host work, where it is charged.
@@ -280,6 +283,7 @@ impl SimBackend {
             capacity,
             unit_pages,
             regions: HashMap::default(),
+            allocated_bytes: 0,
             next_addr: BASE_ADDR,
             host_now: 0,
             host_work: HostWork::default(),
@@ -829,6 +833,23 @@ impl MemoryBackend for SimBackend {
     fn allocate(&mut self, id: RegionId, bytes: u64) -> Result<u64> {
         self.host_timed(HostOp::Allocate, |this| {
             crate::backend::check_new_region(id, bytes, this.regions.contains_key(&id))?;
+            let limit = this.cost.machine_memory_bytes();
+            if bytes > limit - this.allocated_bytes.min(limit) {
+                return Err(Error::Allocation {
+                    bytes,
+                    reason: format!(
+                        "the simulated machine holds at most {} of managed data ({} of device and {} of host \
+                         memory: `device_memory_bytes` and `host_memory_bytes` of the profile \"{}\"), and {} is \
+                         allocated",
+                        Bytes(limit),
+                        Bytes(this.cost.device_memory_bytes),
+                        Bytes(this.cost.host_memory_bytes),
+                        this.cost.name,
+                        Bytes(this.allocated_bytes)
+                    ),
+                });
+            }
+            this.allocated_bytes += bytes;
             let pages = bytes.div_ceil(PAGE_SIZE) as usize;
             let addr = this.next_addr;
             this.next_addr += bytes.div_ceil(BLOCK_SIZE) * BLOCK_SIZE;
@@ -867,6 +888,7 @@ impl MemoryBackend for SimBackend {
 
     fn free(&mut self, id: RegionId) -> Result<()> {
         let r = self.regions.remove(&id).ok_or(Error::UnknownRegion(id))?;
+        self.allocated_bytes -= r.bytes;
         self.staged_bytes -= r.staged.count(0, r.pages) as u64 * PAGE_SIZE;
         // The runtime pools managed memory: a free does not synchronise the device, and the
         // buffer keeps its blocks on the device (whole ones, as the CUDA backend accounts
