@@ -2,9 +2,10 @@
 
 use std::path::PathBuf;
 
+use unimem_core::output_file::OutputFile;
 use unimem_core::units::{Bytes, Nanos};
 use unimem_core::{Error, Result};
-use unimem_telemetry::{chrome_trace, svg, Log, Summary};
+use unimem_telemetry::{chrome_trace, svg, Log, LogEnd, Summary};
 
 use crate::output;
 
@@ -42,14 +43,27 @@ pub enum Command {
     },
 }
 
+/// Writes `bytes` as the whole of `out`, which appears under its name only once complete.
+fn write_whole(mut out: OutputFile, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    out.write_all(bytes).map_err(|e| Error::io(out.path().display(), e))?;
+    out.commit()
+}
+
 fn read(path: &std::path::Path) -> Result<Log> {
     Log::read(path).map_err(|e| Error::Trace { file: e.file, line: e.line, reason: e.reason })
 }
 
 pub fn run(cmd: &Command) -> Result<()> {
     match cmd {
-        Command::Summarize { log, json, top } => {
-            let log = read(log)?;
+        Command::Summarize { log: path, json, top } => {
+            let log = read(path)?;
+            if log.end == LogEnd::Truncated {
+                eprintln!(
+                    "warning: {} has no end record: the log is truncated (its writer stopped early), and the totals cover only what it holds",
+                    path.display()
+                );
+            }
             let s = Summary::of(&log.events);
             if *json {
                 let regions: Vec<serde_json::Value> = s
@@ -57,7 +71,7 @@ pub fn run(cmd: &Command) -> Result<()> {
                     .into_iter()
                     .map(|(id, r)| serde_json::json!({"region": id.0, "name": log.name_of(id), "summary": r}))
                     .collect();
-                let out = serde_json::json!({"source": log.source, "totals": s.totals, "regions": regions});
+                let out = serde_json::json!({"source": log.source, "end": log.end, "totals": s.totals, "regions": regions});
                 println!("{out}");
                 return Ok(());
             }
@@ -148,12 +162,14 @@ pub fn run(cmd: &Command) -> Result<()> {
             if !chrome {
                 return Err(Error::InvalidArgument("export: name a format; allowed: --chrome".into()));
             }
+            let file = OutputFile::create(out, &[log])?;
             let trace = chrome_trace(&read(log)?);
             let text = serde_json::to_string(&trace).map_err(|e| Error::InvalidArgument(e.to_string()))?;
-            std::fs::write(out, text).map_err(|e| Error::io(out.display(), e))
+            write_whole(file, text.as_bytes())
         }
         Command::Plot { log, out } => {
-            std::fs::write(out, svg(&read(log)?)).map_err(|e| Error::io(out.display(), e))
+            let file = OutputFile::create(out, &[log])?;
+            write_whole(file, svg(&read(log)?).as_bytes())
         }
     }
 }

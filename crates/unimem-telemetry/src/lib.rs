@@ -18,8 +18,8 @@ mod summary;
 mod trace_sink;
 
 pub use chrome::chrome_trace;
-pub use log::{EventLog, OLDEST_READABLE_VERSION, SCHEMA, SCHEMA_VERSION};
+pub use log::{EventLog, END_RECORD_VERSION, OLDEST_READABLE_VERSION, SCHEMA, SCHEMA_VERSION};
 pub use plot::svg;
-pub use read::{Log, LogError, RegionInfo};
+pub use read::{Log, LogEnd, LogError, RegionInfo, MAX_LOG_SUM, MAX_RECORD_BYTES};
 pub use summary::{RegionSummary, Summary, Totals};
 pub use trace_sink::TracingSink;

@@ -12,16 +12,21 @@ use unimem_core::RegionId;
 pub const SCHEMA: &str = "unimem-telemetry";
 /// Schema version in the header. Version 3 added `address` to region records and the
 /// `released` event, version 4 the `thrashing`, `throttling` and `remote_map` events, version 5
-/// the `relocated` event; readers read versions 2 to 5 and reject others.
-pub const SCHEMA_VERSION: u64 = 5;
+/// the `relocated` event, version 6 the `end` record that closes a complete log; readers read
+/// versions 2 to 6 and reject others.
+pub const SCHEMA_VERSION: u64 = 6;
+/// The first version whose complete logs end with an `end` record.
+pub const END_RECORD_VERSION: u64 = 6;
 /// The oldest version readers accept (a subset of the current one).
 pub const OLDEST_READABLE_VERSION: u64 = 2;
 
-/// Writes events as JSON Lines.
+/// Writes events as JSON Lines. [`EventLog::finish`] (or closing it as a sink) writes the `end`
+/// record, by which a reader tells a complete log from one cut short.
 #[derive(Debug)]
 pub struct EventLog<W: Write> {
     out: W,
     written: u64,
+    ended: bool,
 }
 
 impl<W: Write> EventLog<W> {
@@ -29,7 +34,7 @@ impl<W: Write> EventLog<W> {
     pub fn new(mut out: W, source: &str) -> std::io::Result<Self> {
         let header = serde_json::json!({"schema": SCHEMA, "version": SCHEMA_VERSION, "source": source});
         writeln!(out, "{header}")?;
-        Ok(Self { out, written: 0 })
+        Ok(Self { out, written: 0, ended: false })
     }
 
     /// Appends one event.
@@ -63,9 +68,18 @@ impl<W: Write> EventLog<W> {
         self.written
     }
 
-    /// Flushes and returns the writer.
+    /// Writes the `end` record (once) and flushes.
+    fn end(&mut self) -> std::io::Result<()> {
+        if !self.ended {
+            writeln!(self.out, "{}", serde_json::json!({"kind": "end", "events": self.written}))?;
+            self.ended = true;
+        }
+        self.out.flush()
+    }
+
+    /// Ends the log and returns the writer.
     pub fn finish(mut self) -> std::io::Result<W> {
-        self.out.flush()?;
+        self.end()?;
         Ok(self.out)
     }
 }
@@ -95,6 +109,6 @@ impl<W: Write> EventSink for EventLog<W> {
     }
 
     fn close(&mut self) -> unimem_core::Result<()> {
-        self.out.flush().map_err(io)
+        self.end().map_err(io)
     }
 }

@@ -162,7 +162,7 @@ impl Summary {
                 self.totals.kernel_stall_ns += stall_ns;
             }
             MemEvent::Hint { ref hint, bytes, .. } => {
-                let h = self.totals.hints.entry(hint.clone()).or_default();
+                let h = self.totals.hints.entry(hint.to_string()).or_default();
                 h.0 += 1;
                 h.1 += bytes;
             }

@@ -165,18 +165,22 @@ fn bad_logs_are_clear_errors() {
     let e = err(cut);
     assert!(e.starts_with("bad.jsonl:") && e.contains("truncated"), "{e}");
     // Wrong schema version, wrong schema.
-    let e = err(&good.replacen("\"version\":5", "\"version\":7", 1));
+    let e = err(&good.replacen("\"version\":6", "\"version\":7", 1));
     assert!(
-        e.contains("bad.jsonl:1:") && e.contains("version 7") && e.contains("reads versions 2 to 5"),
+        e.contains("bad.jsonl:1:") && e.contains("version 7") && e.contains("reads versions 2 to 6"),
         "{e}"
     );
     assert!(err(&good.replacen("unimem-telemetry", "other", 1)).contains("is not `unimem-telemetry`"));
-    // Version 2 (no addresses, no releases), 3 (no driver thrashing events) and 4 (no
-    // relocations) logs still read.
-    for v in [2, 3, 4] {
-        let old = good.replacen("\"version\":5", &format!("\"version\":{v}"), 1);
-        assert!(Log::parse(old.as_bytes(), "old.jsonl").is_ok(), "version {v}");
+    // Version 2 (no addresses, no releases), 3 (no driver thrashing events), 4 (no
+    // relocations) and 5 (no end record) logs still read; they cannot say whether they are
+    // complete.
+    let unended = good.lines().filter(|l| !l.contains("\"kind\":\"end\"")).collect::<Vec<_>>().join("\n");
+    for v in [2, 3, 4, 5] {
+        let old = unended.replacen("\"version\":6", &format!("\"version\":{v}"), 1);
+        let log = Log::parse(old.as_bytes(), "old.jsonl").unwrap_or_else(|e| panic!("version {v}: {e}"));
+        assert_eq!(log.end, unimem_telemetry::LogEnd::Unmarked, "version {v}");
     }
+    assert_eq!(Log::parse(good.as_bytes(), "good.jsonl").unwrap().end, unimem_telemetry::LogEnd::Complete);
     // Unknown event kind, with its line.
     let mut lines: Vec<&str> = good.lines().collect();
     lines.insert(3, r#"{"kind":"teleport","region":1}"#);

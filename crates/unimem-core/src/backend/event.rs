@@ -48,6 +48,44 @@ pub enum RemoteMapCause {
     Unknown,
 }
 
+/// What a hint asked the backend for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HintKind {
+    /// Read-mostly unset before a write (duplicates collapsed).
+    Collapse,
+    /// Dead data dropped without a copy.
+    Discard,
+    /// Live data moved (or staged) off the device.
+    Evict,
+    /// Data mapped host-preferred and accessed by the device.
+    Remote,
+    /// Data marked read-mostly.
+    Duplicate,
+    /// Data moved to the device ahead of its use.
+    Prefetch,
+}
+
+impl HintKind {
+    /// The name logs and reports use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HintKind::Collapse => "collapse",
+            HintKind::Discard => "discard",
+            HintKind::Evict => "evict",
+            HintKind::Remote => "remote",
+            HintKind::Duplicate => "duplicate",
+            HintKind::Prefetch => "prefetch",
+        }
+    }
+}
+
+impl std::fmt::Display for HintKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One thing that happened in the memory system, with its time on the backend clock.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
@@ -106,8 +144,8 @@ pub enum MemEvent {
     },
     /// A hint the advisor issued, with the reason it was chosen.
     Hint {
-        /// `prefetch`, `evict`, `discard`, `duplicate`, `remote` or `collapse`.
-        hint: String,
+        /// What it asked for.
+        hint: HintKind,
         /// The region.
         region: RegionId,
         /// Offset.

@@ -9,7 +9,9 @@ pub mod sim;
 
 use std::fmt;
 
-pub use event::{BackendStats, Direction, HostOp, HostTime, MemEvent, MigrationCause, RemoteMapCause};
+pub use event::{
+    BackendStats, Direction, HintKind, HostOp, HostTime, MemEvent, MigrationCause, RemoteMapCause,
+};
 
 use crate::access::RangeAccess;
 use crate::error::Result;
@@ -355,10 +357,16 @@ pub fn open(
 }
 
 /// The cost model a configuration names: its `sim.profile` file, or the embedded H200 profile.
+/// A profile that cannot be loaded is an error naming the key.
 pub fn cost_model(config: &crate::config::Config) -> Result<sim::CostModel> {
     if config.sim.profile.is_empty() {
-        Ok(sim::CostModel::h200())
-    } else {
-        sim::CostModel::load(std::path::Path::new(&config.sim.profile))
+        return Ok(sim::CostModel::h200());
     }
+    sim::CostModel::load(std::path::Path::new(&config.sim.profile)).map_err(|e| {
+        crate::Error::config(
+            "sim.profile",
+            format!("cannot use `{}`: {e}", config.sim.profile),
+            "the configuration",
+        )
+    })
 }

@@ -276,19 +276,20 @@ impl Advisor {
     /// about to be overwritten).
     /// Records the plan's hints as events, each with its reason.
     fn record_plan(&mut self, p: &Plan) {
-        let lists: [(&str, Vec<(Unit, Reason)>); 6] = [
-            ("collapse", p.collapse.clone()),
-            ("discard", p.discard.clone()),
-            ("evict", p.evict.clone()),
-            ("remote", p.remote.clone()),
-            ("duplicate", p.duplicate.clone()),
-            ("prefetch", p.prefetch.iter().map(|&(u, _, r)| (u, r)).collect()),
+        use crate::backend::HintKind;
+        let lists: [(HintKind, Vec<(Unit, Reason)>); 6] = [
+            (HintKind::Collapse, p.collapse.clone()),
+            (HintKind::Discard, p.discard.clone()),
+            (HintKind::Evict, p.evict.clone()),
+            (HintKind::Remote, p.remote.clone()),
+            (HintKind::Duplicate, p.duplicate.clone()),
+            (HintKind::Prefetch, p.prefetch.iter().map(|&(u, _, r)| (u, r)).collect()),
         ];
         for (hint, units) in lists {
             for (u, reason) in units {
                 let r = super::units::unit_range(&self.sizes, u);
                 self.events.push(crate::backend::MemEvent::Hint {
-                    hint: hint.to_string(),
+                    hint,
                     region: u.0,
                     offset: r.offset,
                     bytes: r.len,
