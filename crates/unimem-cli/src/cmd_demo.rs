@@ -37,7 +37,7 @@ pub fn run(config_file: Option<&std::path::Path>) -> Result<()> {
             Nanos(stats.compute_floor_ns)
         );
         for budget in [Budget::Percent(100.0), Budget::Percent(50.0)] {
-            let sizes = Sizes::of(budget, &stats);
+            let (sizes, _) = Sizes::of(budget, &stats);
             for policy in PolicyName::ALL {
                 let report = replay_one(&|| trace.reader(), sizes, policy, &config, false, None, 0)?;
                 table.row(output::report_row(trace.name, &budget.to_string(), &report));

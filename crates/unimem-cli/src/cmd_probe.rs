@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use unimem_core::backend::cuda::{probe, CudaDevice};
 use unimem_core::backend::sim::CostModel;
+use unimem_core::output_file::OutputFile;
 use unimem_core::units::parse_bytes;
 use unimem_core::{Error, Result};
 
@@ -40,6 +41,8 @@ pub fn run(args: &Args) -> Result<()> {
     if !args.merge.is_empty() {
         return merge(&args.merge, args.out.as_deref().expect("clap requires --out"));
     }
+    // A profile is written only whole, and never over a file the command reads.
+    let out = args.out.as_deref().map(|p| OutputFile::create(p, &[])).transpose()?;
     let dev = CudaDevice::open(args.device)?;
     if args.population {
         let rows = probe::population(&dev, size)?;
@@ -77,7 +80,7 @@ pub fn run(args: &Args) -> Result<()> {
         println!("{}\n", caps.render());
         println!("{} byte buffers\n{}", report.buffer_bytes, measurements_table(&report.measurements));
     }
-    if let Some(out) = &args.out {
+    if let Some(out) = out {
         let header = format!(
             "unimem calibration profile, written by `unimem probe` (buffers of {} bytes).",
             report.buffer_bytes
@@ -100,15 +103,20 @@ fn measurements_table(measurements: &[probe::Measurement]) -> String {
     t.render()
 }
 
-fn write_profile(out: &Path, header: &str, profile: &CostModel) -> Result<()> {
+fn write_profile(mut out: OutputFile, header: &str, profile: &CostModel) -> Result<()> {
+    use std::io::Write;
     let body = toml::to_string(profile).map_err(|e| Error::InvalidArgument(e.to_string()))?;
-    std::fs::write(out, format!("# {header}\n{body}")).map_err(|e| Error::io(out.display(), e))?;
-    eprintln!("wrote {}", out.display());
+    let path = out.path().to_path_buf();
+    write!(out, "# {header}\n{body}").map_err(|e| Error::io(path.display(), e))?;
+    out.commit()?;
+    eprintln!("wrote {}", path.display());
     Ok(())
 }
 
 /// `unimem probe --merge`: the median profile, and each numeric figure's spread over the inputs.
 fn merge(paths: &[PathBuf], out: &Path) -> Result<()> {
+    let inputs: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
+    let out = OutputFile::create(out, &inputs)?;
     let profiles = paths.iter().map(|p| CostModel::load(p)).collect::<Result<Vec<_>>>()?;
     let median = CostModel::median(&profiles)?;
     let table = |p: &CostModel| toml::Table::try_from(p).map_err(|e| Error::InvalidArgument(e.to_string()));

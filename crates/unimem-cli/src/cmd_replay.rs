@@ -1,23 +1,26 @@
 //! `unimem replay`: play a trace through policies and report.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use unimem_core::backend;
 use unimem_core::config::{BackendChoice, PolicyName};
+use unimem_core::output_file::OutputFile;
 use unimem_core::replay::{self, ReplayReport};
 use unimem_core::trace::{TraceReader, TraceStats};
+use unimem_core::units::Bytes;
 use unimem_core::{Budget, Config, Error, Result};
 
+use crate::input::TraceInput;
 use crate::output;
 
 /// Arguments of `unimem replay`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Trace file (`.jsonl` or `.jsonl.gz`).
+    /// Trace file (`.jsonl` or `.jsonl.gz`); `-` reads standard input.
     pub trace: PathBuf,
     /// Device budget: bytes (`8GiB`) or a percent of the trace's peak live bytes (`50%`).
     /// Default: the config's `budget`.
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub budget: Option<String>,
     /// Comma-separated policies: none, oracle, advisor. Default: the config's `replay.policies`.
     #[arg(long, value_delimiter = ',')]
@@ -57,13 +60,33 @@ pub struct Sizes<'a> {
 }
 
 impl<'a> Sizes<'a> {
-    /// A budget against a trace's statistics.
-    pub fn of(budget: Budget, stats: &'a TraceStats) -> Self {
-        Self {
-            budget: resolve_budget(budget, stats),
+    /// A budget against a trace's statistics: at least what its largest kernel needs at once.
+    /// No GPU smaller than that runs the kernel without evicting the kernel's own data while it
+    /// runs, which neither backend emulates (each lets a kernel's data exceed the budget): a
+    /// smaller budget is raised to it, and the returned warning says so, naming the kernel.
+    pub fn of(budget: Budget, stats: &'a TraceStats) -> (Self, Option<String>) {
+        let asked = resolve_budget(budget, stats);
+        let k = &stats.largest_kernel;
+        let (budget_bytes, warning) = if asked < k.bytes {
+            let warning = format!(
+                "budget {budget} ({}) is smaller than the {} that kernel `{}` (line {}) touches at once: \
+                 replaying at {}, the smallest budget that holds every kernel's data",
+                Bytes(asked),
+                Bytes(k.bytes),
+                k.name,
+                k.line,
+                Bytes(k.bytes)
+            );
+            (k.bytes, Some(warning))
+        } else {
+            (asked, None)
+        };
+        let sizes = Self {
+            budget: budget_bytes,
             peak: stats.peak_live_page_bytes,
             pre_existing: &stats.pre_existing,
-        }
+        };
+        (sizes, warning)
     }
 }
 
@@ -82,14 +105,15 @@ impl replay::EventSink for NoLog {
     }
 }
 
-/// Replays one trace (opened fresh by `open`) with one policy.
+/// Replays one trace (opened fresh by `open`) with one policy, writing its telemetry log to
+/// `telemetry` (which appears under its name once the replay is done).
 pub fn replay_one(
     open: &dyn Fn() -> Result<TraceReader>,
     sizes: Sizes<'_>,
     policy: PolicyName,
     config: &Config,
     show_progress: bool,
-    telemetry: Option<&std::path::Path>,
+    telemetry: Option<OutputFile>,
     undeclared_every: u64,
 ) -> Result<ReplayReport> {
     let cost = backend::cost_model(config)?;
@@ -112,9 +136,10 @@ pub fn replay_one(
     let (consumed, total) = reader.progress();
     tracing::info!(trace = reader.file(), %policy, budget_bytes, backend = %backend.describe(), "replay starts");
     let progress = output::Progress::start(consumed, total, !show_progress, policy.as_str());
-    let log = match telemetry {
-        Some(path) => {
-            let file = std::fs::File::create(path).map_err(|e| Error::io(path.display(), e))?;
+    let log = match &telemetry {
+        Some(out) => {
+            let path = out.path();
+            let file = out.handle()?;
             let mut source = format!("unimem replay {} ({policy}, {})", reader.file(), backend.describe());
             if backend.event_clock_origin().is_some() {
                 source += match (config.telemetry.cupti, config.telemetry.gpu_fault_records) {
@@ -153,15 +178,17 @@ pub fn replay_one(
     let report = replay::run_with(reader, backend.as_mut(), policy_impl.as_mut(), &mut |_| {}, options);
     drop(progress);
     let report = report?;
-    if let (Some(mut sink), Some(path)) = (sink, telemetry) {
-        sink.close().map_err(|e| Error::io(path.display(), std::io::Error::other(e.to_string())))?;
+    if let (Some(mut sink), Some(out)) = (sink, telemetry) {
+        sink.close().map_err(|e| Error::io(out.path().display(), std::io::Error::other(e.to_string())))?;
+        out.commit()?;
     }
     tracing::info!(time_ns = report.time_ns, events = report.events, wall_ns = report.wall_ns, "replay done");
     Ok(report)
 }
 
 pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
-    let mut config = crate::load_config(config_file)?.config;
+    let loaded = crate::load_config(config_file)?;
+    let mut config = loaded.config;
     if let Some(b) = &args.backend {
         config.backend = match b.as_str() {
             "auto" => BackendChoice::Auto,
@@ -178,14 +205,42 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
         Some(text) => Budget::parse(text).map_err(|e| Error::InvalidArgument(format!("--budget: {e}")))?,
         None => config.budget,
     };
-    let policies: Vec<PolicyName> = match &args.policy {
+    let mut policies: Vec<PolicyName> = match &args.policy {
         Some(names) => names
             .iter()
             .map(|n| n.parse().map_err(|e| Error::InvalidArgument(format!("--policy: {e}"))))
             .collect::<Result<_>>()?,
         None => config.replay.policies.clone(),
     };
-    let open = || TraceReader::open(&args.trace);
+    // Each policy once, in the order given.
+    let mut seen = Vec::new();
+    policies.retain(|p| {
+        !seen.contains(p) && {
+            seen.push(*p);
+            true
+        }
+    });
+    let input = TraceInput::open(&args.trace)?;
+    // Outputs are refused up front where they are one of the inputs (the trace, the config
+    // file, the calibration profile): nothing is replayed, and nothing is lost.
+    let profile = std::path::PathBuf::from(&config.sim.profile);
+    let mut inputs = vec![input.file(), args.trace.as_path()];
+    inputs.extend(loaded.file.as_deref());
+    if !config.sim.profile.is_empty() {
+        inputs.push(&profile);
+    }
+    let several = policies.len() > 1;
+    let logs = policies
+        .iter()
+        .map(|policy| match &args.telemetry {
+            Some(p) if several => {
+                OutputFile::create(&p.with_extension(format!("{policy}.jsonl")), &inputs).map(Some)
+            }
+            Some(p) => OutputFile::create(p, &inputs).map(Some),
+            None => Ok(None),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let open = || input.reader();
     // A first streaming pass finds the peak live bytes a percent budget refers to, and checks
     // the whole trace before any replay starts.
     let stats = {
@@ -194,23 +249,30 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
         let _progress = output::Progress::start(consumed, total, args.json, "checking");
         TraceStats::compute(reader)?
     };
-    let sizes = Sizes::of(budget, &stats);
-    let name = args.trace.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let (sizes, warning) = Sizes::of(budget, &stats);
+    let mut warnings: Vec<String> = warning.into_iter().collect();
+    let device = device_memory(&config)?;
+    if let Some(device) = device.filter(|&d| sizes.budget > d) {
+        warnings.push(format!(
+            "budget {budget} ({}) is more than the device's {}: replaying at {}",
+            Bytes(sizes.budget),
+            Bytes(device),
+            Bytes(device)
+        ));
+    }
+    for w in &warnings {
+        eprintln!("warning: {w}");
+    }
+    let name =
+        Path::new(input.name()).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let mut table = output::report_table();
-    let several = policies.len() > 1;
     let mut backend_ran = String::new();
-    for policy in policies {
-        let log = args.telemetry.as_ref().map(|p| {
-            if several {
-                p.with_extension(format!("{policy}.jsonl"))
-            } else {
-                p.clone()
-            }
-        });
-        let report = replay_one(&open, sizes, policy, &config, !args.json, log.as_deref(), args.undeclared)?;
+    for (policy, log) in policies.into_iter().zip(logs) {
+        let report = replay_one(&open, sizes, policy, &config, !args.json, log, args.undeclared)?;
         backend_ran = format!("{} ({})", report.backend, report.backend_detail);
         if args.json {
-            output::print_report_json(&report, &budget.to_string()).map_err(|e| Error::io("stdout", e))?;
+            output::print_report_json(&report, &budget.to_string(), &warnings)
+                .map_err(|e| Error::io("stdout", e))?;
         } else {
             table.row(output::report_row(&name, &budget.to_string(), &report));
             let host = report.backend_host;
@@ -233,10 +295,17 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
             "compute floor {}; backend {}; peak RSS {}",
             unimem_core::units::Nanos(stats.compute_floor_ns),
             backend_ran,
-            output::peak_rss_bytes()
-                .map(|b| unimem_core::units::Bytes(b).to_string())
-                .unwrap_or("n/a".into())
+            output::peak_rss_bytes().map(|b| Bytes(b).to_string()).unwrap_or("n/a".into())
         );
     }
     Ok(())
+}
+
+/// The device memory a replay's budget is capped at, where it is known before the replay:
+/// the simulator's profile (the CUDA backend reports its own cap when it opens).
+fn device_memory(config: &Config) -> Result<Option<u64>> {
+    Ok(match config.backend {
+        BackendChoice::Sim => Some(backend::cost_model(config)?.device_memory_bytes),
+        BackendChoice::Auto | BackendChoice::Cuda => None,
+    })
 }

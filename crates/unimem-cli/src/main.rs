@@ -8,6 +8,7 @@ mod cmd_probe;
 mod cmd_replay;
 mod cmd_telemetry;
 mod cmd_trace;
+mod input;
 mod output;
 
 use std::path::PathBuf;

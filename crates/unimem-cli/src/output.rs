@@ -23,17 +23,24 @@ struct JsonRun<'a> {
     #[serde(flatten)]
     report: &'a ReplayReport,
     budget: &'a str,
+    /// What the command warned of (a budget raised or capped).
+    warnings: &'a [String],
     over_floor: f64,
     events_per_sec: f64,
     peak_rss_bytes: Option<u64>,
 }
 
 /// Prints one run as a JSON line, streamed (a report with many steps is not built in memory).
-pub fn print_report_json(report: &ReplayReport, budget_spec: &str) -> std::io::Result<()> {
+pub fn print_report_json(
+    report: &ReplayReport,
+    budget_spec: &str,
+    warnings: &[String],
+) -> std::io::Result<()> {
     use std::io::Write;
     let run = JsonRun {
         report,
         budget: budget_spec,
+        warnings,
         over_floor: report.over_floor(),
         events_per_sec: report.events_per_sec().round(),
         peak_rss_bytes: peak_rss_bytes(),

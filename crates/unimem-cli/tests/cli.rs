@@ -1,57 +1,11 @@
 //! The `unimem` binary end to end: the main jobs work, and every kind of bad input gives a
 //! clear error (non-zero exit, a message naming the problem) and never a panic.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-fn unimem(args: &[&str]) -> Output {
-    unimem_env(args, &[])
-}
+use std::path::Path;
 
-fn unimem_env(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_unimem"));
-    cmd.args(args).env_remove("UNIMEM_CONFIG");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().expect("runs")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// A fresh temporary directory for one test.
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("unimem-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn write(path: &Path, bytes: &[u8]) {
-    std::fs::File::create(path).unwrap().write_all(bytes).unwrap();
-}
-
-fn sample(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../traces").join(name).display().to_string()
-}
-
-/// Fails with a clear message: exit code 1, `error: ` + the expected words, no panic.
-fn assert_clear_error(o: &Output, words: &[&str]) {
-    let err = stderr(o);
-    assert_eq!(o.status.code(), Some(1), "exit code; stderr: {err}");
-    assert!(err.starts_with("error: "), "{err}");
-    assert!(!err.contains("panicked"), "{err}");
-    for w in words {
-        assert!(err.contains(w), "missing `{w}` in: {err}");
-    }
-}
+use common::*;
 
 #[test]
 fn demo_runs_with_no_arguments() {

@@ -22,7 +22,7 @@ use crate::access::RangeAccess;
 use crate::backend::sim::CostModel;
 use crate::backend::{ByteRange, KernelLaunch, MemoryBackend};
 use crate::config::{Config, PolicyName};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::region::RegionId;
 use crate::trace::{TraceAccess, TraceEvent, TraceReader};
 
@@ -74,8 +74,8 @@ const BATCHES_IN_FLIGHT: usize = 4;
 /// Events parsed (and validated) on a thread of their own, so that parsing and simulating use
 /// two cores; the bounded channel keeps memory flat however long the trace.
 struct Parsed {
-    rx: crossbeam_channel::Receiver<Result<Vec<TraceEvent>>>,
-    batch: std::vec::IntoIter<TraceEvent>,
+    rx: crossbeam_channel::Receiver<Result<Vec<(u64, TraceEvent)>>>,
+    batch: std::vec::IntoIter<(u64, TraceEvent)>,
 }
 
 impl Parsed {
@@ -87,7 +87,7 @@ impl Parsed {
             let outcome = loop {
                 match reader.next_event() {
                     Ok(Some(event)) => {
-                        batch.push(event);
+                        batch.push((reader.line(), event));
                         if batch.len() == BATCH {
                             break Ok(false);
                         }
@@ -109,7 +109,8 @@ impl Parsed {
         Ok(Self { rx, batch: Vec::new().into_iter() })
     }
 
-    fn next_event(&mut self) -> Result<Option<TraceEvent>> {
+    /// The next event with its line in the trace file.
+    fn next_event(&mut self) -> Result<Option<(u64, TraceEvent)>> {
         loop {
             if let Some(event) = self.batch.next() {
                 return Ok(Some(event));
@@ -286,8 +287,9 @@ fn replay_events(
     let Options { mut sink, undeclared_every, pre_existing } = options;
     let mut protocol = protocol::Protocol::new(policy, backend, sink.is_some());
     let lookahead = policy.lookahead();
-    // (index, the event, the part of it the policy sees where that differs)
-    let mut window: VecDeque<(u64, TraceEvent, Option<TraceEvent>)> = VecDeque::with_capacity(lookahead + 1);
+    // (index, line, the event, the part of it the policy sees where that differs)
+    let mut window: VecDeque<(u64, u64, TraceEvent, Option<TraceEvent>)> =
+        VecDeque::with_capacity(lookahead + 1);
     let mut read = 0u64;
     let mut exhausted = false;
     let mut ranges = Vec::new();
@@ -299,21 +301,21 @@ fn replay_events(
     loop {
         while !exhausted && window.len() <= lookahead {
             match reader.next_event()? {
-                Some(event) => {
-                    pre.on_read(&event, backend)?;
+                Some((line, event)) => {
+                    pre.on_read(&event, backend).map_err(|e| Error::at(&file, line, e))?;
                     let seen = declared_part(&event, undeclared_every);
                     policy.on_future(read, seen.as_ref().unwrap_or(&event));
-                    window.push_back((read, event, seen));
+                    window.push_back((read, line, event, seen));
                     read += 1;
                 }
                 None => exhausted = true,
             }
         }
-        let Some((index, event, seen)) = window.pop_front() else {
+        let Some((index, line, event, seen)) = window.pop_front() else {
             break;
         };
         let seen = seen.as_ref().unwrap_or(&event);
-        protocol.run(index, seen, policy, backend, |backend| {
+        let ran = protocol.run(index, seen, policy, backend, |backend| {
             match &event {
                 TraceEvent::Alloc { id, bytes, name } => {
                     let address = backend.allocate(RegionId(*id), *bytes)?;
@@ -342,7 +344,8 @@ fn replay_events(
                 TraceEvent::Step { index } => marks.push((*index, backend.completion_ns(), floor)),
             }
             Ok(())
-        })?;
+        });
+        ran.map_err(|e| Error::at(&file, line, e))?;
         match sink.as_deref_mut() {
             Some(sink) => protocol.hand_to_sink(sink, policy)?,
             None => protocol.events.clear(),

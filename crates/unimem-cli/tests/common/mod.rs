@@ -1,0 +1,54 @@
+//! Helpers of the CLI's end-to-end tests.
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub fn unimem(args: &[&str]) -> Output {
+    unimem_env(args, &[])
+}
+
+pub fn unimem_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_unimem"));
+    cmd.args(args).env_remove("UNIMEM_CONFIG");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("runs")
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A fresh temporary directory for one test.
+pub fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("unimem-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+pub fn write(path: &Path, bytes: &[u8]) {
+    std::fs::File::create(path).unwrap().write_all(bytes).unwrap();
+}
+
+pub fn sample(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../traces").join(name).display().to_string()
+}
+
+/// Fails with a clear message: exit code 1, `error: ` + the expected words, no panic.
+pub fn assert_clear_error(o: &Output, words: &[&str]) {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(1), "exit code; stderr: {err}");
+    assert!(err.starts_with("error: "), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    for w in words {
+        assert!(err.contains(w), "missing `{w}` in: {err}");
+    }
+}
