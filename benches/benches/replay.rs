@@ -6,7 +6,7 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughpu
 /// The same allocator as the `unimem` binary, so the figures match what users run.
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-use unimem_core::backend::sim::{CostModel, SimBackend};
+use unimem_core::backends::sim::{CostModel, SimBackend};
 use unimem_core::config::{Config, PolicyName};
 use unimem_core::replay;
 use unimem_core::trace::synth::{Pattern, Synth, SynthSpec};
@@ -36,8 +36,12 @@ fn replay_none(c: &mut Criterion) {
         b.iter_batched(
             || (TraceReader::from_bytes("bench", bytes).unwrap(), SimBackend::new(CostModel::h200(), budget)),
             |(reader, mut sim)| {
-                let mut policy =
-                    replay::make_policy(PolicyName::None, budget, &Config::default(), &CostModel::h200());
+                let mut policy = unimem_core::policy::make_policy(
+                    PolicyName::None,
+                    budget,
+                    &Config::default(),
+                    &CostModel::h200(),
+                );
                 replay::run(reader, &mut sim, policy.as_mut(), &mut |_| {}).unwrap()
             },
             BatchSize::PerIteration,
@@ -66,7 +70,8 @@ fn replay_oracle(c: &mut Criterion) {
             || (TraceReader::from_bytes("bench", bytes).unwrap(), SimBackend::new(CostModel::h200(), budget)),
             |(reader, mut sim)| {
                 let cost = CostModel::h200();
-                let mut policy = replay::make_policy(PolicyName::Oracle, budget, &Config::default(), &cost);
+                let mut policy =
+                    unimem_core::policy::make_policy(PolicyName::Oracle, budget, &Config::default(), &cost);
                 replay::run(reader, &mut sim, policy.as_mut(), &mut |_| {}).unwrap()
             },
             BatchSize::PerIteration,
@@ -96,7 +101,7 @@ fn sim_launch(c: &mut Criterion) {
 /// also scores and forecasts at each kernel end), with 100,000 live regions learned. Each
 /// kernel touches 4 regions of a step that repeats, as training does.
 fn advisor_observe(c: &mut Criterion) {
-    use unimem_core::advisor::{Observation, Predictor, RegionKey, Tournament};
+    use unimem_core::policy::advisor::{Observation, Predictor, RegionKey, Tournament};
     const REGIONS: u64 = 100_000;
     const PER_KERNEL: u64 = 4;
     let mut t = Tournament::standard();
@@ -142,7 +147,8 @@ fn replay_resnet(c: &mut Criterion) {
                     || (open(), SimBackend::new(CostModel::h200(), budget).with_staging(budget)),
                     |(reader, mut sim)| {
                         let cost = CostModel::h200();
-                        let mut p = replay::make_policy(policy, budget, &Config::default(), &cost);
+                        let mut p =
+                            unimem_core::policy::make_policy(policy, budget, &Config::default(), &cost);
                         replay::run(reader, &mut sim, p.as_mut(), &mut |_| {}).unwrap()
                     },
                     BatchSize::PerIteration,

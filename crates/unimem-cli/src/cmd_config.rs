@@ -27,7 +27,7 @@ pub fn run(cmd: &Command, config_file: Option<&std::path::Path>) -> Result<()> {
         Command::Check { file } => {
             let loaded = crate::load_config(Some(file))?;
             // The profile a file names must load too, or the first replay would fail on it.
-            unimem_core::backend::cost_model(&loaded.config)?;
+            unimem_core::backends::cost_model(&loaded.config)?;
             println!("{}: ok", file.display());
         }
     }

@@ -16,7 +16,7 @@ pub fn run(config_file: Option<&std::path::Path>) -> Result<()> {
     if config.backend == unimem_core::config::BackendChoice::Auto {
         config.backend = unimem_core::config::BackendChoice::Sim;
     }
-    let cost = unimem_core::backend::cost_model(&config)?;
+    let cost = unimem_core::backends::cost_model(&config)?;
     if config.backend == unimem_core::config::BackendChoice::Sim {
         println!("unimem demo: real PyTorch traces recorded on an H200, replayed on the simulator");
         println!("(profile \"{}\"). The budget emulates a GPU with that much memory;", cost.name);

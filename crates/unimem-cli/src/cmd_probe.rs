@@ -3,8 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use unimem_core::backend::cuda::{probe, CudaDevice};
-use unimem_core::backend::sim::CostModel;
+use unimem_core::backends::cuda::{probe, CudaDevice};
+use unimem_core::cost::CostModel;
 use unimem_core::output_file::OutputFile;
 use unimem_core::units::parse_bytes;
 use unimem_core::{Error, Result};

@@ -2,12 +2,12 @@
 
 use std::path::{Path, PathBuf};
 
-use unimem_core::backend;
 use unimem_core::config::{BackendChoice, PolicyName};
 use unimem_core::output_file::OutputFile;
 use unimem_core::replay::{self, ReplayReport};
 use unimem_core::trace::{TraceReader, TraceStats};
 use unimem_core::units::Bytes;
+use unimem_core::{backends, policy, protocol, seam};
 use unimem_core::{Budget, Config, Error, Result};
 
 use crate::input::TraceInput;
@@ -93,14 +93,14 @@ impl<'a> Sizes<'a> {
 /// Telemetry that only feeds the policy: nothing is written.
 struct NoLog;
 
-impl replay::EventSink for NoLog {
+impl protocol::EventSink for NoLog {
     fn region(&mut self, _: unimem_core::RegionId, _: u64, _: Option<&str>, _: u64) -> Result<()> {
         Ok(())
     }
     fn freed(&mut self, _: unimem_core::RegionId) -> Result<()> {
         Ok(())
     }
-    fn events(&mut self, _: &[backend::MemEvent]) -> Result<()> {
+    fn events(&mut self, _: &[seam::MemEvent]) -> Result<()> {
         Ok(())
     }
 }
@@ -116,11 +116,11 @@ pub fn replay_one(
     telemetry: Option<OutputFile>,
     undeclared_every: u64,
 ) -> Result<ReplayReport> {
-    let cost = backend::cost_model(config)?;
+    let cost = backends::cost_model(config)?;
     let budget_bytes = sizes.budget;
     // Staging memory is pinned before the timed work, as much as can be off the device at once.
     let staging = config.staging.resolve(budget_bytes);
-    let mut backend = backend::open(
+    let mut backend = backends::open(
         config.backend,
         cost.clone(),
         budget_bytes,
@@ -131,7 +131,7 @@ pub fn replay_one(
     // A replay finds data by region, never by an address it kept: restores may relocate.
     backend.allow_relocation(config.replay.relocate);
     backend.charge_host_work(config.sim.policy_time == unimem_core::config::PolicyTime::Measured);
-    let mut policy_impl = replay::make_policy(policy, backend.device_capacity(), config, &cost);
+    let mut policy_impl = policy::make_policy(policy, backend.device_capacity(), config, &cost);
     let reader = open()?;
     let (consumed, total) = reader.progress();
     tracing::info!(trace = reader.file(), %policy, budget_bytes, backend = %backend.describe(), "replay starts");
@@ -171,7 +171,7 @@ pub fn replay_one(
         None => None,
     };
     let options = replay::Options {
-        sink: sink.as_deref_mut().map(|s| s as &mut dyn replay::EventSink),
+        sink: sink.as_deref_mut().map(|s| s as &mut dyn protocol::EventSink),
         undeclared_every,
         pre_existing: Some(sizes.pre_existing),
     };
@@ -305,7 +305,7 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
 /// the simulator's profile (the CUDA backend reports its own cap when it opens).
 fn device_memory(config: &Config) -> Result<Option<u64>> {
     Ok(match config.backend {
-        BackendChoice::Sim => Some(backend::cost_model(config)?.device_memory_bytes),
+        BackendChoice::Sim => Some(backends::cost_model(config)?.device_memory_bytes),
         BackendChoice::Auto | BackendChoice::Cuda => None,
     })
 }

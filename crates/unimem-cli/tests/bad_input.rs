@@ -142,11 +142,11 @@ fn an_output_that_is_an_input_is_refused_and_the_input_kept() {
     assert_clear_error(&o, &["would destroy the input"]);
     assert_eq!(std::fs::read(&cfg).unwrap(), b"budget = \"50%\"\n");
     let p = d.join("p.toml");
-    std::fs::write(&p, unimem_core::backend::sim::H200_PROFILE).unwrap();
+    std::fs::write(&p, unimem_core::cost::H200_PROFILE).unwrap();
     let ps = p.display().to_string();
     let o = unimem(&["probe", "--merge", &ps, "--out", &ps]);
     assert_clear_error(&o, &["would destroy the input"]);
-    assert_eq!(std::fs::read_to_string(&p).unwrap(), unimem_core::backend::sim::H200_PROFILE);
+    assert_eq!(std::fs::read_to_string(&p).unwrap(), unimem_core::cost::H200_PROFILE);
 }
 
 #[test]

@@ -11,20 +11,25 @@
 #![warn(missing_docs)]
 
 pub mod access;
-pub mod advisor;
-pub mod backend;
+pub mod backends;
 pub mod config;
+pub mod cost;
 pub mod error;
+pub(crate) mod mechanism;
 pub mod output_file;
+pub mod policy;
+pub mod protocol;
 pub mod region;
 pub mod replay;
 pub mod runtime;
+pub mod seam;
 pub mod trace;
 pub mod units;
 
 pub use access::{Access, AccessHistory, AccessMode, Accessor, RangeAccess};
-pub use backend::sim::{CostModel, SimBackend};
-pub use backend::{Advice, BackendKind, ByteRange, KernelLaunch, Location, MemoryBackend, Residency};
+pub use backends::sim::SimBackend;
+pub use cost::CostModel;
+pub use seam::{Advice, BackendKind, ByteRange, KernelLaunch, Location, MemoryBackend, Residency};
 
 pub use config::{Budget, Config, LoadedConfig};
 pub use error::{Error, Result};

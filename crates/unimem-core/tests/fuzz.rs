@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use proptest::prelude::RngExt;
 use proptest::test_runner::{RngAlgorithm, TestRng};
 
-use unimem_core::backend::sim::SimBackend;
+use unimem_core::backends::sim::SimBackend;
 use unimem_core::config::{Config, PolicyName};
 use unimem_core::replay;
 use unimem_core::trace::{
@@ -335,7 +335,7 @@ fn run_case(seed: u64, tally: &mut Tally) {
         for budget in [(stats.peak_live_page_bytes / 2).max(stats.largest_kernel.bytes).max(4096), 64 << 20] {
             for policy in PolicyName::ALL {
                 let mut gpu = SimBackend::new(cost.clone(), budget).with_staging(budget);
-                let mut p = replay::make_policy(
+                let mut p = unimem_core::policy::make_policy(
                     policy,
                     unimem_core::MemoryBackend::device_capacity(&gpu),
                     &Config::default(),

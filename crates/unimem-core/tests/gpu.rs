@@ -4,12 +4,12 @@
 //! holds read-mostly duplicates.
 #![cfg(feature = "gpu-tests")]
 
-use unimem_core::backend::cuda::{
+use unimem_core::backends::cuda::{
     discard_and_prefetch_batch, discard_batch, prefetch_batch, probe, CudaDevice, FreeMemory, Kernels,
     ManagedBuffer, TouchMode,
 };
-use unimem_core::backend::{Advice, Location};
 use unimem_core::config::Oversubscribe;
+use unimem_core::seam::{Advice, Location};
 use unimem_core::Error;
 
 const GIB: u64 = 1 << 30;
@@ -209,10 +209,10 @@ mod backend {
     //! The `CudaBackend` behind the `MemoryBackend` seam: data through every placement with the
     //! software budget, residency against range attributes, and replays with every policy.
 
-    use unimem_core::backend::cuda::CudaBackend;
-    use unimem_core::backend::{Advice, ByteRange, KernelLaunch, Location, MemoryBackend};
+    use unimem_core::backends::cuda::CudaBackend;
     use unimem_core::config::{Config, Oversubscribe, PolicyName};
     use unimem_core::replay;
+    use unimem_core::seam::{Advice, ByteRange, KernelLaunch, Location, MemoryBackend};
     use unimem_core::trace::synth::{Pattern, Synth, SynthSpec};
     use unimem_core::trace::{TraceHeader, TraceReader, TraceWriter};
     use unimem_core::{AccessMode, CostModel, RangeAccess, RegionId};
@@ -235,7 +235,7 @@ mod backend {
         // With staging, as `unimem replay` opens it.
         let mut gpu =
             CudaBackend::open(0, budget, Oversubscribe::Deny).unwrap().with_staging(budget, budget).unwrap();
-        let mut p = replay::make_policy(policy, budget, config, &CostModel::h200());
+        let mut p = unimem_core::policy::make_policy(policy, budget, config, &CostModel::h200());
         replay::run(TraceReader::from_bytes("gpu", bytes).unwrap(), &mut gpu, p.as_mut(), &mut |_| {})
             .unwrap()
     }
@@ -351,14 +351,14 @@ mod backend {
         b.synchronize().unwrap();
         let mut events = Vec::new();
         b.drain_events(&mut events);
-        let staged = |want: unimem_core::backend::Direction| -> u64 {
+        let staged = |want: unimem_core::seam::Direction| -> u64 {
             events
                 .iter()
                 .filter_map(|e| match *e {
-                    unimem_core::backend::MemEvent::Migration {
+                    unimem_core::seam::MemEvent::Migration {
                         bytes,
                         dir,
-                        cause: unimem_core::backend::MigrationCause::Staging,
+                        cause: unimem_core::seam::MigrationCause::Staging,
                         start_ns,
                         end_ns,
                         ..
@@ -370,7 +370,7 @@ mod backend {
                 })
                 .sum()
         };
-        use unimem_core::backend::Direction;
+        use unimem_core::seam::Direction;
         assert_eq!(staged(Direction::D2H), 4 * size, "staged out, as events");
         // Two of the four came back through the device (a prefetch, a kernel); two by host reads.
         assert_eq!(staged(Direction::H2D), 2 * size, "restored to the device, as events");
@@ -533,7 +533,7 @@ mod backend {
     /// the budget holds.
     #[test]
     fn wholly_staged_regions_come_back_into_pooled_pages_with_their_data() {
-        use unimem_core::backend::MemEvent;
+        use unimem_core::seam::MemEvent;
         let size = 128 * MIB;
         let budget = 512 * MIB;
         let mut b = CudaBackend::open(0, budget, Oversubscribe::Deny)
@@ -612,7 +612,7 @@ mod backend {
     /// region's work finished, after that work's kernel.
     #[test]
     fn recorded_kernels_and_releases_are_timed_on_the_device() {
-        use unimem_core::backend::MemEvent;
+        use unimem_core::seam::MemEvent;
         let mut b = CudaBackend::open(0, 1 << 30, Oversubscribe::Deny).unwrap();
         b.record_events(true);
         let origin = b.event_clock_origin().expect("a real-time clock");
@@ -835,7 +835,7 @@ fn populating_by_prefetch_beats_faults_and_costs_nothing_later() {
 /// touch that places and times it must leave the data intact, and what the body stores lands.
 #[test]
 fn host_executed_kernels_on_the_gpu_keep_and_store_data() {
-    use unimem_core::backend::cuda::CudaBackend;
+    use unimem_core::backends::cuda::CudaBackend;
     use unimem_core::config::{Config, Oversubscribe, PolicyName};
     use unimem_core::{AccessMode, RangeAccess, Runtime};
     let gpu = CudaBackend::open(0, 64 << 20, Oversubscribe::Deny).unwrap();
@@ -865,7 +865,7 @@ fn host_executed_kernels_on_the_gpu_keep_and_store_data() {
 #[test]
 fn native_kernels_run_through_the_runtime() {
     use std::sync::Arc;
-    use unimem_core::backend::cuda::CudaBackend;
+    use unimem_core::backends::cuda::CudaBackend;
     use unimem_core::config::{Config, Oversubscribe, PolicyName};
     use unimem_core::{AccessMode, RangeAccess, Runtime};
     let dev = device();

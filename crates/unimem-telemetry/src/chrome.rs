@@ -1,7 +1,7 @@
 //! Chrome trace / Perfetto export (the JSON "trace event" format): slices for kernels and
 //! transfers, instant events for faults, counter tracks for resident bytes and link traffic.
 
-use unimem_core::backend::{Direction, Location, MemEvent};
+use unimem_core::seam::{Direction, Location, MemEvent};
 
 use crate::read::Log;
 

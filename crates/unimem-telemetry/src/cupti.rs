@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use std::collections::HashMap;
 
 use cudarc::cupti::sys;
-use unimem_core::backend::{Direction, MemEvent, MigrationCause, RemoteMapCause};
-use unimem_core::replay::EventSink;
+use unimem_core::protocol::EventSink;
+use unimem_core::seam::{Direction, MemEvent, MigrationCause, RemoteMapCause};
 use unimem_core::{Accessor, Error, RegionId, Result};
 
 /// One unified-memory counter record, as CUPTI reports it.
@@ -403,7 +403,7 @@ impl<S: EventSink> std::fmt::Debug for CuptiSink<'_, S> {
 
 impl<'a, S: EventSink> CuptiSink<'a, S> {
     /// A sink writing to `inner`, with CUPTI's records from `source`; `origin` is where the
-    /// backend's event clock starts ([`unimem_core::backend::MemoryBackend::event_clock_origin`]).
+    /// backend's event clock starts ([`unimem_core::seam::MemoryBackend::event_clock_origin`]).
     /// Records collected before this call are dropped.
     pub fn new(inner: S, source: &'a CuptiSource, origin: Instant) -> Result<Self> {
         source.drain()?;

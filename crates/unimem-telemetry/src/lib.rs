@@ -4,8 +4,8 @@
 //! ([`EventLog`], read back by [`Log`]), per-region and log-wide summaries ([`Summary`]), a
 //! Chrome trace / Perfetto export ([`chrome_trace`]), an SVG plot ([`svg`]) and a `tracing`
 //! sink ([`TracingSink`]); on a GPU, CUPTI's unified-memory counters ([`cupti`]). Events come
-//! from a backend ([`unimem_core::backend::MemEvent`]; the simulator reports every fault and
-//! migration); a replay writes them through [`unimem_core::replay::EventSink`].
+//! from a backend ([`unimem_core::seam::MemEvent`]; the simulator reports every fault and
+//! migration); a replay writes them through [`unimem_core::protocol::EventSink`].
 
 #![warn(missing_docs)]
 

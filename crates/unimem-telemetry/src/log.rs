@@ -4,8 +4,8 @@
 
 use std::io::Write;
 
-use unimem_core::backend::MemEvent;
-use unimem_core::replay::EventSink;
+use unimem_core::protocol::EventSink;
+use unimem_core::seam::MemEvent;
 use unimem_core::RegionId;
 
 /// Schema name in the header.

@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use unimem_core::backend::{Direction, Location, MemEvent};
+use unimem_core::seam::{Direction, Location, MemEvent};
 
 use crate::read::Log;
 

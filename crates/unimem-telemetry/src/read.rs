@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
-use unimem_core::backend::MemEvent;
+use unimem_core::seam::MemEvent;
 use unimem_core::trace::Decompressed;
 use unimem_core::RegionId;
 

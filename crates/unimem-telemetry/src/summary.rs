@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use unimem_core::backend::{Direction, Location, MemEvent, MigrationCause, RemoteMapCause};
+use unimem_core::seam::{Direction, Location, MemEvent, MigrationCause, RemoteMapCause};
 use unimem_core::{Accessor, RegionId};
 
 /// What happened to one region.
@@ -187,7 +187,7 @@ impl Summary {
 mod tests {
     use super::*;
     use crate::{EventLog, Log};
-    use unimem_core::backend::sim::SimBackend;
+    use unimem_core::backends::sim::SimBackend;
     use unimem_core::{AccessMode, CostModel, KernelLaunch, MemoryBackend, RangeAccess};
 
     #[test]

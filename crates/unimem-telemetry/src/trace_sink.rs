@@ -4,8 +4,8 @@
 
 use std::collections::HashMap;
 
-use unimem_core::backend::MemEvent;
-use unimem_core::replay::EventSink;
+use unimem_core::protocol::EventSink;
+use unimem_core::seam::MemEvent;
 use unimem_core::RegionId;
 
 /// Emits records as `tracing` events: migrations and faults at `debug`, kernels at `trace`.
@@ -106,7 +106,7 @@ mod tests {
     use tracing::{Event, Subscriber};
 
     use super::*;
-    use unimem_core::backend::{Direction, MigrationCause};
+    use unimem_core::seam::{Direction, MigrationCause};
 
     /// Collects (message, name field) of the events it sees.
     #[derive(Clone, Default)]

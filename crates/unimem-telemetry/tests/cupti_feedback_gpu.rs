@@ -4,10 +4,12 @@
 //! kernels' device times. A binary of its own: CUPTI starts once per process.
 #![cfg(feature = "gpu-tests")]
 
-use unimem_core::backend::cuda::CudaBackend;
-use unimem_core::backend::{MemEvent, MemoryBackend};
+use unimem_core::backends::cuda::CudaBackend;
 use unimem_core::config::{Config, Oversubscribe};
-use unimem_core::replay::{self, Advisor, AdvisorSettings, EventSink};
+use unimem_core::policy::{Advisor, AdvisorSettings};
+use unimem_core::protocol::EventSink;
+use unimem_core::replay;
+use unimem_core::seam::{MemEvent, MemoryBackend};
 use unimem_core::trace::synth::{Pattern, Synth, SynthSpec};
 use unimem_core::trace::TraceReader;
 use unimem_core::{CostModel, RegionId, Result};

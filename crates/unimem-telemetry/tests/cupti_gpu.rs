@@ -2,8 +2,8 @@
 //! per-region bytes CUPTI reports for it; the cost of collecting on a faulting workload.
 #![cfg(feature = "gpu-tests")]
 
-use unimem_core::backend::cuda::{CudaDevice, Kernels, ManagedBuffer, TouchMode};
-use unimem_core::backend::Location;
+use unimem_core::backends::cuda::{CudaDevice, Kernels, ManagedBuffer, TouchMode};
+use unimem_core::seam::Location;
 use unimem_core::RegionId;
 use unimem_telemetry::cupti::{to_events, CuptiSource};
 use unimem_telemetry::Summary;

@@ -9,7 +9,7 @@ use proptest::prelude::RngExt;
 use proptest::test_runner::{RngAlgorithm, TestRng};
 
 use unimem_core::access::AccessMode;
-use unimem_core::backend::sim::SimBackend;
+use unimem_core::backends::sim::SimBackend;
 use unimem_core::config::{Config, PolicyName};
 use unimem_core::trace::{TraceAccess, TraceEvent, TraceHeader, TraceReader, TraceWriter};
 use unimem_core::{replay, CostModel};
@@ -34,7 +34,8 @@ fn base_log() -> Vec<String> {
     let mut log = EventLog::new(Vec::new(), "fuzz").unwrap();
     let budget = 8 << 20;
     let mut gpu = SimBackend::new(CostModel::h200(), budget);
-    let mut p = replay::make_policy(PolicyName::Advisor, budget, &Config::default(), &CostModel::h200());
+    let mut p =
+        unimem_core::policy::make_policy(PolicyName::Advisor, budget, &Config::default(), &CostModel::h200());
     let reader = TraceReader::from_bytes("mem", bytes).unwrap();
     replay::run_with_events(reader, &mut gpu, p.as_mut(), &mut |_| {}, Some(&mut log)).unwrap();
     String::from_utf8(log.finish().unwrap()).unwrap().lines().map(str::to_string).collect()

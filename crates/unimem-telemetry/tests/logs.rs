@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use unimem_core::backend::sim::SimBackend;
+use unimem_core::backends::sim::SimBackend;
 use unimem_core::config::{Config, PolicyName};
 use unimem_core::replay;
 use unimem_core::trace::{TraceAccess, TraceEvent, TraceHeader, TraceReader, TraceWriter};
@@ -27,7 +27,7 @@ fn replay_log(policy: PolicyName) -> Vec<u8> {
     let bytes: &'static [u8] = Box::leak(w.finish().unwrap().into_boxed_slice());
     let budget = 8 << 20;
     let mut gpu = SimBackend::new(CostModel::h200(), budget);
-    let mut p = replay::make_policy(policy, budget, &Config::default(), &CostModel::h200());
+    let mut p = unimem_core::policy::make_policy(policy, budget, &Config::default(), &CostModel::h200());
     let mut log = EventLog::new(Vec::new(), "test replay").unwrap();
     replay::run_with_events(
         TraceReader::from_bytes("mem", bytes).unwrap(),
@@ -197,7 +197,7 @@ fn bad_logs_are_clear_errors() {
 
 #[test]
 fn driver_thrashing_throttling_and_remote_maps_read_summarise_and_export() {
-    use unimem_core::backend::{MemEvent, RemoteMapCause};
+    use unimem_core::seam::{MemEvent, RemoteMapCause};
     use unimem_core::{Accessor, RegionId};
     let r = RegionId(4);
     let events = vec![
@@ -247,7 +247,7 @@ fn driver_thrashing_throttling_and_remote_maps_read_summarise_and_export() {
 /// summarises and exports (a reader without the kind refused the log on the H200).
 #[test]
 fn relocations_read_summarise_and_export() {
-    use unimem_core::backend::MemEvent;
+    use unimem_core::seam::MemEvent;
     use unimem_core::RegionId;
     let r = RegionId(7);
     let events =

@@ -49,7 +49,7 @@ impl Budget {
             Budget::Bytes(b) => b,
             Budget::Percent(p) => (total as f64 * p / 100.0).round() as u64,
         };
-        bytes.max(crate::backend::PAGE_SIZE)
+        bytes.max(crate::seam::PAGE_SIZE)
     }
 }
 

@@ -2,9 +2,6 @@
 //! by the policy's lookahead window, never by the trace), and reports time against the compute
 //! floor.
 
-mod late;
-pub mod policy;
-pub(crate) mod protocol;
 mod report;
 
 use std::collections::VecDeque;
@@ -12,56 +9,19 @@ use std::collections::VecDeque;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::time::Instant;
 
-pub use policy::{Advisor, AdvisorSettings, HintBytes, NoHints, Oracle, Policy};
 pub use report::{Learning, PlacementBytes, PrefetchMetrics, ReplayReport, StepReport};
 
 /// The driver's fault unit (64 KiB), for counting faults avoided.
 const FAULT_UNIT_BYTES: u64 = 64 << 10;
 
 use crate::access::RangeAccess;
-use crate::backend::sim::CostModel;
-use crate::backend::{ByteRange, KernelLaunch, MemoryBackend};
-use crate::config::{Config, PolicyName};
+use crate::seam::{ByteRange, KernelLaunch, MemoryBackend};
+
 use crate::error::{Error, Result};
+use crate::policy::Policy;
+use crate::protocol::{self, EventSink};
 use crate::region::RegionId;
 use crate::trace::{TraceAccess, TraceEvent, TraceReader};
-
-/// Builds the policy `name` for a device of `budget` bytes, with the settings of `config`.
-pub fn make_policy(name: PolicyName, budget: u64, config: &Config, cost: &CostModel) -> Box<dyn Policy> {
-    let break_even = cost.prefetch_break_even_bytes();
-    match name {
-        PolicyName::None => Box::new(NoHints),
-        PolicyName::Oracle => {
-            Box::new(Oracle::new(budget, config.replay.oracle_lookahead as usize, break_even))
-        }
-        PolicyName::Advisor => {
-            Box::new(Advisor::new(AdvisorSettings::from_config(budget, break_even, &config.advisor)))
-        }
-    }
-}
-
-/// Where a replay's (or a running program's) telemetry goes: the regions as they come and go
-/// (for attribution, also after a free) and the backend's events as they happen.
-pub trait EventSink {
-    /// A region was allocated at `address` (the backend's address of its first byte).
-    fn region(&mut self, id: RegionId, bytes: u64, name: Option<&str>, address: u64) -> Result<()>;
-    /// A region was freed.
-    fn freed(&mut self, id: RegionId) -> Result<()>;
-    /// Events the backend reported since the last call.
-    fn events(&mut self, events: &[crate::backend::MemEvent]) -> Result<()>;
-    /// The work is over and the backend synchronised: write what is still held, flush.
-    fn close(&mut self) -> Result<()> {
-        Ok(())
-    }
-    /// Appends to `out` the events a source delivered since the last call that the backend
-    /// could not report as they happened (CUPTI's records of a GPU's faults and migrations),
-    /// attributed to regions, in any order; the sink writes them to its log as well. The replay
-    /// and the runtime feed the faults among them to a policy that learns from faults. None by
-    /// default.
-    fn late(&mut self, _out: &mut Vec<crate::backend::MemEvent>) -> Result<()> {
-        Ok(())
-    }
-}
 
 /// How often (in events) the progress callback is called.
 pub const PROGRESS_EVERY: u64 = 1 << 16;

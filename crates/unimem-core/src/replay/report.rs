@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use crate::backend::{BackendKind, HostTime};
+use crate::seam::{BackendKind, HostTime};
 
 /// Time and floor of one step (between `step` markers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -37,7 +37,7 @@ pub struct PrefetchMetrics {
 
 impl PrefetchMetrics {
     /// Metrics from backend counters and the fault unit size.
-    pub fn from_stats(s: &crate::backend::BackendStats, fault_unit_bytes: u64) -> Self {
+    pub fn from_stats(s: &crate::seam::BackendStats, fault_unit_bytes: u64) -> Self {
         let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
         Self {
             accuracy: ratio(s.prefetch_used_bytes, s.prefetch_arrived_bytes),
@@ -84,7 +84,7 @@ pub struct PlacementBytes {
 
 impl PlacementBytes {
     /// Placement bytes from backend counters.
-    pub fn from_stats(s: &crate::backend::BackendStats) -> Self {
+    pub fn from_stats(s: &crate::seam::BackendStats) -> Self {
         Self {
             migrated: s.h2d_bytes.saturating_sub(s.duplicated_bytes + s.staged_in_bytes),
             duplicated: s.duplicated_bytes,
@@ -124,7 +124,7 @@ pub struct ReplayReport {
     pub peak_resident_bytes: u64,
     /// Most device memory held at once: resident data plus the pages of freed buffers kept
     /// for reuse and pages taken over for restores to come (see
-    /// [`BackendStats::peak_footprint_bytes`](crate::backend::BackendStats::peak_footprint_bytes)).
+    /// [`BackendStats::peak_footprint_bytes`](crate::seam::BackendStats::peak_footprint_bytes)).
     pub peak_footprint_bytes: u64,
     /// Of `h2d_bytes`, moved by prefetch.
     pub prefetch_h2d_bytes: u64,

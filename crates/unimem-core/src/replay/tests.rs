@@ -1,6 +1,9 @@
 use super::*;
-use crate::backend::sim::SimBackend;
-use crate::backend::MemEvent;
+use crate::backends::sim::SimBackend;
+use crate::config::{Config, PolicyName};
+use crate::cost::CostModel;
+use crate::policy::{make_policy, Advisor, AdvisorSettings, NoHints};
+use crate::seam::MemEvent;
 use crate::trace::synth::{Pattern, Synth, SynthSpec};
 use crate::trace::{TraceHeader, TraceWriter};
 
@@ -186,7 +189,7 @@ mod advisor_integrity {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::backend::BLOCK_SIZE;
+    use crate::seam::BLOCK_SIZE;
 
     const MIB: u64 = 1 << 20;
 
@@ -222,7 +225,7 @@ mod advisor_integrity {
         index: u64,
         /// The policy does not see accesses to regions whose id is a multiple of this (0: none).
         hide: u64,
-        events: Vec<crate::backend::MemEvent>,
+        events: Vec<crate::seam::MemEvent>,
     }
 
     impl World {
@@ -574,7 +577,7 @@ struct CallLog {
 }
 
 impl MemoryBackend for CallLog {
-    fn kind(&self) -> crate::backend::BackendKind {
+    fn kind(&self) -> crate::seam::BackendKind {
         self.sim.kind()
     }
     fn describe(&self) -> String {
@@ -590,10 +593,10 @@ impl MemoryBackend for CallLog {
     fn free(&mut self, id: RegionId) -> Result<()> {
         self.sim.free(id)
     }
-    fn advise(&mut self, range: ByteRange, advice: crate::backend::Advice) -> Result<()> {
+    fn advise(&mut self, range: ByteRange, advice: crate::seam::Advice) -> Result<()> {
         self.sim.advise(range, advice)
     }
-    fn prefetch(&mut self, ranges: &[ByteRange], to: crate::backend::Location) -> Result<()> {
+    fn prefetch(&mut self, ranges: &[ByteRange], to: crate::seam::Location) -> Result<()> {
         self.sim.prefetch(ranges, to)
     }
     fn discard(&mut self, ranges: &[ByteRange]) -> Result<()> {
@@ -612,13 +615,13 @@ impl MemoryBackend for CallLog {
     fn completion_ns(&self) -> u64 {
         self.sim.completion_ns()
     }
-    fn residency(&self, range: ByteRange) -> Result<crate::backend::Residency> {
+    fn residency(&self, range: ByteRange) -> Result<crate::seam::Residency> {
         self.sim.residency(range)
     }
     fn device_resident_bytes(&self) -> u64 {
         self.sim.device_resident_bytes()
     }
-    fn stats(&self) -> crate::backend::BackendStats {
+    fn stats(&self) -> crate::seam::BackendStats {
         self.sim.stats()
     }
     fn record_events(&mut self, on: bool) {

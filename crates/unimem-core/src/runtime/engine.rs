@@ -10,12 +10,12 @@ use std::thread::JoinHandle;
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::access::RangeAccess;
-use crate::backend::{BackendStats, KernelLaunch, MemoryBackend, NativeLaunch};
 use crate::error::{Error, Result};
+use crate::protocol::Protocol;
 use crate::region::RegionId;
-use crate::replay::protocol::Protocol;
-use crate::replay::{EventSink, Policy};
+use crate::seam::{BackendStats, KernelLaunch, MemoryBackend, NativeLaunch};
 use crate::trace::{TraceAccess, TraceEvent};
+use crate::{policy::Policy, protocol::EventSink};
 
 /// What the backend looked like at a synchronize.
 pub(super) struct Snapshot {

@@ -18,10 +18,10 @@ use std::sync::{Arc, Mutex};
 use crossbeam_channel::{bounded, Sender};
 
 use crate::access::{Access, AccessHistory, Accessor, RangeAccess};
-use crate::backend::{BackendKind, BackendStats, MemoryBackend};
 use crate::config::{Config, PolicyName};
 use crate::error::{Error, Result};
 use crate::region::{Region, RegionId, Registry};
+use crate::seam::{BackendKind, BackendStats, MemoryBackend};
 use engine::{Command, Engine};
 
 /// Accesses the runtime's history keeps (older ones are dropped; the predictors have learned
@@ -150,13 +150,13 @@ impl Runtime {
         backend: Box<dyn MemoryBackend>,
         policy: PolicyName,
         config: &Config,
-        sink: Option<Box<dyn crate::replay::EventSink + Send>>,
+        sink: Option<Box<dyn crate::protocol::EventSink + Send>>,
     ) -> Result<Self> {
         let budget = backend.device_capacity();
         let kind = backend.kind();
         // The cost model sets the advisor's smallest worthwhile prefetch.
-        let cost = crate::backend::cost_model(config)?;
-        let policy = crate::replay::make_policy(policy, budget, config, &cost);
+        let cost = crate::backends::cost_model(config)?;
+        let policy = crate::policy::make_policy(policy, budget, config, &cost);
         let (tx, rx) = bounded(1024);
         let engine = Engine::spawn(backend, policy, sink, rx);
         Ok(Self {
@@ -175,10 +175,11 @@ impl Runtime {
     /// A runtime as `config` asks: its backend (`auto`: CUDA when present, else the simulator),
     /// its budget (a percent is of the device) and the advisor.
     pub fn from_config(config: &Config) -> Result<Self> {
-        let cost = crate::backend::cost_model(config)?;
+        let cost = crate::backends::cost_model(config)?;
         let capacity = config.budget.resolve(cost.device_memory_bytes);
         let staging = config.staging.resolve(capacity);
-        let backend = crate::backend::open(config.backend, cost, capacity, config.oversubscribe, staging, 0)?;
+        let backend =
+            crate::backends::open(config.backend, cost, capacity, config.oversubscribe, staging, 0)?;
         Self::with_backend(backend, PolicyName::Advisor, config)
     }
 
@@ -282,7 +283,7 @@ impl Runtime {
         &self,
         name: &str,
         accesses: &[RangeAccess],
-        job: impl FnOnce(&crate::backend::NativeLaunch<'_>) -> Result<()> + Send + 'static,
+        job: impl FnOnce(&crate::seam::NativeLaunch<'_>) -> Result<()> + Send + 'static,
     ) -> Result<()> {
         self.check_and_record(accesses, Accessor::Device)?;
         let (reply, rx) = bounded(1);

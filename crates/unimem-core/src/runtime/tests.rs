@@ -1,7 +1,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::*;
-use crate::backend::sim::{CostModel, SimBackend};
+use crate::backends::sim::{CostModel, SimBackend};
 use crate::AccessMode;
 
 const MIB: u64 = 1 << 20;

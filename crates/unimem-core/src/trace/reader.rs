@@ -17,8 +17,8 @@ use serde::Deserialize;
 
 use super::event::{TraceAccess, TraceEvent, TraceHeader};
 use super::gzip::Decompressed;
-use crate::backend::page_round;
 use crate::error::{Error, Result};
+use crate::seam::page_round;
 
 /// Longest line accepted (64 MiB): garbage without newlines must not exhaust memory.
 pub const MAX_LINE_BYTES: u64 = 64 << 20;

@@ -5,8 +5,8 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use serde::Serialize;
 
 use super::{TraceEvent, TraceReader};
-use crate::backend::{page_round, PAGE_SIZE};
 use crate::error::{Error, Result};
+use crate::seam::{page_round, PAGE_SIZE};
 
 /// A set of region ids (trace ids).
 pub type RegionIds = HashSet<u64>;

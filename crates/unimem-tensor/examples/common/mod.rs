@@ -4,9 +4,9 @@
 //! `--telemetry PREFIX` writes each run's log to `PREFIX.POLICY.jsonl` (read it with
 //! `unimem telemetry summarize`), from CUPTI on the GPU.
 
-use unimem_core::backend::cuda::CudaBackend;
+use unimem_core::backends::cuda::CudaBackend;
 use unimem_core::config::{Config, Oversubscribe, PolicyName};
-use unimem_core::replay::EventSink;
+use unimem_core::protocol::EventSink;
 use unimem_core::{CostModel, Error, MemoryBackend, Runtime, SimBackend};
 use unimem_telemetry::EventLog;
 

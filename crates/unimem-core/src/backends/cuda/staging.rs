@@ -1,0 +1,204 @@
+//! Pinned staging buffers for staged evictions ([`crate::seam::MemoryBackend::stage_out`]).
+//!
+//! On the H200 a migration of GPU-written data back to the host runs at 10-17 GB/s (host page
+//! population bounds it), while the copy engine copies device-resident managed data into
+//! pinned memory at 52.3 GB/s (`unimem probe`; neither overlaps a prefetch the other way). So
+//! an eviction copies the data into a 2 MiB slot of pinned memory and discards the managed
+//! pages; bringing it back repopulates them (a prefetch) and copies it in.
+//!
+//! Slots are carved from 64 MiB pinned chunks, allocated on demand up to a capacity and kept
+//! until the pool is dropped (pinning memory is slow: it is paid once). A slot read by a copy
+//! back to the device is reused only after that copy: the pool keeps the event that ends it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use cudarc::driver::{result, sys, CudaEvent, CudaStream};
+
+use super::{cuda_err, CudaDevice};
+use crate::error::Result;
+use crate::seam::BLOCK_SIZE;
+
+/// Bytes of one staging slot: the driver's 2 MiB block, the unit the backend accounts in.
+pub const SLOT_BYTES: u64 = BLOCK_SIZE;
+
+/// Bytes pinned at a time.
+const CHUNK_BYTES: u64 = 64 << 20;
+
+/// A slot: (chunk, index in the chunk).
+pub type Slot = (u32, u32);
+
+struct Chunk {
+    ptr: *mut u8,
+}
+
+/// Pinned host memory for staged data, in 2 MiB slots. See the module documentation.
+pub struct StagingPool {
+    dev: CudaDevice,
+    capacity: u64,
+    chunks: Vec<Chunk>,
+    /// Free slots, each with the event after which it may be overwritten (a copy reading it).
+    /// Taken lowest first, so that blocks staged together get neighbouring slots and their
+    /// copies merge into fewer calls.
+    free: BTreeMap<Slot, Option<Arc<CudaEvent>>>,
+    in_use: u64,
+    /// Pinning failed once (host memory is short): use what there is.
+    exhausted: bool,
+}
+
+// SAFETY: the chunks are plain pinned host memory owned by the pool; the backend that owns the
+// pool is used from one thread at a time (`MemoryBackend: Send`, not `Sync`).
+unsafe impl Send for StagingPool {}
+
+impl StagingPool {
+    /// A pool of up to `capacity` bytes (rounded down to whole slots); nothing is pinned yet.
+    pub fn new(dev: &CudaDevice, capacity: u64) -> Self {
+        Self {
+            dev: dev.clone(),
+            capacity: capacity / SLOT_BYTES * SLOT_BYTES,
+            chunks: Vec::new(),
+            free: BTreeMap::new(),
+            in_use: 0,
+            exhausted: false,
+        }
+    }
+
+    /// The most bytes it may hold.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// Bytes held now.
+    pub fn in_use(&self) -> u64 {
+        self.in_use
+    }
+
+    /// Bytes pinned so far.
+    pub fn pinned(&self) -> u64 {
+        self.chunks.len() as u64 * CHUNK_BYTES
+    }
+
+    /// Pins `bytes` ahead of use (set-up, so that the first evictions do not pay for it).
+    pub fn reserve(&mut self, bytes: u64) -> Result<()> {
+        while self.pinned() < bytes.min(self.capacity) && self.grow()? {}
+        Ok(())
+    }
+
+    /// Pins one more chunk; false when the capacity is reached or the host refuses.
+    fn grow(&mut self) -> Result<bool> {
+        if self.exhausted || self.pinned() + SLOT_BYTES > self.capacity {
+            return Ok(false);
+        }
+        let bytes = CHUNK_BYTES.min(self.capacity - self.pinned());
+        self.dev.context().bind_to_thread().map_err(cuda_err("cuCtxSetCurrent", "staging"))?;
+        // Mapped into the device's address space (the same address under unified addressing),
+        // so that a kernel can read or write it too.
+        let flags = sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP;
+        // SAFETY: a plain allocation; freed once in Drop.
+        match unsafe { result::malloc_host(bytes as usize, flags) } {
+            Ok(ptr) => {
+                let c = self.chunks.len() as u32;
+                self.chunks.push(Chunk { ptr: ptr as *mut u8 });
+                self.free.extend((0..(bytes / SLOT_BYTES) as u32).map(|i| ((c, i), None)));
+                Ok(true)
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "pinning {bytes} more bytes of staging memory failed ({e:?}); staging stays at {} bytes",
+                    self.pinned()
+                );
+                self.exhausted = true;
+                Ok(false)
+            }
+        }
+    }
+
+    /// Takes a free slot; `stream` (the one that will write it) first waits for any copy still
+    /// reading it. `None` when the pool is full.
+    pub fn take(&mut self, stream: &CudaStream) -> Result<Option<Slot>> {
+        if self.free.is_empty() && !self.grow()? {
+            return Ok(None);
+        }
+        let Some((slot, after)) = self.free.pop_first() else { return Ok(None) };
+        if let Some(ev) = after {
+            if !ev.is_complete() {
+                stream.wait(&ev).map_err(cuda_err("cuStreamWaitEvent", "staging slot reuse"))?;
+            }
+        }
+        self.in_use += SLOT_BYTES;
+        Ok(Some(slot))
+    }
+
+    /// Returns a slot; `after`: the event of the last copy reading it, if one may be in flight.
+    pub fn release(&mut self, slot: Slot, after: Option<Arc<CudaEvent>>) {
+        self.in_use -= SLOT_BYTES;
+        self.free.insert(slot, after);
+    }
+
+    /// The host address of a slot.
+    pub fn ptr(&self, slot: Slot) -> *mut u8 {
+        // SAFETY: a slot lies inside its chunk.
+        unsafe { self.chunks[slot.0 as usize].ptr.add(slot.1 as usize * SLOT_BYTES as usize) }
+    }
+}
+
+impl Drop for StagingPool {
+    fn drop(&mut self) {
+        if self.chunks.is_empty() {
+            return;
+        }
+        if let Err(e) = self.dev.synchronize() {
+            tracing::warn!("synchronising before freeing staging memory failed: {e}");
+        }
+        for c in self.chunks.drain(..) {
+            // SAFETY: allocated by cuMemHostAlloc, freed once, after the device is idle.
+            if let Err(e) = unsafe { result::free_host(c.ptr as *mut std::ffi::c_void) } {
+                tracing::warn!("cuMemFreeHost of staging memory failed: {e:?}");
+            }
+        }
+    }
+}
+
+/// One block's copy: the allocation it belongs to (any key: copies never span two), its
+/// device address, its slot and its bytes.
+pub type Run = (u64, u64, Slot, u64);
+
+impl StagingPool {
+    /// Copies runs between managed memory and their slots on `stream`, merging runs contiguous
+    /// on both sides (same allocation, same pinned chunk) into one call each: a copy must lie
+    /// in one allocation on each side. `to_host`: device -> slots, else slots -> device.
+    pub fn copy(&self, mut runs: Vec<Run>, to_host: bool, stream: &CudaStream) -> Result<()> {
+        runs.sort_unstable_by_key(|r| (r.0, r.1));
+        let mut merged: Vec<Run> = Vec::with_capacity(runs.len());
+        for r in runs {
+            match merged.last_mut() {
+                Some(m)
+                    if m.0 == r.0
+                        && m.1 + m.3 == r.1
+                        && m.2 .0 == r.2 .0
+                        && m.2 .1 as u64 + m.3 / SLOT_BYTES == r.2 .1 as u64
+                        && m.3 % SLOT_BYTES == 0 =>
+                {
+                    m.3 += r.3
+                }
+                _ => merged.push(r),
+            }
+        }
+        for (_, dptr, slot, bytes) in merged {
+            let hptr = self.ptr(slot);
+            // SAFETY: the caller passes device ranges of live managed buffers and slots it
+            // holds (the runs stay inside one chunk); the stream orders the copy after the work
+            // it depends on.
+            let res = unsafe {
+                if to_host {
+                    sys::cuMemcpyDtoHAsync_v2(hptr as *mut _, dptr, bytes as usize, stream.cu_stream())
+                } else {
+                    sys::cuMemcpyHtoDAsync_v2(dptr, hptr as *const _, bytes as usize, stream.cu_stream())
+                }
+            };
+            let call = if to_host { "cuMemcpyDtoHAsync" } else { "cuMemcpyHtoDAsync" };
+            res.result().map_err(cuda_err(call, format!("{bytes} bytes of staged data")))?;
+        }
+        Ok(())
+    }
+}

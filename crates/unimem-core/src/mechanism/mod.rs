@@ -1,0 +1,4 @@
+//! Mechanisms both backends share, written once: what each composes with its own device
+//! calls.
+
+pub(crate) mod pool;

@@ -1,0 +1,83 @@
+//! Replay policies: what to tell the backend before each trace event. A policy sees the event
+//! about to run and, if it asks for one, a window of the events after it.
+
+pub mod advisor;
+mod none;
+mod oracle;
+mod units;
+
+pub use advisor::{Advisor, AdvisorSettings, HintBytes};
+pub use none::NoHints;
+pub use oracle::Oracle;
+
+use crate::config::{Config, PolicyName};
+use crate::cost::CostModel;
+use crate::error::Result;
+use crate::seam::MemoryBackend;
+use crate::trace::TraceEvent;
+
+/// Decides hints during a replay (or for a running program, through the runtime's engine).
+pub trait Policy: Send {
+    /// Name in reports.
+    fn name(&self) -> &'static str;
+
+    /// How many events after the current one the policy wants to see (0: none). The replay
+    /// engine buffers exactly this many, so memory stays bounded while streaming.
+    fn lookahead(&self) -> usize {
+        0
+    }
+
+    /// An event entered the lookahead window. Called once per event, in trace order, before
+    /// [`Policy::before`] is called for it.
+    fn on_future(&mut self, _index: u64, _event: &TraceEvent) {}
+
+    /// Called just before the event at `index` runs on the backend.
+    fn before(&mut self, index: u64, event: &TraceEvent, backend: &mut dyn MemoryBackend) -> Result<()>;
+
+    /// Turns on recording of the policy's own events (hints with reasons, forecast scores).
+    fn record_events(&mut self, _on: bool) {}
+
+    /// Moves the recorded events into `out`.
+    fn drain_events(&mut self, _out: &mut Vec<crate::seam::MemEvent>) {}
+
+    /// Whether the policy learns from the backend's events ([`Policy::observe`]); the replay
+    /// and the runtime turn the backend's recording on for it.
+    fn wants_feedback(&self) -> bool {
+        false
+    }
+
+    /// The backend's events of the operation that just ran (called between it and
+    /// [`Policy::after`], only if [`Policy::wants_feedback`]): faults on data the operation did
+    /// not declare tell the policy what the program really touched.
+    fn observe(&mut self, _events: &[crate::seam::MemEvent]) {}
+
+    /// Events of kernel `kernel` (counted from 0 in program order) that a source delivered
+    /// after the fact: on a GPU, CUPTI's records arrive once the device has run the kernel and
+    /// the buffers are flushed, many kernels after [`Policy::observe`] would have seen them.
+    /// Called only if [`Policy::wants_feedback`] and the backend does not report faults itself.
+    fn observe_late(&mut self, _kernel: u64, _events: &[crate::seam::MemEvent]) {}
+
+    /// What the policy learned from faults so far (for reports).
+    fn learning(&self) -> crate::replay::Learning {
+        crate::replay::Learning::default()
+    }
+
+    /// Called just after the event at `index` ran (e.g. to see where a new region landed).
+    fn after(&mut self, _index: u64, _event: &TraceEvent, _backend: &mut dyn MemoryBackend) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Builds the policy `name` for a device of `budget` bytes, with the settings of `config`.
+pub fn make_policy(name: PolicyName, budget: u64, config: &Config, cost: &CostModel) -> Box<dyn Policy> {
+    let break_even = cost.prefetch_break_even_bytes();
+    match name {
+        PolicyName::None => Box::new(NoHints),
+        PolicyName::Oracle => {
+            Box::new(Oracle::new(budget, config.replay.oracle_lookahead as usize, break_even))
+        }
+        PolicyName::Advisor => {
+            Box::new(Advisor::new(AdvisorSettings::from_config(budget, break_even, &config.advisor)))
+        }
+    }
+}

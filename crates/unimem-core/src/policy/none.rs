@@ -1,0 +1,21 @@
+//! `none`: no hints at all, the baseline. The driver faults data in when a kernel touches it
+//! and, over capacity, evicts the least recently migrated block.
+
+use super::Policy;
+use crate::error::Result;
+use crate::seam::MemoryBackend;
+use crate::trace::TraceEvent;
+
+/// The do-nothing policy.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoHints;
+
+impl Policy for NoHints {
+    fn name(&self) -> &'static str {
+        "none"
+    }
+
+    fn before(&mut self, _: u64, _: &TraceEvent, _: &mut dyn MemoryBackend) -> Result<()> {
+        Ok(())
+    }
+}

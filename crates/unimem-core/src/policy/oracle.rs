@@ -1,0 +1,411 @@
+//! `oracle`: the clairvoyant reference every real policy is measured against. It reads the
+//! trace's future (a bounded window) and, on 2 MiB units of each region:
+//! - evicts the unit whose next use is farthest (Belady), discarding instead of copying back
+//!   when the data is dead (freed, or wholly overwritten before it is read again);
+//! - prefetches each kernel's data just in time and, through the window, as early as the Belady
+//!   schedule allows: room is first reserved for everything the kernels in between bring in,
+//!   and a victim is taken early only if Belady would evict that same unit by the time the
+//!   prefetched one is used, so early prefetches never add transfers;
+//! - leaves units smaller than the cost model's break-even size to faults, which are cheaper
+//!   for them than a prefetch call;
+//! - asks the backend where a unit is before moving it, so memory recycled from the pool
+//!   (already on the device) is neither fetched nor made room for twice.
+//!
+//! Beyond the window it knows nothing: a unit not used within it counts as used "never".
+
+use std::collections::{BTreeSet, VecDeque};
+
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+
+use super::units::{add_units, coalesce, fetch_needed, merge_units, pooled_blocks, unit_bytes, Sizes};
+use super::Policy;
+use crate::error::Result;
+use crate::policy::advisor::Unit;
+use crate::region::RegionId;
+use crate::seam::{Location, MemoryBackend, BLOCK_SIZE};
+use crate::trace::{TraceAccess, TraceEvent};
+
+/// Eviction priority; the largest key is evicted first. (class, next use index).
+type Key = (u8, u64);
+const CLASS_NEEDED: u8 = 0;
+const CLASS_BEYOND_WINDOW: u8 = 1;
+const CLASS_DEAD: u8 = 2;
+const NEVER: u64 = u64::MAX;
+/// How many kernels ahead the scan may place data (bounds the work per kernel; 64 ResNet
+/// kernels are ~7 ms of compute, in which the link moves ~0.35 GB). 256 gave the same times on
+/// the sample traces with three times the host time, which a GPU replay pays for real.
+const MAX_SCAN_KERNELS: usize = 64;
+
+#[derive(Debug, Clone, Copy)]
+struct Use {
+    index: u64,
+    /// The use writes the whole unit without reading it: the data before it is dead.
+    overwrite: bool,
+}
+
+/// The clairvoyant reference policy. See the module documentation.
+#[derive(Debug)]
+pub struct Oracle {
+    lookahead: usize,
+    budget: u64,
+    min_prefetch_bytes: u64,
+    sizes: Sizes,
+    /// Regions allocated on the backend (the window also sees regions not yet allocated).
+    allocated: HashSet<RegionId>,
+    uses: HashMap<Unit, VecDeque<Use>>,
+    freed: HashSet<RegionId>,
+    resident: HashMap<Unit, Key>,
+    order: BTreeSet<(Key, Unit)>,
+    used: u64,
+    kernels: VecDeque<(u64, Vec<(Unit, bool)>)>,
+    /// Every window kernel before this index has all its prefetchable units resident.
+    cursor: u64,
+    /// Sets the scan fills for every kernel, kept so that their memory is reused (rebuilding
+    /// them took half the oracle's host time, which a GPU replay at full budget waits for).
+    /// Only their capacity matters: the scan clears them before use.
+    scratch: [HashSet<Unit>; 2],
+}
+
+/// Units a batch of accesses touches, with whether every touch of the unit overwrites it.
+fn units_of(acc: &[TraceAccess], sizes: &Sizes) -> Vec<(Unit, bool)> {
+    let mut out = Vec::new();
+    for a in acc {
+        add_units(sizes, RegionId(a.id), a.offset, a.len, !a.mode.reads(), &mut out);
+    }
+    merge_units(&mut out);
+    out
+}
+
+impl Oracle {
+    /// An oracle keeping within `budget` bytes, seeing `lookahead` events ahead, and leaving
+    /// units under `min_prefetch_bytes` to faults.
+    pub fn new(budget: u64, lookahead: usize, min_prefetch_bytes: u64) -> Self {
+        Self {
+            lookahead: lookahead.max(1),
+            budget,
+            min_prefetch_bytes,
+            sizes: HashMap::default(),
+            allocated: HashSet::default(),
+            uses: HashMap::default(),
+            freed: HashSet::default(),
+            resident: HashMap::default(),
+            order: BTreeSet::new(),
+            used: 0,
+            kernels: VecDeque::new(),
+            cursor: 0,
+            scratch: Default::default(),
+        }
+    }
+
+    fn unit_bytes(&self, unit: Unit) -> u64 {
+        unit_bytes(&self.sizes, unit)
+    }
+
+    fn key(&self, unit: Unit) -> Key {
+        match self.uses.get(&unit).and_then(|q| q.front()) {
+            Some(u) if u.overwrite => (CLASS_DEAD, u.index),
+            Some(u) => (CLASS_NEEDED, u.index),
+            None if self.freed.contains(&unit.0) => (CLASS_DEAD, NEVER),
+            None => (CLASS_BEYOND_WINDOW, NEVER),
+        }
+    }
+
+    fn rekey(&mut self, unit: Unit) {
+        if let Some(old) = self.resident.get(&unit).copied() {
+            let new = self.key(unit);
+            if new != old {
+                self.order.remove(&(old, unit));
+                self.order.insert((new, unit));
+                self.resident.insert(unit, new);
+            }
+        }
+    }
+
+    fn add_resident(&mut self, unit: Unit) {
+        if !self.resident.contains_key(&unit) {
+            let key = self.key(unit);
+            self.resident.insert(unit, key);
+            self.order.insert((key, unit));
+            self.used += self.unit_bytes(unit);
+        }
+    }
+
+    fn remove_resident(&mut self, unit: Unit) -> Option<Key> {
+        let key = self.resident.remove(&unit)?;
+        self.order.remove(&(key, unit));
+        self.used -= self.unit_bytes(unit);
+        Some(key)
+    }
+
+    /// Counts `unit` as on the device and decides how it gets there: nothing if the backend has
+    /// it there already, a fault if it is too small for a prefetch call, otherwise a prefetch
+    /// (after discarding host data that is about to be overwritten, so it is not copied in).
+    fn place(
+        &mut self,
+        unit: Unit,
+        overwrite: bool,
+        backend: &dyn MemoryBackend,
+        discard_first: &mut Vec<Unit>,
+        fetch: &mut Vec<Unit>,
+    ) -> Result<()> {
+        self.add_resident(unit);
+        if self.unit_bytes(unit) < self.min_prefetch_bytes {
+            return Ok(());
+        }
+        if let Some(discard) = fetch_needed(&self.sizes, backend, unit, overwrite)? {
+            if discard {
+                discard_first.push(unit);
+            }
+            fetch.push(unit);
+        }
+        Ok(())
+    }
+
+    /// When `unit` is next read after kernel `j` (`NEVER` if not in the window, or if it is
+    /// wholly overwritten first: then its data is dead and dropping it is free).
+    fn next_use_after(&self, unit: Unit, j: u64) -> u64 {
+        match self.uses.get(&unit).and_then(|q| q.iter().find(|u| u.index > j)) {
+            Some(u) if !u.overwrite => u.index,
+            _ => NEVER,
+        }
+    }
+
+    /// Evicts until `need` more bytes fit, choosing the largest key outside `protect`. With
+    /// `early = (j, rival)` (fetching for kernel `j` ahead of time), a victim still needed must
+    /// be needed after `j` and after every unit used in between (`rival`), i.e. be the unit
+    /// Belady would evict at `j`. Returns false if it had to stop.
+    fn evict_for(
+        &mut self,
+        need: u64,
+        protect: &HashSet<Unit>,
+        early: Option<(u64, u64)>,
+        discard: &mut Vec<Unit>,
+        to_host: &mut Vec<Unit>,
+    ) -> bool {
+        while self.used + need > self.budget {
+            // A live unit too small to prefetch back is not worth a migration out either: the
+            // driver evicts it if it ever must (dead ones are dropped for free).
+            let worth = |(key, u): &&(Key, Unit)| {
+                !protect.contains(u)
+                    && (key.0 == CLASS_DEAD || self.unit_bytes(*u) >= self.min_prefetch_bytes)
+            };
+            let Some(&(key, unit)) = self.order.iter().rev().find(worth) else {
+                return false;
+            };
+            // Early, even dead data that is rewritten before j keeps its place: it would need
+            // room again before j, which displaces something else.
+            if key.0 != CLASS_BEYOND_WINDOW && early.is_some_and(|(j, rival)| key.1 <= j || key.1 <= rival) {
+                return false;
+            }
+            self.remove_resident(unit);
+            if key.0 == CLASS_DEAD {
+                discard.push(unit);
+            } else {
+                to_host.push(unit);
+                if key.0 == CLASS_NEEDED {
+                    self.cursor = self.cursor.min(key.1);
+                }
+            }
+        }
+        true
+    }
+}
+
+impl Policy for Oracle {
+    fn name(&self) -> &'static str {
+        "oracle"
+    }
+
+    fn lookahead(&self) -> usize {
+        self.lookahead
+    }
+
+    fn on_future(&mut self, index: u64, event: &TraceEvent) {
+        match event {
+            TraceEvent::Alloc { id, bytes, .. } => {
+                self.sizes.insert(RegionId(*id), *bytes);
+            }
+            TraceEvent::Free { id } => {
+                let id = RegionId(*id);
+                self.freed.insert(id);
+                let blocks = self.sizes.get(&id).copied().unwrap_or(0).div_ceil(BLOCK_SIZE);
+                for b in 0..blocks as u32 {
+                    self.rekey((id, b));
+                }
+            }
+            TraceEvent::Kernel { acc, .. } => {
+                let units = units_of(acc, &self.sizes);
+                for &(unit, overwrite) in &units {
+                    self.uses.entry(unit).or_default().push_back(Use { index, overwrite });
+                    self.rekey(unit);
+                }
+                self.kernels.push_back((index, units));
+            }
+            TraceEvent::Host { .. } | TraceEvent::Step { .. } => {}
+        }
+    }
+
+    fn before(&mut self, index: u64, event: &TraceEvent, backend: &mut dyn MemoryBackend) -> Result<()> {
+        match event {
+            TraceEvent::Free { id } => {
+                let id = RegionId(*id);
+                let blocks = self.sizes.get(&id).copied().unwrap_or(0).div_ceil(BLOCK_SIZE);
+                for b in 0..blocks as u32 {
+                    self.remove_resident((id, b));
+                    self.uses.remove(&(id, b));
+                }
+                self.sizes.remove(&id);
+                self.freed.remove(&id);
+                self.allocated.remove(&id);
+                return Ok(());
+            }
+            TraceEvent::Alloc { .. } => return Ok(()),
+            TraceEvent::Host { acc, .. } => {
+                // The CPU pulls what it touches off the device.
+                for (unit, _) in units_of(acc, &self.sizes) {
+                    self.remove_resident(unit);
+                }
+                return Ok(());
+            }
+            TraceEvent::Kernel { .. } => {}
+            TraceEvent::Step { .. } => return Ok(()),
+        }
+
+        let Some((k, units)) = self.kernels.pop_front() else {
+            return Ok(());
+        };
+        debug_assert_eq!(k, index);
+        self.cursor = self.cursor.max(index + 1);
+        for &(unit, _) in &units {
+            if let Some(q) = self.uses.get_mut(&unit) {
+                while q.front().is_some_and(|u| u.index <= index) {
+                    q.pop_front();
+                }
+                if q.is_empty() {
+                    self.uses.remove(&unit);
+                }
+            }
+            self.rekey(unit);
+        }
+
+        // Demand: this kernel's units must be on the device now.
+        let protect: HashSet<Unit> = units.iter().map(|(u, _)| *u).collect();
+        let missing: Vec<(Unit, bool)> =
+            units.iter().copied().filter(|(u, _)| !self.resident.contains_key(u)).collect();
+        let need: u64 = missing.iter().map(|(u, _)| self.unit_bytes(*u)).sum();
+        let (mut discard, mut to_host) = (Vec::new(), Vec::new());
+        self.evict_for(need, &protect, None, &mut discard, &mut to_host);
+        let (mut overwrite, mut fetch) = (Vec::new(), Vec::new());
+        for &(unit, ow) in &missing {
+            self.place(unit, ow, backend, &mut overwrite, &mut fetch)?;
+        }
+
+        // Ahead: bring in the window's future units in order of need, as early as the Belady
+        // schedule allows, so early fetches never add fetches:
+        // - every unit used between now and j will be in the cache at j, so room is reserved
+        //   for those not resident yet (`pending`) before anything is fetched for j;
+        // - a victim must be one Belady would evict by j anyway: needed after j and after every
+        //   unit used in between (`rival`).
+        // The cursor makes this amortised: kernels before it were already placed.
+        let stop_at = self.kernels.len().min(MAX_SCAN_KERNELS);
+        let mut p = self.kernels.partition_point(|(j, _)| *j < self.cursor).min(stop_at);
+        // `between` (the units of the window's kernels before the one scanned) and `pending`
+        // are built when a first unit needs placing: at full budget most scans place nothing.
+        let [mut between, mut guard] = std::mem::take(&mut self.scratch);
+        let (mut built, mut pending) = (false, 0u64);
+        'scan: while p < stop_at {
+            let (j, future) = self.kernels[p].clone();
+            let at = p;
+            p += 1;
+            // The units to protect while making room for this kernel, built on first need (at
+            // full budget most scanned kernels have everything resident).
+            let mut guarded = false;
+            let mut rival = None;
+            for &(unit, ow) in &future {
+                let bytes = self.unit_bytes(unit);
+                if self.resident.contains_key(&unit)
+                    || bytes < self.min_prefetch_bytes
+                    || !self.allocated.contains(&unit.0)
+                {
+                    continue;
+                }
+                if !built {
+                    between.clear();
+                    for (_, units) in self.kernels.range(..at) {
+                        for &(u, _) in units {
+                            if between.insert(u) && !self.resident.contains_key(&u) {
+                                pending += self.unit_bytes(u);
+                            }
+                        }
+                    }
+                    built = true;
+                }
+                if !guarded {
+                    guard.clear();
+                    guard.extend(protect.iter().copied());
+                    guard.extend(future.iter().map(|(u, _)| *u));
+                    guarded = true;
+                }
+                let rival = *rival.get_or_insert_with(|| {
+                    // Every unit used in between is in the cache at j, resident now or not.
+                    between.iter().map(|&u| self.next_use_after(u, j)).max().unwrap_or(0)
+                });
+                if !self.evict_for(bytes + pending, &guard, Some((j, rival)), &mut discard, &mut to_host) {
+                    self.cursor = j;
+                    break 'scan;
+                }
+                self.place(unit, ow, backend, &mut overwrite, &mut fetch)?;
+            }
+            if built {
+                for &(u, _) in &future {
+                    if between.insert(u) && !self.resident.contains_key(&u) {
+                        pending += self.unit_bytes(u);
+                    }
+                }
+            }
+            self.cursor = j + 1;
+        }
+        self.scratch = [between, guard];
+
+        // Issue: dead data dropped, live data copied back, then the data coming in. The link
+        // serialises them in this order, so the room exists before the prefetch lands.
+        if !discard.is_empty() {
+            backend.discard(&coalesce(&self.sizes, discard))?;
+        }
+        if !to_host.is_empty() {
+            // Staged where the backend can: the same moves the advisor has.
+            backend.stage_out(&coalesce(&self.sizes, to_host))?;
+        }
+        if !overwrite.is_empty() {
+            // Whatever the host holds of a unit about to be overwritten is dead: drop it so
+            // the prefetch only populates.
+            backend.discard(&coalesce(&self.sizes, overwrite))?;
+        }
+        if !fetch.is_empty() {
+            backend.prefetch(&coalesce(&self.sizes, fetch), Location::Device)?;
+        }
+        Ok(())
+    }
+
+    fn after(&mut self, _: u64, event: &TraceEvent, backend: &mut dyn MemoryBackend) -> Result<()> {
+        let TraceEvent::Alloc { id, bytes, .. } = event else {
+            return Ok(());
+        };
+        let id = RegionId(*id);
+        self.allocated.insert(id);
+        // Pages recycled from the pool are on the device already: count them as placed.
+        for b in pooled_blocks(&self.sizes, backend, id)? {
+            self.add_resident((id, b));
+        }
+        // The scan skipped this region while it did not exist: rewind to its first use.
+        let blocks = bytes.div_ceil(BLOCK_SIZE) as u32;
+        let first = (0..blocks)
+            .filter_map(|b| self.uses.get(&(id, b)).and_then(|q| q.front()))
+            .map(|u| u.index)
+            .min();
+        if let Some(first) = first {
+            self.cursor = self.cursor.min(first);
+        }
+        Ok(())
+    }
+}

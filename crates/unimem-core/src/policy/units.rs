@@ -1,0 +1,131 @@
+//! 2 MiB units of regions, as the placing policies (oracle, advisor) see memory: which units an
+//! access touches, their bytes and byte ranges, and how a unit gets to the device.
+
+use rustc_hash::FxHashMap;
+
+use crate::error::Result;
+use crate::policy::advisor::Unit;
+use crate::region::RegionId;
+use crate::seam::{page_round, ByteRange, MemoryBackend, BLOCK_SIZE};
+
+/// Sizes of the live regions a policy knows.
+pub(super) type Sizes = FxHashMap<RegionId, u64>;
+
+/// Bytes `unit` occupies on the device (page-rounded; the last block of a region is partial).
+pub(super) fn unit_bytes(sizes: &Sizes, (id, b): Unit) -> u64 {
+    let size = sizes.get(&id).copied().unwrap_or(0);
+    page_round(size.saturating_sub(b as u64 * BLOCK_SIZE).min(BLOCK_SIZE))
+}
+
+/// The byte range of `unit` (empty if the region is unknown).
+pub(super) fn unit_range(sizes: &Sizes, (id, b): Unit) -> ByteRange {
+    let size = sizes.get(&id).copied().unwrap_or(0);
+    let lo = b as u64 * BLOCK_SIZE;
+    ByteRange { region: id, offset: lo, len: size.min(lo + BLOCK_SIZE).saturating_sub(lo) }
+}
+
+/// Appends the units `offset..offset+len` of region `id` touches to `out`, each with whether
+/// this access overwrites it whole (`writes_only`: the access does not read). One call adds
+/// each unit once; callers that add several accesses merge them with [`merge_units`].
+pub(super) fn add_units(
+    sizes: &Sizes,
+    id: RegionId,
+    offset: u64,
+    len: u64,
+    writes_only: bool,
+    out: &mut Vec<(Unit, bool)>,
+) {
+    let size = sizes.get(&id).copied().unwrap_or(0);
+    let end = offset.saturating_add(len).min(size);
+    if end <= offset {
+        return;
+    }
+    for b in offset / BLOCK_SIZE..end.div_ceil(BLOCK_SIZE) {
+        let (lo, hi) = (b * BLOCK_SIZE, ((b + 1) * BLOCK_SIZE).min(size));
+        out.push(((id, b as u32), writes_only && offset <= lo && end >= hi));
+    }
+}
+
+/// Merges the units several accesses added, in order of first appearance: a unit stays an
+/// overwrite only if every access to it overwrites it (data another access of the same kernel
+/// reads is not dead). Linear in the units (a kernel's accesses can add hundreds).
+pub(super) fn merge_units(units: &mut Vec<(Unit, bool)>) {
+    let mut at: rustc_hash::FxHashMap<Unit, usize> = rustc_hash::FxHashMap::default();
+    let mut out: Vec<(Unit, bool)> = Vec::with_capacity(units.len());
+    for &(unit, overwrite) in units.iter() {
+        match at.get(&unit) {
+            Some(&i) => out[i].1 &= overwrite,
+            None => {
+                at.insert(unit, out.len());
+                out.push((unit, overwrite));
+            }
+        }
+    }
+    *units = out;
+}
+
+/// Coalesces units into byte ranges: contiguous blocks of a region become one range, so a
+/// batch call pays its per-range cost once per run of blocks.
+pub(super) fn coalesce(sizes: &Sizes, mut units: Vec<Unit>) -> Vec<ByteRange> {
+    units.sort_unstable();
+    units.dedup();
+    let mut out: Vec<ByteRange> = Vec::new();
+    for r in units.into_iter().map(|u| unit_range(sizes, u)).filter(|r| r.len > 0) {
+        crate::seam::push_merged(&mut out, r);
+    }
+    out
+}
+
+/// How `unit` gets to the device: `None` if the backend has it there already, else
+/// `Some(discard_first)`, true when its host copy is about to be wholly overwritten and should
+/// be dropped rather than copied in.
+pub(super) fn fetch_needed(
+    sizes: &Sizes,
+    backend: &dyn MemoryBackend,
+    unit: Unit,
+    overwrite: bool,
+) -> Result<Option<bool>> {
+    let range = unit_range(sizes, unit);
+    if range.len == 0 {
+        return Ok(None);
+    }
+    let res = backend.residency(range)?;
+    // Staged data (its only copy in a pinned slot) counts as off the device: left to the
+    // kernel that needs it, it comes back only when that kernel is issued, and the kernel waits.
+    if res.host + res.staged + res.unpopulated == 0 {
+        return Ok(None);
+    }
+    Ok(Some(overwrite && res.host + res.staged > 0))
+}
+
+/// Blocks of a newly allocated region that are on the device already (memory recycled from
+/// the pool).
+pub(super) fn pooled_blocks(sizes: &Sizes, backend: &dyn MemoryBackend, id: RegionId) -> Result<Vec<u32>> {
+    backend.device_blocks(id, sizes.get(&id).copied().unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn units_merge_and_coalesce() {
+        let sizes: Sizes = [(RegionId(1), 5 * MIB)].into_iter().collect();
+        let mut out = Vec::new();
+        // A full write of blocks 0-1 and a read of block 1: block 1 is not dead.
+        add_units(&sizes, RegionId(1), 0, 4 * MIB, true, &mut out);
+        add_units(&sizes, RegionId(1), 3 * MIB, 10, false, &mut out);
+        merge_units(&mut out);
+        assert_eq!(out, vec![((RegionId(1), 0), true), ((RegionId(1), 1), false)]);
+        // The last block is partial: 1 MiB.
+        assert_eq!(unit_bytes(&sizes, (RegionId(1), 2)), MIB);
+        let ranges =
+            coalesce(&sizes, vec![(RegionId(1), 2), (RegionId(1), 0), (RegionId(1), 1), (RegionId(1), 0)]);
+        assert_eq!(ranges, vec![ByteRange { region: RegionId(1), offset: 0, len: 5 * MIB }]);
+        let mut none = Vec::new();
+        add_units(&sizes, RegionId(9), 0, 10, false, &mut none);
+        assert!(none.is_empty(), "unknown regions have no units");
+    }
+}

@@ -1,0 +1,177 @@
+//! The protocol every operation runs under, in a trace replay and in the runtime's engine: the
+//! policy's `before`, the events of its hints kept apart, the operation, the operation's own
+//! events handed to the policy (feedback), the policy's `after`. One implementation, so that a
+//! program and a replay of its trace see the same policy behaviour.
+
+use std::time::Instant;
+
+mod late;
+
+use late::LateFaults;
+
+use crate::error::Result;
+use crate::policy::Policy;
+use crate::region::RegionId;
+use crate::seam::{MemEvent, MemoryBackend};
+use crate::trace::TraceEvent;
+
+/// Kernels between two looks at the sink's late events (and at a step boundary): CUPTI's
+/// forced flush costs the host, and the policy learns an access for the next step anyway.
+const LATE_EVERY: u64 = 64;
+
+/// Where a replay's (or a running program's) telemetry goes: the regions as they come and go
+/// (for attribution, also after a free) and the backend's events as they happen.
+pub trait EventSink {
+    /// A region was allocated at `address` (the backend's address of its first byte).
+    fn region(&mut self, id: RegionId, bytes: u64, name: Option<&str>, address: u64) -> Result<()>;
+    /// A region was freed.
+    fn freed(&mut self, id: RegionId) -> Result<()>;
+    /// Events the backend reported since the last call.
+    fn events(&mut self, events: &[crate::seam::MemEvent]) -> Result<()>;
+    /// The work is over and the backend synchronised: write what is still held, flush.
+    fn close(&mut self) -> Result<()> {
+        Ok(())
+    }
+    /// Appends to `out` the events a source delivered since the last call that the backend
+    /// could not report as they happened (CUPTI's records of a GPU's faults and migrations),
+    /// attributed to regions, in any order; the sink writes them to its log as well. The replay
+    /// and the runtime feed the faults among them to a policy that learns from faults. None by
+    /// default.
+    fn late(&mut self, _out: &mut Vec<crate::seam::MemEvent>) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Runs operations between a policy's hooks; keeps their events for a sink when asked.
+pub(crate) struct Protocol {
+    /// The policy learns from the backend's events of each operation.
+    feedback: bool,
+    /// The policy learns from faults the backend cannot report and the sink delivers late
+    /// (a GPU's, through CUPTI): which kernel each belonged to.
+    late: Option<LateFaults>,
+    /// Kernels run since the last look at the late events; a step boundary makes it due.
+    since_late: u64,
+    /// Events are kept for a sink.
+    keep: bool,
+    /// Events kept for the sink, in order: each operation's hints', then its own, then the
+    /// policy's after it. The caller takes them (and clears the vector).
+    pub(crate) events: Vec<MemEvent>,
+    /// The current operation's events, for the policy to learn from.
+    observed: Vec<MemEvent>,
+    /// Host time spent in the policy's hooks (`before`, `observe`, `after`): on a GPU it sits
+    /// between launches.
+    pub(crate) policy_ns: u64,
+    /// Of it, work not yet reported to the backend (`MemoryBackend::host_work`).
+    unreported_ns: u64,
+}
+
+impl Protocol {
+    /// Turns on the recording the run needs: the backend's events where the policy learns from
+    /// them or `keep_events` (a sink) wants them, the policy's own where a sink wants them.
+    pub(crate) fn new(policy: &mut dyn Policy, backend: &mut dyn MemoryBackend, keep_events: bool) -> Self {
+        let feedback = policy.wants_feedback() && backend.records_faults();
+        // Without the backend's faults, a sink may still deliver them late; its events carry
+        // the kernels' device times that say whose they were.
+        let late =
+            (policy.wants_feedback() && !backend.records_faults() && keep_events).then(LateFaults::default);
+        if keep_events || feedback {
+            backend.record_events(true);
+        }
+        if keep_events {
+            policy.record_events(true);
+        }
+        Self {
+            feedback,
+            late,
+            since_late: 0,
+            keep: keep_events,
+            events: Vec::new(),
+            observed: Vec::new(),
+            policy_ns: 0,
+            unreported_ns: 0,
+        }
+    }
+
+    /// Hands the events kept so far to `sink` (and clears them); every [`LATE_EVERY`] kernels
+    /// and at each step, hands the policy the faults the sink delivered late, by kernel.
+    pub(crate) fn hand_to_sink(&mut self, sink: &mut dyn EventSink, policy: &mut dyn Policy) -> Result<()> {
+        if let Some(late) = self.late.as_mut() {
+            late.note(&self.events);
+        }
+        let written = sink.events(&self.events);
+        self.events.clear();
+        written?;
+        let Some(late) = self.late.as_mut() else { return Ok(()) };
+        if self.since_late < LATE_EVERY {
+            return Ok(());
+        }
+        self.since_late = 0;
+        let mut got = Vec::new();
+        sink.late(&mut got)?;
+        let mut by_kernel = Vec::new();
+        late.attribute(got, &mut by_kernel);
+        let t0 = Instant::now();
+        for (kernel, events) in &by_kernel {
+            policy.observe_late(*kernel, events);
+        }
+        let ns = t0.elapsed().as_nanos() as u64;
+        // No backend at hand here: the next hook reports this work with its own.
+        self.policy_ns += ns;
+        self.unreported_ns += ns;
+        Ok(())
+    }
+
+    /// Counts a policy hook begun at `t0` and tells the backend of the host work it was.
+    fn policy_done(&mut self, t0: Instant, backend: &mut dyn MemoryBackend) {
+        let ns = t0.elapsed().as_nanos() as u64;
+        self.policy_ns += ns;
+        backend.host_work(ns + std::mem::take(&mut self.unreported_ns));
+    }
+
+    /// Runs `op` (the operation `event` stands for, numbered `index`) between the policy's
+    /// hooks.
+    pub(crate) fn run<T>(
+        &mut self,
+        index: u64,
+        event: &TraceEvent,
+        policy: &mut dyn Policy,
+        backend: &mut dyn MemoryBackend,
+        op: impl FnOnce(&mut dyn MemoryBackend) -> Result<T>,
+    ) -> Result<T> {
+        match event {
+            TraceEvent::Kernel { .. } => self.since_late += 1,
+            TraceEvent::Step { .. } => self.since_late = LATE_EVERY,
+            _ => {}
+        }
+        let t0 = Instant::now();
+        policy.before(index, event, backend)?;
+        self.policy_done(t0, backend);
+        if self.feedback || self.keep {
+            // What the policy's own hints (and data prepared ahead) did stays apart from the
+            // operation's events, which the policy learns from: a prefetch populating a region
+            // the kernel does not use is not the kernel touching it.
+            if self.keep {
+                policy.drain_events(&mut self.events);
+            }
+            backend.drain_events(&mut self.events);
+            if !self.keep {
+                self.events.clear();
+            }
+        }
+        let out = op(backend)?;
+        let t0 = Instant::now();
+        if self.feedback {
+            backend.drain_events(&mut self.observed);
+            policy.observe(&self.observed);
+        }
+        policy.after(index, event, backend)?;
+        self.policy_done(t0, backend);
+        if self.keep {
+            policy.drain_events(&mut self.events);
+            self.events.append(&mut self.observed);
+            backend.drain_events(&mut self.events);
+        }
+        self.observed.clear();
+        Ok(out)
+    }
+}
