@@ -16,6 +16,7 @@ pub mod config;
 pub mod cost;
 pub mod error;
 pub(crate) mod mechanism;
+pub mod op;
 pub mod output_file;
 pub mod policy;
 pub mod protocol;

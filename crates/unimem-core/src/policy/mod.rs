@@ -1,20 +1,21 @@
-//! Replay policies: what to tell the backend before each trace event. A policy sees the event
+//! Policies: what to tell the backend before each operation. A policy sees the operation
 //! about to run and, if it asks for one, a window of the events after it.
 
 pub mod advisor;
+mod hints;
 mod none;
 mod oracle;
 mod units;
 
 pub use advisor::{Advisor, AdvisorSettings, HintBytes};
+pub use hints::Hints;
 pub use none::NoHints;
 pub use oracle::Oracle;
 
 use crate::config::{Config, PolicyName};
 use crate::cost::CostModel;
 use crate::error::Result;
-use crate::seam::MemoryBackend;
-use crate::trace::TraceEvent;
+use crate::op::Op;
 
 /// Decides hints during a replay (or for a running program, through the runtime's engine).
 pub trait Policy: Send {
@@ -29,10 +30,10 @@ pub trait Policy: Send {
 
     /// An event entered the lookahead window. Called once per event, in trace order, before
     /// [`Policy::before`] is called for it.
-    fn on_future(&mut self, _index: u64, _event: &TraceEvent) {}
+    fn on_future(&mut self, _index: u64, _op: &Op) {}
 
-    /// Called just before the event at `index` runs on the backend.
-    fn before(&mut self, index: u64, event: &TraceEvent, backend: &mut dyn MemoryBackend) -> Result<()>;
+    /// Called just before the operation at `index` runs on the backend.
+    fn before(&mut self, index: u64, op: &Op, hints: &mut Hints<'_>) -> Result<()>;
 
     /// Turns on recording of the policy's own events (hints with reasons, forecast scores).
     fn record_events(&mut self, _on: bool) {}
@@ -62,8 +63,8 @@ pub trait Policy: Send {
         crate::replay::Learning::default()
     }
 
-    /// Called just after the event at `index` ran (e.g. to see where a new region landed).
-    fn after(&mut self, _index: u64, _event: &TraceEvent, _backend: &mut dyn MemoryBackend) -> Result<()> {
+    /// Called just after the operation at `index` ran (e.g. to see where a new region landed).
+    fn after(&mut self, _index: u64, _op: &Op, _hints: &mut Hints<'_>) -> Result<()> {
         Ok(())
     }
 }

@@ -1,10 +1,9 @@
 //! `none`: no hints at all, the baseline. The driver faults data in when a kernel touches it
 //! and, over capacity, evicts the least recently migrated block.
 
-use super::Policy;
+use super::{Hints, Policy};
 use crate::error::Result;
-use crate::seam::MemoryBackend;
-use crate::trace::TraceEvent;
+use crate::op::Op;
 
 /// The do-nothing policy.
 #[derive(Debug, Default, Clone, Copy)]
@@ -15,7 +14,7 @@ impl Policy for NoHints {
         "none"
     }
 
-    fn before(&mut self, _: u64, _: &TraceEvent, _: &mut dyn MemoryBackend) -> Result<()> {
+    fn before(&mut self, _: u64, _: &Op, _: &mut Hints<'_>) -> Result<()> {
         Ok(())
     }
 }

@@ -18,12 +18,13 @@ use std::collections::{BTreeSet, VecDeque};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use super::units::{add_units, coalesce, fetch_needed, merge_units, pooled_blocks, unit_bytes, Sizes};
-use super::Policy;
+use super::{Hints, Policy};
+use crate::access::RangeAccess;
 use crate::error::Result;
+use crate::op::Op;
 use crate::policy::advisor::Unit;
 use crate::region::RegionId;
-use crate::seam::{Location, MemoryBackend, BLOCK_SIZE};
-use crate::trace::{TraceAccess, TraceEvent};
+use crate::seam::BLOCK_SIZE;
 
 /// Eviction priority; the largest key is evicted first. (class, next use index).
 type Key = (u8, u64);
@@ -67,10 +68,10 @@ pub struct Oracle {
 }
 
 /// Units a batch of accesses touches, with whether every touch of the unit overwrites it.
-fn units_of(acc: &[TraceAccess], sizes: &Sizes) -> Vec<(Unit, bool)> {
+fn units_of(acc: &[RangeAccess], sizes: &Sizes) -> Vec<(Unit, bool)> {
     let mut out = Vec::new();
     for a in acc {
-        add_units(sizes, RegionId(a.id), a.offset, a.len, !a.mode.reads(), &mut out);
+        add_units(sizes, a.region, a.offset, a.len, !a.mode.reads(), &mut out);
     }
     merge_units(&mut out);
     out
@@ -144,7 +145,7 @@ impl Oracle {
         &mut self,
         unit: Unit,
         overwrite: bool,
-        backend: &dyn MemoryBackend,
+        hints: &Hints<'_>,
         discard_first: &mut Vec<Unit>,
         fetch: &mut Vec<Unit>,
     ) -> Result<()> {
@@ -152,7 +153,7 @@ impl Oracle {
         if self.unit_bytes(unit) < self.min_prefetch_bytes {
             return Ok(());
         }
-        if let Some(discard) = fetch_needed(&self.sizes, backend, unit, overwrite)? {
+        if let Some(discard) = fetch_needed(&self.sizes, hints, unit, overwrite)? {
             if discard {
                 discard_first.push(unit);
             }
@@ -220,35 +221,35 @@ impl Policy for Oracle {
         self.lookahead
     }
 
-    fn on_future(&mut self, index: u64, event: &TraceEvent) {
-        match event {
-            TraceEvent::Alloc { id, bytes, .. } => {
-                self.sizes.insert(RegionId(*id), *bytes);
+    fn on_future(&mut self, index: u64, op: &Op) {
+        match op {
+            Op::Alloc { region, bytes, .. } => {
+                self.sizes.insert(*region, *bytes);
             }
-            TraceEvent::Free { id } => {
-                let id = RegionId(*id);
+            Op::Free { region } => {
+                let id = *region;
                 self.freed.insert(id);
                 let blocks = self.sizes.get(&id).copied().unwrap_or(0).div_ceil(BLOCK_SIZE);
                 for b in 0..blocks as u32 {
                     self.rekey((id, b));
                 }
             }
-            TraceEvent::Kernel { acc, .. } => {
-                let units = units_of(acc, &self.sizes);
+            Op::Kernel { accesses, .. } => {
+                let units = units_of(accesses, &self.sizes);
                 for &(unit, overwrite) in &units {
                     self.uses.entry(unit).or_default().push_back(Use { index, overwrite });
                     self.rekey(unit);
                 }
                 self.kernels.push_back((index, units));
             }
-            TraceEvent::Host { .. } | TraceEvent::Step { .. } => {}
+            _ => {}
         }
     }
 
-    fn before(&mut self, index: u64, event: &TraceEvent, backend: &mut dyn MemoryBackend) -> Result<()> {
-        match event {
-            TraceEvent::Free { id } => {
-                let id = RegionId(*id);
+    fn before(&mut self, index: u64, op: &Op, hints: &mut Hints<'_>) -> Result<()> {
+        match op {
+            Op::Free { region } => {
+                let id = *region;
                 let blocks = self.sizes.get(&id).copied().unwrap_or(0).div_ceil(BLOCK_SIZE);
                 for b in 0..blocks as u32 {
                     self.remove_resident((id, b));
@@ -259,16 +260,15 @@ impl Policy for Oracle {
                 self.allocated.remove(&id);
                 return Ok(());
             }
-            TraceEvent::Alloc { .. } => return Ok(()),
-            TraceEvent::Host { acc, .. } => {
+            Op::Host { accesses, .. } => {
                 // The CPU pulls what it touches off the device.
-                for (unit, _) in units_of(acc, &self.sizes) {
+                for (unit, _) in units_of(accesses, &self.sizes) {
                     self.remove_resident(unit);
                 }
                 return Ok(());
             }
-            TraceEvent::Kernel { .. } => {}
-            TraceEvent::Step { .. } => return Ok(()),
+            Op::Kernel { .. } => {}
+            _ => return Ok(()),
         }
 
         let Some((k, units)) = self.kernels.pop_front() else {
@@ -297,7 +297,7 @@ impl Policy for Oracle {
         self.evict_for(need, &protect, None, &mut discard, &mut to_host);
         let (mut overwrite, mut fetch) = (Vec::new(), Vec::new());
         for &(unit, ow) in &missing {
-            self.place(unit, ow, backend, &mut overwrite, &mut fetch)?;
+            self.place(unit, ow, hints, &mut overwrite, &mut fetch)?;
         }
 
         // Ahead: bring in the window's future units in order of need, as early as the Belady
@@ -354,7 +354,7 @@ impl Policy for Oracle {
                     self.cursor = j;
                     break 'scan;
                 }
-                self.place(unit, ow, backend, &mut overwrite, &mut fetch)?;
+                self.place(unit, ow, hints, &mut overwrite, &mut fetch)?;
             }
             if built {
                 for &(u, _) in &future {
@@ -370,31 +370,30 @@ impl Policy for Oracle {
         // Issue: dead data dropped, live data copied back, then the data coming in. The link
         // serialises them in this order, so the room exists before the prefetch lands.
         if !discard.is_empty() {
-            backend.discard(&coalesce(&self.sizes, discard))?;
+            hints.discard(&coalesce(&self.sizes, discard))?;
         }
         if !to_host.is_empty() {
             // Staged where the backend can: the same moves the advisor has.
-            backend.stage_out(&coalesce(&self.sizes, to_host))?;
+            hints.evict(&coalesce(&self.sizes, to_host))?;
         }
         if !overwrite.is_empty() {
             // Whatever the host holds of a unit about to be overwritten is dead: drop it so
             // the prefetch only populates.
-            backend.discard(&coalesce(&self.sizes, overwrite))?;
+            hints.discard(&coalesce(&self.sizes, overwrite))?;
         }
         if !fetch.is_empty() {
-            backend.prefetch(&coalesce(&self.sizes, fetch), Location::Device)?;
+            hints.prefetch(&coalesce(&self.sizes, fetch))?;
         }
         Ok(())
     }
 
-    fn after(&mut self, _: u64, event: &TraceEvent, backend: &mut dyn MemoryBackend) -> Result<()> {
-        let TraceEvent::Alloc { id, bytes, .. } = event else {
+    fn after(&mut self, _: u64, op: &Op, hints: &mut Hints<'_>) -> Result<()> {
+        let Op::Alloc { region: id, bytes, .. } = *op else {
             return Ok(());
         };
-        let id = RegionId(*id);
         self.allocated.insert(id);
         // Pages recycled from the pool are on the device already: count them as placed.
-        for b in pooled_blocks(&self.sizes, backend, id)? {
+        for b in pooled_blocks(&self.sizes, hints, id)? {
             self.add_resident((id, b));
         }
         // The scan skipped this region while it did not exist: rewind to its first use.

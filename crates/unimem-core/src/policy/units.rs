@@ -3,10 +3,11 @@
 
 use rustc_hash::FxHashMap;
 
+use super::Hints;
 use crate::error::Result;
 use crate::policy::advisor::Unit;
 use crate::region::RegionId;
-use crate::seam::{page_round, ByteRange, MemoryBackend, BLOCK_SIZE};
+use crate::seam::{page_round, ByteRange, BLOCK_SIZE};
 
 /// Sizes of the live regions a policy knows.
 pub(super) type Sizes = FxHashMap<RegionId, u64>;
@@ -81,7 +82,7 @@ pub(super) fn coalesce(sizes: &Sizes, mut units: Vec<Unit>) -> Vec<ByteRange> {
 /// be dropped rather than copied in.
 pub(super) fn fetch_needed(
     sizes: &Sizes,
-    backend: &dyn MemoryBackend,
+    hints: &Hints<'_>,
     unit: Unit,
     overwrite: bool,
 ) -> Result<Option<bool>> {
@@ -89,7 +90,7 @@ pub(super) fn fetch_needed(
     if range.len == 0 {
         return Ok(None);
     }
-    let res = backend.residency(range)?;
+    let res = hints.residency(range)?;
     // Staged data (its only copy in a pinned slot) counts as off the device: left to the
     // kernel that needs it, it comes back only when that kernel is issued, and the kernel waits.
     if res.host + res.staged + res.unpopulated == 0 {
@@ -100,8 +101,8 @@ pub(super) fn fetch_needed(
 
 /// Blocks of a newly allocated region that are on the device already (memory recycled from
 /// the pool).
-pub(super) fn pooled_blocks(sizes: &Sizes, backend: &dyn MemoryBackend, id: RegionId) -> Result<Vec<u32>> {
-    backend.device_blocks(id, sizes.get(&id).copied().unwrap_or(0))
+pub(super) fn pooled_blocks(sizes: &Sizes, hints: &Hints<'_>, id: RegionId) -> Result<Vec<u32>> {
+    hints.device_blocks(id, sizes.get(&id).copied().unwrap_or(0))
 }
 
 #[cfg(test)]

@@ -10,10 +10,10 @@ mod late;
 use late::LateFaults;
 
 use crate::error::Result;
-use crate::policy::Policy;
+use crate::op::Op;
+use crate::policy::{Hints, Policy};
 use crate::region::RegionId;
 use crate::seam::{MemEvent, MemoryBackend};
-use crate::trace::TraceEvent;
 
 /// Kernels between two looks at the sink's late events (and at a step boundary): CUPTI's
 /// forced flush costs the host, and the policy learns an access for the next step anyway.
@@ -128,23 +128,23 @@ impl Protocol {
         backend.host_work(ns + std::mem::take(&mut self.unreported_ns));
     }
 
-    /// Runs `op` (the operation `event` stands for, numbered `index`) between the policy's
+    /// Runs `execute` (operation `op`, numbered `index`, on the backend) between the policy's
     /// hooks.
     pub(crate) fn run<T>(
         &mut self,
         index: u64,
-        event: &TraceEvent,
+        op: &Op,
         policy: &mut dyn Policy,
         backend: &mut dyn MemoryBackend,
-        op: impl FnOnce(&mut dyn MemoryBackend) -> Result<T>,
+        execute: impl FnOnce(&mut dyn MemoryBackend) -> Result<T>,
     ) -> Result<T> {
-        match event {
-            TraceEvent::Kernel { .. } => self.since_late += 1,
-            TraceEvent::Step { .. } => self.since_late = LATE_EVERY,
+        match op {
+            Op::Kernel { .. } => self.since_late += 1,
+            Op::Step { .. } => self.since_late = LATE_EVERY,
             _ => {}
         }
         let t0 = Instant::now();
-        policy.before(index, event, backend)?;
+        policy.before(index, op, &mut Hints::new(backend))?;
         self.policy_done(t0, backend);
         if self.feedback || self.keep {
             // What the policy's own hints (and data prepared ahead) did stays apart from the
@@ -158,13 +158,13 @@ impl Protocol {
                 self.events.clear();
             }
         }
-        let out = op(backend)?;
+        let out = execute(backend)?;
         let t0 = Instant::now();
         if self.feedback {
             backend.drain_events(&mut self.observed);
             policy.observe(&self.observed);
         }
-        policy.after(index, event, backend)?;
+        policy.after(index, op, &mut Hints::new(backend))?;
         self.policy_done(t0, backend);
         if self.keep {
             policy.drain_events(&mut self.events);

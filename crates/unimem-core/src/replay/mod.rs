@@ -18,10 +18,11 @@ use crate::access::RangeAccess;
 use crate::seam::{ByteRange, KernelLaunch, MemoryBackend};
 
 use crate::error::{Error, Result};
+use crate::op::Op;
 use crate::policy::Policy;
 use crate::protocol::{self, EventSink};
 use crate::region::RegionId;
-use crate::trace::{TraceAccess, TraceEvent, TraceReader};
+use crate::trace::TraceReader;
 
 /// How often (in events) the progress callback is called.
 pub const PROGRESS_EVERY: u64 = 1 << 16;
@@ -34,8 +35,8 @@ const BATCHES_IN_FLIGHT: usize = 4;
 /// Events parsed (and validated) on a thread of their own, so that parsing and simulating use
 /// two cores; the bounded channel keeps memory flat however long the trace.
 struct Parsed {
-    rx: crossbeam_channel::Receiver<Result<Vec<(u64, TraceEvent)>>>,
-    batch: std::vec::IntoIter<(u64, TraceEvent)>,
+    rx: crossbeam_channel::Receiver<Result<Vec<(u64, Op)>>>,
+    batch: std::vec::IntoIter<(u64, Op)>,
 }
 
 impl Parsed {
@@ -47,7 +48,7 @@ impl Parsed {
             let outcome = loop {
                 match reader.next_event() {
                     Ok(Some(event)) => {
-                        batch.push((reader.line(), event));
+                        batch.push((reader.line(), Op::from(event)));
                         if batch.len() == BATCH {
                             break Ok(false);
                         }
@@ -69,8 +70,8 @@ impl Parsed {
         Ok(Self { rx, batch: Vec::new().into_iter() })
     }
 
-    /// The next event with its line in the trace file.
-    fn next_event(&mut self) -> Result<Option<(u64, TraceEvent)>> {
+    /// The next operation with its line in the trace file.
+    fn next_op(&mut self) -> Result<Option<(u64, Op)>> {
         loop {
             if let Some(event) = self.batch.next() {
                 return Ok(Some(event));
@@ -109,23 +110,24 @@ impl<'a> PreExisting<'a> {
         }
     }
 
-    /// An event entered the window.
-    fn on_read(&mut self, event: &TraceEvent, backend: &mut dyn MemoryBackend) -> Result<()> {
+    /// An operation entered the window.
+    fn on_read(&mut self, op: &Op, backend: &mut dyn MemoryBackend) -> Result<()> {
         if self.known.is_some() {
             return Ok(());
         }
-        if let TraceEvent::Alloc { id, bytes, .. } = event {
-            self.untouched.insert(*id, *bytes);
+        if let Op::Alloc { region, bytes, .. } = op {
+            self.untouched.insert(region.0, *bytes);
         }
-        for a in event.accesses() {
-            let Some(bytes) = self.untouched.remove(&a.id) else {
+        for a in op.accesses() {
+            let id = a.region.0;
+            let Some(bytes) = self.untouched.remove(&id) else {
                 continue;
             };
             if a.mode.reads() {
-                if self.allocated.contains(&a.id) {
-                    backend.preload_host(ByteRange::whole(RegionId(a.id), bytes))?;
+                if self.allocated.contains(&id) {
+                    backend.preload_host(ByteRange::whole(a.region, bytes))?;
                 } else {
-                    self.pending.insert(a.id, bytes);
+                    self.pending.insert(id, bytes);
                 }
             }
         }
@@ -152,16 +154,6 @@ impl<'a> PreExisting<'a> {
         self.allocated.remove(&id);
         self.untouched.remove(&id);
     }
-}
-
-fn to_ranges(acc: &[TraceAccess], out: &mut Vec<RangeAccess>) {
-    out.clear();
-    out.extend(acc.iter().map(|a| RangeAccess {
-        region: RegionId(a.id),
-        offset: a.offset,
-        len: a.len,
-        mode: a.mode,
-    }));
 }
 
 /// Replays `reader` through `policy` on `backend`. Trace region ids become [`RegionId`]s as
@@ -205,17 +197,17 @@ pub struct Options<'a> {
 
 /// The event as the policy sees it: without the accesses the program did not declare (`None`
 /// when it declared them all).
-fn declared_part(event: &TraceEvent, every: u64) -> Option<TraceEvent> {
-    let hidden = |a: &TraceAccess| every > 0 && a.id % every == 0;
-    if !event.accesses().iter().any(hidden) {
+fn declared_part(op: &Op, every: u64) -> Option<Op> {
+    let hidden = |a: &RangeAccess| every > 0 && a.region.0 % every == 0;
+    if !op.accesses().iter().any(hidden) {
         return None;
     }
-    let keep = |acc: &[TraceAccess]| acc.iter().filter(|a| !hidden(a)).cloned().collect();
-    Some(match event {
-        TraceEvent::Kernel { name, dur_ns, acc } => {
-            TraceEvent::Kernel { name: name.clone(), dur_ns: *dur_ns, acc: keep(acc) }
+    let keep = |acc: &[RangeAccess]| acc.iter().filter(|a| !hidden(a)).cloned().collect();
+    Some(match op {
+        Op::Kernel { name, dur_ns, accesses } => {
+            Op::Kernel { name: name.clone(), dur_ns: *dur_ns, accesses: keep(accesses) }
         }
-        TraceEvent::Host { name, acc } => TraceEvent::Host { name: name.clone(), acc: keep(acc) },
+        Op::Host { name, accesses } => Op::Host { name: name.clone(), accesses: keep(accesses) },
         other => other.clone(),
     })
 }
@@ -247,12 +239,10 @@ fn replay_events(
     let Options { mut sink, undeclared_every, pre_existing } = options;
     let mut protocol = protocol::Protocol::new(policy, backend, sink.is_some());
     let lookahead = policy.lookahead();
-    // (index, line, the event, the part of it the policy sees where that differs)
-    let mut window: VecDeque<(u64, u64, TraceEvent, Option<TraceEvent>)> =
-        VecDeque::with_capacity(lookahead + 1);
+    // (index, line, the operation, the part of it the policy sees where that differs)
+    let mut window: VecDeque<(u64, u64, Op, Option<Op>)> = VecDeque::with_capacity(lookahead + 1);
     let mut read = 0u64;
     let mut exhausted = false;
-    let mut ranges = Vec::new();
     let mut pre = PreExisting::new(pre_existing);
     let (mut floor, mut kernels) = (0u64, 0u64);
     // (step index, completion time at its start, compute floor at its start)
@@ -260,48 +250,44 @@ fn replay_events(
 
     loop {
         while !exhausted && window.len() <= lookahead {
-            match reader.next_event()? {
-                Some((line, event)) => {
-                    pre.on_read(&event, backend).map_err(|e| Error::at(&file, line, e))?;
-                    let seen = declared_part(&event, undeclared_every);
-                    policy.on_future(read, seen.as_ref().unwrap_or(&event));
-                    window.push_back((read, line, event, seen));
+            match reader.next_op()? {
+                Some((line, op)) => {
+                    pre.on_read(&op, backend).map_err(|e| Error::at(&file, line, e))?;
+                    let seen = declared_part(&op, undeclared_every);
+                    policy.on_future(read, seen.as_ref().unwrap_or(&op));
+                    window.push_back((read, line, op, seen));
                     read += 1;
                 }
                 None => exhausted = true,
             }
         }
-        let Some((index, line, event, seen)) = window.pop_front() else {
+        let Some((index, line, op, seen)) = window.pop_front() else {
             break;
         };
-        let seen = seen.as_ref().unwrap_or(&event);
+        let seen = seen.as_ref().unwrap_or(&op);
         let ran = protocol.run(index, seen, policy, backend, |backend| {
-            match &event {
-                TraceEvent::Alloc { id, bytes, name } => {
-                    let address = backend.allocate(RegionId(*id), *bytes)?;
+            match &op {
+                Op::Alloc { region, bytes, name } => {
+                    let address = backend.allocate(*region, *bytes)?;
                     if let Some(sink) = sink.as_deref_mut() {
-                        sink.region(RegionId(*id), *bytes, name.as_deref(), address)?;
+                        sink.region(*region, *bytes, name.as_deref(), address)?;
                     }
-                    pre.on_alloc(*id, *bytes, backend)?;
+                    pre.on_alloc(region.0, *bytes, backend)?;
                 }
-                TraceEvent::Free { id } => {
-                    pre.on_free(*id);
-                    backend.free(RegionId(*id))?;
+                Op::Free { region } => {
+                    pre.on_free(region.0);
+                    backend.free(*region)?;
                     if let Some(sink) = sink.as_deref_mut() {
-                        sink.freed(RegionId(*id))?;
+                        sink.freed(*region)?;
                     }
                 }
-                TraceEvent::Kernel { name, dur_ns, acc } => {
-                    to_ranges(acc, &mut ranges);
-                    backend.launch(&KernelLaunch { name, dur_ns: *dur_ns, accesses: &ranges })?;
+                Op::Kernel { name, dur_ns, accesses } => {
+                    backend.launch(&KernelLaunch { name, dur_ns: *dur_ns, accesses })?;
                     floor += dur_ns;
                     kernels += 1;
                 }
-                TraceEvent::Host { acc, .. } => {
-                    to_ranges(acc, &mut ranges);
-                    backend.host_access(&ranges)?;
-                }
-                TraceEvent::Step { index } => marks.push((*index, backend.completion_ns(), floor)),
+                Op::Host { accesses, .. } => backend.host_access(accesses)?,
+                Op::Step { index } => marks.push((*index, backend.completion_ns(), floor)),
             }
             Ok(())
         });

@@ -5,7 +5,7 @@ use crate::cost::CostModel;
 use crate::policy::{make_policy, Advisor, AdvisorSettings, NoHints};
 use crate::seam::MemEvent;
 use crate::trace::synth::{Pattern, Synth, SynthSpec};
-use crate::trace::{TraceHeader, TraceWriter};
+use crate::trace::{TraceAccess, TraceEvent, TraceHeader, TraceWriter};
 
 fn reader_of(events: impl IntoIterator<Item = TraceEvent>) -> TraceReader {
     let mut w = TraceWriter::new(Vec::new(), false, "mem", &TraceHeader::new("test")).unwrap();
@@ -232,14 +232,15 @@ mod advisor_integrity {
         /// Runs `data_op` as the event `e`; the policy sees only its declared part and learns
         /// the rest from the simulator's events, as in a replay.
         fn event(&mut self, e: TraceEvent, data_op: impl FnOnce(&mut SimBackend)) {
+            let e = crate::op::Op::from(e);
             let seen = declared_part(&e, self.hide);
             let seen = seen.as_ref().unwrap_or(&e);
-            self.policy.before(self.index, seen, &mut self.sim).unwrap();
+            self.policy.before(self.index, seen, &mut crate::policy::Hints::new(&mut self.sim)).unwrap();
             data_op(&mut self.sim);
             self.sim.drain_events(&mut self.events);
             self.policy.observe(&self.events);
             self.events.clear();
-            self.policy.after(self.index, seen, &mut self.sim).unwrap();
+            self.policy.after(self.index, seen, &mut crate::policy::Hints::new(&mut self.sim)).unwrap();
             self.index += 1;
         }
 

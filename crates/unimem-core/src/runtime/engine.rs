@@ -11,10 +11,10 @@ use crossbeam_channel::{Receiver, Sender};
 
 use crate::access::RangeAccess;
 use crate::error::{Error, Result};
+use crate::op::Op;
 use crate::protocol::Protocol;
 use crate::region::RegionId;
 use crate::seam::{BackendStats, KernelLaunch, MemoryBackend, NativeLaunch};
-use crate::trace::{TraceAccess, TraceEvent};
 use crate::{policy::Policy, protocol::EventSink};
 
 /// What the backend looked like at a synchronize.
@@ -120,17 +120,13 @@ struct Worker {
     failure: Option<Error>,
 }
 
-fn trace_acc(acc: &[RangeAccess]) -> Vec<TraceAccess> {
-    acc.iter().map(|a| TraceAccess { id: a.region.0, offset: a.offset, len: a.len, mode: a.mode }).collect()
-}
-
 impl Worker {
     fn run(&mut self, rx: Receiver<Command>) {
         while let Ok(command) = rx.recv() {
             match command {
                 Command::Alloc { id, bytes, name, reply } => {
-                    let event = TraceEvent::Alloc { id: id.0, bytes, name: Some(name.to_string()) };
-                    let r = self.around(&event, |b| b.allocate(id, bytes)).and_then(|address| {
+                    let op = Op::Alloc { region: id, bytes, name: Some(name.clone()) };
+                    let r = self.around(&op, |b| b.allocate(id, bytes)).and_then(|address| {
                         match self.sink.as_mut() {
                             Some(sink) => sink.region(id, bytes, Some(&name), address).map(|()| address),
                             None => Ok(address),
@@ -140,19 +136,19 @@ impl Worker {
                 }
                 Command::Free { id } => {
                     let r = self
-                        .around(&TraceEvent::Free { id: id.0 }, |b| b.free(id))
+                        .around(&Op::Free { region: id }, |b| b.free(id))
                         .and_then(|()| self.sink.as_mut().map_or(Ok(()), |sink| sink.freed(id)));
                     self.keep(r);
                 }
                 Command::Launch { name, dur_ns, acc } => {
-                    let event = TraceEvent::Kernel { name: name.clone(), dur_ns, acc: trace_acc(&acc) };
-                    let r = self
-                        .around(&event, |b| b.launch(&KernelLaunch { name: &name, dur_ns, accesses: &acc }));
+                    let op = Op::Kernel { name: name.clone(), dur_ns, accesses: acc.clone() };
+                    let r =
+                        self.around(&op, |b| b.launch(&KernelLaunch { name: &name, dur_ns, accesses: &acc }));
                     self.keep(r);
                 }
                 Command::CpuKernel { name, dur_ns, acc, reply } => {
-                    let event = TraceEvent::Kernel { name: name.clone(), dur_ns, acc: trace_acc(&acc) };
-                    let r = self.around(&event, |b| {
+                    let op = Op::Kernel { name: name.clone(), dur_ns, accesses: acc.clone() };
+                    let r = self.around(&op, |b| {
                         b.launch(&KernelLaunch { name: &name, dur_ns, accesses: &acc })?;
                         acc.iter()
                             .map(|a| {
@@ -164,9 +160,9 @@ impl Worker {
                     let _ = reply.send(r);
                 }
                 Command::Native { name, acc, job, reply } => {
-                    let event = TraceEvent::Kernel { name: name.clone(), dur_ns: 0, acc: trace_acc(&acc) };
+                    let op = Op::Kernel { name: name.clone(), dur_ns: 0, accesses: acc.clone() };
                     let mut job = Some(job);
-                    let r = self.around(&event, |b| {
+                    let r = self.around(&op, |b| {
                         b.launch_native(
                             &KernelLaunch { name: &name, dur_ns: 0, accesses: &acc },
                             &mut |launch| job.take().map_or(Ok(()), |job| job(launch)),
@@ -181,19 +177,19 @@ impl Worker {
                     let _ = reply.send(r);
                 }
                 Command::HostWrite { range, data, reply } => {
-                    let event = TraceEvent::Host { name: "host write".into(), acc: trace_acc(&[range]) };
-                    let _ = reply.send(self.around(&event, |b| b.write(range.region, range.offset, &data)));
+                    let op = Op::Host { name: "host write".into(), accesses: vec![range] };
+                    let _ = reply.send(self.around(&op, |b| b.write(range.region, range.offset, &data)));
                 }
                 Command::HostRead { range, reply } => {
-                    let event = TraceEvent::Host { name: "host read".into(), acc: trace_acc(&[range]) };
+                    let op = Op::Host { name: "host read".into(), accesses: vec![range] };
                     let mut buf = vec![0; range.len as usize];
-                    let r = self.around(&event, |b| b.read(range.region, range.offset, &mut buf));
+                    let r = self.around(&op, |b| b.read(range.region, range.offset, &mut buf));
                     let _ = reply.send(r.map(|()| buf));
                 }
                 Command::Step => {
-                    let event = TraceEvent::Step { index: self.step };
+                    let op = Op::Step { index: self.step };
                     self.step += 1;
-                    let r = self.around(&event, |_| Ok(()));
+                    let r = self.around(&op, |_| Ok(()));
                     self.keep(r);
                 }
                 Command::Sync { reply } => {
@@ -231,14 +227,10 @@ impl Worker {
     }
 
     /// Runs one operation between the policy's `before` and `after`, as a replay does.
-    fn around<T>(
-        &mut self,
-        event: &TraceEvent,
-        op: impl FnOnce(&mut dyn MemoryBackend) -> Result<T>,
-    ) -> Result<T> {
+    fn around<T>(&mut self, op: &Op, execute: impl FnOnce(&mut dyn MemoryBackend) -> Result<T>) -> Result<T> {
         let index = self.index;
         self.index += 1;
-        self.protocol.run(index, event, self.policy.as_mut(), self.backend.as_mut(), op)
+        self.protocol.run(index, op, self.policy.as_mut(), self.backend.as_mut(), execute)
     }
 
     fn keep(&mut self, r: Result<()>) {

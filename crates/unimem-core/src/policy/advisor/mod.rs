@@ -21,12 +21,13 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use super::units::{
     add_units, coalesce, fetch_needed, merge_units, pooled_blocks, unit_bytes, unit_range, Sizes,
 };
-use super::Policy;
+use super::{Hints, Policy};
+use crate::access::RangeAccess;
 use crate::config::{AdvisorConfig, PlacementName};
 use crate::error::Result;
+use crate::op::Op;
 use crate::region::RegionId;
-use crate::seam::{page_round, Advice, Location, MemoryBackend, BLOCK_SIZE};
-use crate::trace::{TraceAccess, TraceEvent};
+use crate::seam::{page_round, Advice, Location, BLOCK_SIZE};
 
 /// Hints the advisor issued, by kind, in bytes (for reports).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -199,15 +200,15 @@ fn merge_ranges<K: Ord + Copy>(mut ranges: Vec<(K, u64, u64)>) -> Vec<(K, u64, u
 }
 
 /// Units a kernel touches: (unit, overwritten whole, written at all).
-fn kernel_units(sizes: &Sizes, acc: &[TraceAccess]) -> Vec<(Unit, bool, bool)> {
+fn kernel_units(sizes: &Sizes, acc: &[RangeAccess]) -> Vec<(Unit, bool, bool)> {
     let mut units: Vec<(Unit, bool)> = Vec::new();
     let mut written: FxHashSet<Unit> = FxHashSet::default();
     let mut scratch = Vec::new();
     for a in acc {
-        add_units(sizes, RegionId(a.id), a.offset, a.len, !a.mode.reads(), &mut units);
+        add_units(sizes, a.region, a.offset, a.len, !a.mode.reads(), &mut units);
         if a.mode.writes() {
             scratch.clear();
-            add_units(sizes, RegionId(a.id), a.offset, a.len, false, &mut scratch);
+            add_units(sizes, a.region, a.offset, a.len, false, &mut scratch);
             written.extend(scratch.iter().map(|u| u.0));
         }
     }
@@ -268,10 +269,10 @@ impl Advisor {
         units.map(|&u| unit_bytes(&self.sizes, u)).sum()
     }
 
-    fn advise_all(&self, backend: &mut dyn MemoryBackend, units: Vec<Unit>, advice: &[Advice]) -> Result<()> {
+    fn advise_all(&self, hints: &mut Hints<'_>, units: Vec<Unit>, advice: &[Advice]) -> Result<()> {
         for range in coalesce(&self.sizes, units) {
             for &a in advice {
-                backend.advise(range, a)?;
+                hints.advise(range, a)?;
             }
         }
         Ok(())
@@ -306,7 +307,7 @@ impl Advisor {
         }
     }
 
-    fn execute(&mut self, p: Plan, backend: &mut dyn MemoryBackend) -> Result<()> {
+    fn execute(&mut self, p: Plan, hints: &mut Hints<'_>) -> Result<()> {
         if self.recording {
             self.record_plan(&p);
         }
@@ -314,7 +315,7 @@ impl Advisor {
         for u in &collapse {
             self.read_mostly.remove(u);
         }
-        self.advise_all(backend, collapse.clone(), &[Advice::UnsetReadMostly])?;
+        self.advise_all(hints, collapse.clone(), &[Advice::UnsetReadMostly])?;
         for (u, reason) in p.discard.iter().chain(&p.evict) {
             self.resident.remove(u);
             if matches!(reason, Reason::FarthestNextUse(_)) && !self.read_mostly.contains(u) {
@@ -327,13 +328,13 @@ impl Advisor {
         self.hints.evicted += self.units_bytes(p.evict.iter().map(|d| &d.0));
         let discard = coalesce(&self.sizes, p.discard.iter().map(|(u, _)| *u).collect());
         if !discard.is_empty() {
-            backend.discard(&discard)?;
+            hints.discard(&discard)?;
         }
         let evict = coalesce(&self.sizes, p.evict.iter().map(|(u, _)| *u).collect());
         if !evict.is_empty() {
             // Through the staging buffers where the backend has them (a copy at 52.3 GB/s on
             // the H200, instead of a 10-17 GB/s migration).
-            backend.stage_out(&evict)?;
+            hints.evict(&evict)?;
         }
         let remote: Vec<Unit> = p.remote.iter().map(|r| r.0).collect();
         self.hints.remote += self.units_bytes(remote.iter());
@@ -341,14 +342,14 @@ impl Advisor {
             self.remote.insert(u, self.kernel);
         }
         self.advise_all(
-            backend,
+            hints,
             remote,
             &[Advice::SetPreferredLocation(Location::Host), Advice::SetAccessedByDevice],
         )?;
         let duplicate: Vec<Unit> = p.duplicate.iter().map(|d| d.0).collect();
         self.hints.duplicated += self.units_bytes(duplicate.iter());
         self.read_mostly.extend(duplicate.iter().copied());
-        self.advise_all(backend, duplicate, &[Advice::SetReadMostly])?;
+        self.advise_all(hints, duplicate, &[Advice::SetReadMostly])?;
         let (mut fetch, mut rewrite) = (Vec::new(), Vec::new());
         // Collapsed duplicates went back to the host (the H200 keeps the host copy): the kernel
         // about to write them needs them back.
@@ -356,7 +357,7 @@ impl Advisor {
         for (u, overwrite, _) in p.prefetch.iter().copied().chain(recollect) {
             let bytes = unit_bytes(&self.sizes, u);
             self.resident.insert_if_absent(u, (bytes, self.kernel));
-            if let Some(discard_first) = fetch_needed(&self.sizes, backend, u, overwrite)? {
+            if let Some(discard_first) = fetch_needed(&self.sizes, hints, u, overwrite)? {
                 if discard_first {
                     rewrite.push(u);
                 }
@@ -364,18 +365,18 @@ impl Advisor {
             }
         }
         if !rewrite.is_empty() {
-            backend.discard(&coalesce(&self.sizes, rewrite))?;
+            hints.discard(&coalesce(&self.sizes, rewrite))?;
         }
         if !fetch.is_empty() {
             self.hints.prefetched += self.units_bytes(fetch.iter());
-            backend.prefetch(&coalesce(&self.sizes, fetch), Location::Device)?;
+            hints.prefetch(&coalesce(&self.sizes, fetch))?;
         }
         Ok(())
     }
 
     /// Remote units whose remote window has passed by kernel `at` become ordinary again:
     /// unmapped, so that the next use migrates them.
-    fn end_remote_windows(&mut self, at: u64, backend: &mut dyn MemoryBackend) -> Result<()> {
+    fn end_remote_windows(&mut self, at: u64, hints: &mut Hints<'_>) -> Result<()> {
         let window = self.settings.remote_window;
         let done: Vec<Unit> =
             self.remote.iter().filter(|(_, &written)| at > written + window).map(|(&u, _)| u).collect();
@@ -385,13 +386,13 @@ impl Advisor {
         for u in &done {
             self.remote.remove(u);
         }
-        self.advise_all(backend, done, &[Advice::UnsetPreferredLocation, Advice::UnsetAccessedByDevice])
+        self.advise_all(hints, done, &[Advice::UnsetPreferredLocation, Advice::UnsetAccessedByDevice])
     }
 
-    fn before_kernel(&mut self, acc: &[TraceAccess], backend: &mut dyn MemoryBackend) -> Result<()> {
+    fn before_kernel(&mut self, acc: &[RangeAccess], hints: &mut Hints<'_>) -> Result<()> {
         let now = self.kernel;
         self.declared.clear();
-        self.declared.extend(acc.iter().map(|a| RegionId(a.id)));
+        self.declared.extend(acc.iter().map(|a| a.region));
         if self.settings.learn_from_faults {
             if self.declared_log.len() == DECLARED_KEPT {
                 self.declared_log.pop_front();
@@ -399,7 +400,7 @@ impl Advisor {
             self.declared_log.push_back((now, self.declared.iter().copied().collect()));
         }
         self.undeclared.clear();
-        self.end_remote_windows(now, backend)?;
+        self.end_remote_windows(now, hints)?;
         let units = kernel_units(&self.sizes, acc);
         // The use lists are kept between kernels: a forecast can name thousands of units.
         let (mut current, mut predicted) = std::mem::take(&mut self.uses);
@@ -500,7 +501,7 @@ impl Advisor {
                 self.written_this_step.insert((key, u.1));
             }
         }
-        self.reconcile(backend)?;
+        self.reconcile(hints)?;
         let remote_now: FxHashSet<Unit> = self.remote.keys().copied().collect();
         let sizes = &self.sizes;
         let plan = self.planner.plan(&PlanInput {
@@ -530,7 +531,7 @@ impl Advisor {
             self.resident.insert(u, (bytes, now));
         }
         self.uses = (current, predicted);
-        self.execute(plan, backend)
+        self.execute(plan, hints)
     }
 
     /// Drops from the residency account the units the backend no longer has on the device,
@@ -541,16 +542,16 @@ impl Advisor {
     /// room, and the error spreads (on the H200, 5.9 GB of driver evictions in a ResNet replay
     /// at 50%). The check is skipped while the driver has not moved anything: it walks the
     /// whole account.
-    fn reconcile(&mut self, backend: &dyn MemoryBackend) -> Result<()> {
-        self.adopt_unknown(backend)?;
-        let dropped = backend.stats().driver_dropped_bytes;
+    fn reconcile(&mut self, hints: &Hints<'_>) -> Result<()> {
+        self.adopt_unknown(hints)?;
+        let dropped = hints.driver_dropped_bytes();
         if dropped == self.driver_dropped_seen {
             return Ok(());
         }
         self.driver_dropped_seen = dropped;
         let mut stale = Vec::new();
         for u in self.resident.units() {
-            if backend.residency(unit_range(&self.sizes, u))?.on_device() == 0 {
+            if hints.residency(unit_range(&self.sizes, u))?.on_device() == 0 {
                 stale.push(u);
             }
         }
@@ -586,13 +587,13 @@ impl Advisor {
     /// believes there is room, makes none, and leaves the evicting to the driver, which on
     /// the H200 migrates at 10-17 GB/s behind every queued kernel instead of staging at 52.
     /// The walk over the live regions runs at most once per [`ADOPT_EVERY`] kernels.
-    fn adopt_unknown(&mut self, backend: &dyn MemoryBackend) -> Result<()> {
+    fn adopt_unknown(&mut self, hints: &Hints<'_>) -> Result<()> {
         if self.kernel < self.next_adopt {
             return Ok(());
         }
         let account = self.resident.bytes();
         let slack = (self.settings.budget / 32).max(8 << 20);
-        if backend.device_resident_bytes() <= account + slack {
+        if hints.resident_bytes() <= account + slack {
             return Ok(());
         }
         self.next_adopt = self.kernel + ADOPT_EVERY;
@@ -600,7 +601,7 @@ impl Advisor {
             for b in 0..bytes.div_ceil(BLOCK_SIZE) as u32 {
                 let u = (id, b);
                 if !self.resident.contains_key(&u)
-                    && backend.residency(unit_range(&self.sizes, u))?.on_device() > 0
+                    && hints.residency(unit_range(&self.sizes, u))?.on_device() > 0
                 {
                     self.resident.insert(u, (unit_bytes(&self.sizes, u), self.kernel));
                 }
@@ -610,11 +611,11 @@ impl Advisor {
     }
 
     /// Scores the forecast made for kernel `now` (at the previous kernel) against its accesses.
-    fn record_forecast_score(&mut self, now: u64, acc: &[TraceAccess]) {
+    fn record_forecast_score(&mut self, now: u64, acc: &[RangeAccess]) {
         let min = self.settings.min_confidence;
         let predicted: Vec<RegionKey> =
             self.predictions.iter().filter(|p| p.at == now && p.confidence >= min).map(|p| p.key).collect();
-        let actual: Vec<RegionKey> = acc.iter().filter_map(|a| self.identity.key(RegionId(a.id))).collect();
+        let actual: Vec<RegionKey> = acc.iter().filter_map(|a| self.identity.key(a.region)).collect();
         let mut score = crate::policy::advisor::Score::default();
         score.add(&predicted, &actual);
         self.events.push(crate::seam::MemEvent::Forecast {
@@ -840,15 +841,15 @@ impl Policy for Advisor {
         }
     }
 
-    fn before(&mut self, _index: u64, event: &TraceEvent, backend: &mut dyn MemoryBackend) -> Result<()> {
-        match event {
-            TraceEvent::Free { id } => {
-                let id = RegionId(*id);
+    fn before(&mut self, _index: u64, op: &Op, hints: &mut Hints<'_>) -> Result<()> {
+        match op {
+            Op::Free { region } => {
+                let id = *region;
                 self.forget_region(id);
                 self.identity.on_free(id);
                 Ok(())
             }
-            TraceEvent::Step { .. } => {
+            Op::Step { .. } => {
                 self.step += 1;
                 self.step_starts.push(self.kernel);
                 self.written_last_step = std::mem::take(&mut self.written_this_step);
@@ -859,9 +860,9 @@ impl Policy for Advisor {
                 self.predictor.on_step();
                 Ok(())
             }
-            TraceEvent::Host { acc, .. } => {
+            Op::Host { accesses, .. } => {
                 // The CPU pulls what it touches off the device (duplicates stay on a read).
-                let units = kernel_units(&self.sizes, acc);
+                let units = kernel_units(&self.sizes, accesses);
                 for (u, _, writes) in units {
                     if writes || !self.read_mostly.contains(&u) {
                         self.resident.remove(&u);
@@ -869,28 +870,28 @@ impl Policy for Advisor {
                 }
                 Ok(())
             }
-            TraceEvent::Kernel { acc, .. } => self.before_kernel(acc, backend),
-            TraceEvent::Alloc { .. } => Ok(()),
+            Op::Kernel { accesses, .. } => self.before_kernel(accesses, hints),
+            _ => Ok(()),
         }
     }
 
-    fn after(&mut self, _index: u64, event: &TraceEvent, backend: &mut dyn MemoryBackend) -> Result<()> {
-        match event {
-            TraceEvent::Alloc { id, bytes, .. } => {
-                let id = RegionId(*id);
+    fn after(&mut self, _index: u64, op: &Op, hints: &mut Hints<'_>) -> Result<()> {
+        match op {
+            Op::Alloc { region, bytes, .. } => {
+                let id = *region;
                 self.sizes.insert(id, *bytes);
                 self.born.insert(id, self.step);
                 let key = self.identity.on_alloc(id, *bytes);
                 self.by_key.insert(key, id);
                 // Pages recycled from the pool are on the device already.
-                for b in pooled_blocks(&self.sizes, backend, id)? {
+                for b in pooled_blocks(&self.sizes, hints, id)? {
                     self.resident.insert((id, b), (unit_bytes(&self.sizes, (id, b)), self.kernel));
                 }
                 Ok(())
             }
-            TraceEvent::Kernel { acc, .. } => {
-                for a in acc {
-                    if let Some(key) = self.identity.key(RegionId(a.id)) {
+            Op::Kernel { accesses, .. } => {
+                for a in accesses {
+                    if let Some(key) = self.identity.key(a.region) {
                         let obs = Observation {
                             key,
                             offset: a.offset,
