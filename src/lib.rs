@@ -13,7 +13,7 @@
 //! - [`telemetry`] (unimem-telemetry): fault and migration telemetry.
 //!
 //! ```
-//! use unimem::core::{backends::sim::SimBackend, MemoryBackend, RegionId};
+//! use unimem::core::{backends::sim::SimBackend, MemoryBackend, MemoryBackendExt, RegionId};
 //!
 //! // A simulated H200 limited to 64 MiB: allocate, write on the host, read it back.
 //! let mut gpu = SimBackend::new(unimem::core::CostModel::h200(), 64 << 20);

@@ -1,6 +1,7 @@
 //! `unimem replay`: play a trace through policies and report.
 
 use std::path::{Path, PathBuf};
+use unimem_core::MemoryBackendExt;
 
 use unimem_core::config::{BackendChoice, PolicyName};
 use unimem_core::output_file::OutputFile;
@@ -116,22 +117,15 @@ pub fn replay_one(
     telemetry: Option<OutputFile>,
     undeclared_every: u64,
 ) -> Result<ReplayReport> {
-    let cost = backends::cost_model(config)?;
     let budget_bytes = sizes.budget;
     // Staging memory is pinned before the timed work, as much as can be off the device at once.
     let staging = config.staging.resolve(budget_bytes);
-    let mut backend = backends::open(
-        config.backend,
-        cost.clone(),
-        budget_bytes,
-        config.oversubscribe,
-        staging,
-        staging.min(sizes.peak.saturating_sub(budget_bytes)),
-    )?;
+    let pin_now = staging.min(sizes.peak.saturating_sub(budget_bytes));
+    let mut spec = backends::BackendSpec::from_config(config, budget_bytes, staging, pin_now)?;
     // A replay finds data by region, never by an address it kept: restores may relocate.
-    backend.allow_relocation(config.replay.relocate);
-    backend.charge_host_work(config.sim.policy_time == unimem_core::config::PolicyTime::Measured);
-    let mut policy_impl = policy::make_policy(policy, backend.device_capacity(), config, &cost);
+    spec.relocate = config.replay.relocate;
+    let mut backend = backends::open(&spec)?;
+    let mut policy_impl = policy::make_policy(policy, backend.device_capacity(), config, &spec.cost);
     let reader = open()?;
     let (consumed, total) = reader.progress();
     tracing::info!(trace = reader.file(), %policy, budget_bytes, backend = %backend.describe(), "replay starts");

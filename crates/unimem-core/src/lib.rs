@@ -30,7 +30,9 @@ pub mod units;
 pub use access::{Access, AccessHistory, AccessMode, Accessor, RangeAccess};
 pub use backends::sim::SimBackend;
 pub use cost::CostModel;
-pub use seam::{Advice, BackendKind, ByteRange, KernelLaunch, Location, MemoryBackend, Residency};
+pub use seam::{
+    Advice, BackendKind, ByteRange, KernelLaunch, Location, MemoryBackend, MemoryBackendExt, Residency,
+};
 
 pub use config::{Budget, Config, LoadedConfig};
 pub use error::{Error, Result};

@@ -337,7 +337,7 @@ fn run_case(seed: u64, tally: &mut Tally) {
                 let mut gpu = SimBackend::new(cost.clone(), budget).with_staging(budget);
                 let mut p = unimem_core::policy::make_policy(
                     policy,
-                    unimem_core::MemoryBackend::device_capacity(&gpu),
+                    unimem_core::MemoryBackendExt::device_capacity(&gpu),
                     &Config::default(),
                     &cost,
                 );

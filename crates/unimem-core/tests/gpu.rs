@@ -8,7 +8,6 @@ use unimem_core::backends::cuda::{
     discard_and_prefetch_batch, discard_batch, prefetch_batch, probe, CudaDevice, FreeMemory, Kernels,
     ManagedBuffer, TouchMode,
 };
-use unimem_core::config::Oversubscribe;
 use unimem_core::seam::{Advice, Location};
 use unimem_core::Error;
 
@@ -67,14 +66,13 @@ fn oversubscription_is_refused_before_any_allocation() {
 fn the_cached_guard_refuses_on_a_fresh_reading() {
     let dev = device();
     let mut guard = FreeMemory::default();
-    let small: Vec<ManagedBuffer> =
-        (0..16).map(|_| guard.alloc(&dev, 64 << 20, Oversubscribe::Deny).unwrap()).collect();
+    let small: Vec<ManagedBuffer> = (0..16).map(|_| guard.alloc(&dev, 64 << 20, false).unwrap()).collect();
     let (free, _) = dev.mem_info().unwrap();
-    let e = guard.alloc(&dev, free, Oversubscribe::Deny).unwrap_err();
+    let e = guard.alloc(&dev, free, false).unwrap_err();
     assert!(matches!(e, Error::Allocation { .. }), "{e}");
     assert!(e.to_string().contains(r#"oversubscribe = "allow""#), "names the key: {e}");
     // Within the estimate: allocated without a new reading, and usable.
-    let more = guard.alloc(&dev, 64 << 20, Oversubscribe::Deny).unwrap();
+    let more = guard.alloc(&dev, 64 << 20, false).unwrap();
     assert_eq!(more.len() + small.iter().map(|b| b.len()).sum::<u64>(), 17 * (64 << 20));
 }
 
@@ -90,14 +88,14 @@ fn advice_and_prefetch_show_in_range_attributes() {
     buf.advise(0, buf.len(), Advice::SetPreferredLocation(Location::Host)).unwrap();
     assert_eq!(buf.attributes(0, buf.len()).unwrap().preferred, Some(Location::Host));
     buf.advise(0, buf.len(), Advice::UnsetPreferredLocation).unwrap();
-    buf.prefetch(0, buf.len(), Location::Device, &s).unwrap();
+    buf.prefetch(0, buf.len(), Location::DEVICE, &s).unwrap();
     s.synchronize().unwrap();
-    assert_eq!(buf.attributes(0, buf.len()).unwrap().last_prefetch, Some(Location::Device));
+    assert_eq!(buf.attributes(0, buf.len()).unwrap().last_prefetch, Some(Location::DEVICE));
     prefetch_batch(&dev, &[(buf.ptr(), 32 << 20), (buf.ptr() + (32 << 20), 32 << 20)], Location::Host, &s)
         .unwrap();
     s.synchronize().unwrap();
     assert_eq!(buf.attributes(0, buf.len()).unwrap().last_prefetch, Some(Location::Host));
-    assert!(buf.prefetch(0, buf.len() + 1, Location::Device, &s).is_err(), "ranges are checked");
+    assert!(buf.prefetch(0, buf.len() + 1, Location::DEVICE, &s).is_err(), "ranges are checked");
 }
 
 /// 4 GiB through every placement: GPU faults, prefetch both ways, GPU writes evicted back,
@@ -116,14 +114,14 @@ fn data_survives_prefetch_evict_duplicate_remote_and_discard_cycles() {
     // GPU reads fault the host data in.
     assert_eq!(k.sum_u32(&s, a.ptr(), words).unwrap(), sum_a);
     // Prefetch both ways, then a GPU write that is evicted back to the host.
-    prefetch_batch(&dev, &[(b.ptr(), b.len())], Location::Device, &s).unwrap();
+    prefetch_batch(&dev, &[(b.ptr(), b.len())], Location::DEVICE, &s).unwrap();
     k.add_u32(&s, b.ptr(), words, 3).unwrap();
     b.prefetch(0, b.len(), Location::Host, &s).unwrap();
     s.synchronize().unwrap();
     assert_eq!(host_sum(&mut b), sum_b + 3 * words, "device writes survived the eviction");
     // Read-mostly: duplicates on the device, read there, dropped by a prefetch to the host.
     a.advise(0, a.len(), Advice::SetReadMostly).unwrap();
-    a.prefetch(0, a.len(), Location::Device, &s).unwrap();
+    a.prefetch(0, a.len(), Location::DEVICE, &s).unwrap();
     assert_eq!(k.sum_u32(&s, a.ptr(), words).unwrap(), sum_a);
     a.prefetch(0, a.len(), Location::Host, &s).unwrap();
     s.synchronize().unwrap();
@@ -140,7 +138,7 @@ fn data_survives_prefetch_evict_duplicate_remote_and_discard_cycles() {
     a.advise(0, a.len(), Advice::UnsetPreferredLocation).unwrap();
     // Discard: the contents are dead; new data written afterwards is intact, on both sides.
     assert!(discard_batch(&dev, &[(b.ptr(), b.len())], &s).unwrap(), "CUDA 13 has the discard call");
-    discard_and_prefetch_batch(&dev, &[(b.ptr(), b.len())], Location::Device, &s).unwrap();
+    discard_and_prefetch_batch(&dev, &[(b.ptr(), b.len())], Location::DEVICE, &s).unwrap();
     s.synchronize().unwrap();
     let sum_b2 = fill(&mut b);
     k.add_u32(&s, b.ptr(), words, 2).unwrap();
@@ -155,7 +153,7 @@ fn touch_kernel_spins_for_its_duration_when_data_is_resident() {
     let k = Kernels::load(&dev).unwrap();
     let s = dev.new_stream().unwrap();
     let buf = ManagedBuffer::alloc(&dev, 256 << 20).unwrap();
-    buf.prefetch(0, buf.len(), Location::Device, &s).unwrap();
+    buf.prefetch(0, buf.len(), Location::DEVICE, &s).unwrap();
     k.touch(&s, &[(buf.ptr(), buf.len(), TouchMode::Write)], 4096, 0).unwrap();
     s.synchronize().unwrap();
     let t0 = std::time::Instant::now();
@@ -210,9 +208,9 @@ mod backend {
     //! software budget, residency against range attributes, and replays with every policy.
 
     use unimem_core::backends::cuda::CudaBackend;
-    use unimem_core::config::{Config, Oversubscribe, PolicyName};
+    use unimem_core::config::{Config, PolicyName};
     use unimem_core::replay;
-    use unimem_core::seam::{Advice, ByteRange, KernelLaunch, Location, MemoryBackend};
+    use unimem_core::seam::{Advice, ByteRange, KernelLaunch, Location, MemoryBackend, MemoryBackendExt};
     use unimem_core::trace::synth::{Pattern, Synth, SynthSpec};
     use unimem_core::trace::{TraceHeader, TraceReader, TraceWriter};
     use unimem_core::{AccessMode, CostModel, RangeAccess, RegionId};
@@ -233,8 +231,7 @@ mod backend {
         config: &Config,
     ) -> replay::ReplayReport {
         // With staging, as `unimem replay` opens it.
-        let mut gpu =
-            CudaBackend::open(0, budget, Oversubscribe::Deny).unwrap().with_staging(budget, budget).unwrap();
+        let mut gpu = CudaBackend::open(0, budget, false).unwrap().with_staging(budget, budget).unwrap();
         let mut p = unimem_core::policy::make_policy(policy, budget, config, &CostModel::h200());
         replay::run(TraceReader::from_bytes("gpu", bytes).unwrap(), &mut gpu, p.as_mut(), &mut |_| {})
             .unwrap()
@@ -252,7 +249,7 @@ mod backend {
     #[test]
     fn data_survives_every_placement_within_the_software_budget() {
         let (n, size, budget) = (8u64, 512 * MIB, 1024 * MIB);
-        let mut b = CudaBackend::open(0, budget, Oversubscribe::Deny).unwrap();
+        let mut b = CudaBackend::open(0, budget, false).unwrap();
         let data: Vec<Vec<u8>> = (0..n).map(|i| pattern(i as u32, size)).collect();
         for i in 0..n {
             b.allocate(RegionId(i), size).unwrap();
@@ -262,7 +259,7 @@ mod backend {
             for i in 0..n {
                 let id = RegionId(i);
                 match (i + round) % 4 {
-                    0 => b.prefetch(&[ByteRange::whole(id, size)], Location::Device).unwrap(),
+                    0 => b.prefetch(&[ByteRange::whole(id, size)], Location::DEVICE).unwrap(),
                     1 => b.advise(ByteRange::whole(id, size), Advice::SetReadMostly).unwrap(),
                     2 => {
                         b.advise(ByteRange::whole(id, size), Advice::SetPreferredLocation(Location::Host))
@@ -306,10 +303,7 @@ mod backend {
     #[test]
     fn staged_evictions_keep_data_through_prefetches_kernels_and_host_reads() {
         let (n, size, budget) = (6u64, 256 * MIB, 2048 * MIB);
-        let mut b = CudaBackend::open(0, budget, Oversubscribe::Deny)
-            .unwrap()
-            .with_staging(1024 * MIB, 512 * MIB)
-            .unwrap();
+        let mut b = CudaBackend::open(0, budget, false).unwrap().with_staging(1024 * MIB, 512 * MIB).unwrap();
         assert_eq!(b.staging_capacity(), 1024 * MIB);
         b.record_events(true); // staging copies are reported as events (CUPTI does not see them)
         let data: Vec<Vec<u8>> = (0..n).map(|i| pattern(100 + i as u32, size)).collect();
@@ -320,7 +314,7 @@ mod backend {
                 read_kernel(&mut b, RegionId(i), size);
             } else {
                 // Written "by the device": a driver copy into device-resident pages.
-                b.prefetch(&[ByteRange::whole(RegionId(i), size)], Location::Device).unwrap();
+                b.prefetch(&[ByteRange::whole(RegionId(i), size)], Location::DEVICE).unwrap();
                 b.kernel_store(RegionId(i), 0, &data[i as usize]).unwrap();
             }
         }
@@ -340,7 +334,7 @@ mod backend {
         // stage-out is deferred, tested below).
         b.synchronize().unwrap();
         // Back by a prefetch, by a kernel, by a host read.
-        b.prefetch(&[ByteRange::whole(RegionId(0), size)], Location::Device).unwrap();
+        b.prefetch(&[ByteRange::whole(RegionId(0), size)], Location::DEVICE).unwrap();
         read_kernel(&mut b, RegionId(1), size);
         for i in 0..n {
             let mut seen = vec![0u8; size as usize];
@@ -380,7 +374,7 @@ mod backend {
         b.free(RegionId(2)).unwrap();
         b.allocate(RegionId(50), size).unwrap();
         let fresh = pattern(7, size);
-        b.prefetch(&[ByteRange::whole(RegionId(50), size)], Location::Device).unwrap();
+        b.prefetch(&[ByteRange::whole(RegionId(50), size)], Location::DEVICE).unwrap();
         b.kernel_store(RegionId(50), 0, &fresh).unwrap();
         read_kernel(&mut b, RegionId(50), size);
         b.synchronize().unwrap();
@@ -397,13 +391,11 @@ mod backend {
     fn a_prefetch_right_behind_its_stage_out_leaves_it_to_the_kernel() {
         let size = 256 * MIB;
         let whole = ByteRange::whole(RegionId(1), size);
-        let mut b = CudaBackend::open(0, 1024 * MIB, Oversubscribe::Deny)
-            .unwrap()
-            .with_staging(512 * MIB, 512 * MIB)
-            .unwrap();
+        let mut b =
+            CudaBackend::open(0, 1024 * MIB, false).unwrap().with_staging(512 * MIB, 512 * MIB).unwrap();
         b.allocate(RegionId(1), size).unwrap();
         let data = pattern(11, size);
-        b.prefetch(&[whole], Location::Device).unwrap();
+        b.prefetch(&[whole], Location::DEVICE).unwrap();
         b.kernel_store(RegionId(1), 0, &data).unwrap();
         b.synchronize().unwrap();
         // A 200 ms kernel using it: the stage-out waits for it, so it is still running when
@@ -413,18 +405,18 @@ mod backend {
         b.launch(&long).unwrap();
         b.stage_out(&[whole]).unwrap();
         let arrived = b.stats().prefetch_arrived_bytes;
-        b.prefetch(&[whole], Location::Device).unwrap();
+        b.prefetch(&[whole], Location::DEVICE).unwrap();
         assert_eq!(b.residency(whole).unwrap().staged, size, "left out behind its stage-out");
         assert_eq!(b.stats().prefetch_arrived_bytes, arrived);
         b.synchronize().unwrap();
-        b.prefetch(&[whole], Location::Device).unwrap();
+        b.prefetch(&[whole], Location::DEVICE).unwrap();
         let r = b.residency(whole).unwrap();
         assert_eq!((r.staged, r.device), (0, size), "restored once the stage-out ended: {r:?}");
         assert_eq!(b.stats().prefetch_arrived_bytes - arrived, size, "as a prefetch");
         // Again, and this time a kernel brings it back.
         b.launch(&long).unwrap();
         b.stage_out(&[whole]).unwrap();
-        b.prefetch(&[whole], Location::Device).unwrap();
+        b.prefetch(&[whole], Location::DEVICE).unwrap();
         assert_eq!(b.residency(whole).unwrap().staged, size);
         read_kernel(&mut b, RegionId(1), size);
         assert_eq!(b.stats().staged_in_bytes, 2 * size);
@@ -442,10 +434,8 @@ mod backend {
     #[test]
     fn staged_data_survives_every_way_back() {
         let size = 128 * MIB;
-        let mut b = CudaBackend::open(0, 2048 * MIB, Oversubscribe::Deny)
-            .unwrap()
-            .with_staging(1024 * MIB, 1024 * MIB)
-            .unwrap();
+        let mut b =
+            CudaBackend::open(0, 2048 * MIB, false).unwrap().with_staging(1024 * MIB, 1024 * MIB).unwrap();
         let mut wrong = Vec::new();
         for way in 0..5u64 {
             for round in 0..4u64 {
@@ -453,7 +443,7 @@ mod backend {
                 let whole = ByteRange::whole(id, size);
                 b.allocate(id, size).unwrap();
                 let data = pattern((way * 10 + round) as u32 + 7, size);
-                b.prefetch(&[whole], Location::Device).unwrap();
+                b.prefetch(&[whole], Location::DEVICE).unwrap();
                 b.kernel_store(id, 0, &data).unwrap();
                 b.synchronize().unwrap();
                 let acc = [RangeAccess { region: id, offset: 0, len: size, mode: AccessMode::Read }];
@@ -467,7 +457,7 @@ mod backend {
                         b.synchronize().unwrap();
                     }
                     if way == 2 {
-                        b.prefetch(&[whole], Location::Device).unwrap();
+                        b.prefetch(&[whole], Location::DEVICE).unwrap();
                         assert_eq!(b.residency(whole).unwrap().device, size, "restored by the prefetch");
                     }
                     read_kernel(&mut b, id, size);
@@ -491,11 +481,11 @@ mod backend {
     #[test]
     fn pooled_pages_give_way_to_data_within_the_budget() {
         let (size, budget) = (64 * MIB, 256 * MIB);
-        let mut b = CudaBackend::open(0, budget, Oversubscribe::Deny).unwrap();
+        let mut b = CudaBackend::open(0, budget, false).unwrap();
         let put = |b: &mut CudaBackend, id: u64, bytes: u64| {
             let (id, data) = (RegionId(id), pattern(id as u32, bytes));
             b.allocate(id, bytes).unwrap();
-            b.prefetch(&[ByteRange::whole(id, bytes)], Location::Device).unwrap();
+            b.prefetch(&[ByteRange::whole(id, bytes)], Location::DEVICE).unwrap();
             b.kernel_store(id, 0, &data).unwrap();
             read_kernel(b, id, bytes);
             data
@@ -536,11 +526,11 @@ mod backend {
         use unimem_core::seam::MemEvent;
         let size = 128 * MIB;
         let budget = 512 * MIB;
-        let mut b = CudaBackend::open(0, budget, Oversubscribe::Deny)
+        let mut b = CudaBackend::open(0, budget, false)
             .unwrap()
             .with_staging(1024 * MIB, 1024 * MIB)
-            .unwrap();
-        b.allow_relocation(true);
+            .unwrap()
+            .with_relocation(true);
         b.record_events(true);
         let mut wrong = Vec::new();
         let mut relocated = 0;
@@ -550,11 +540,11 @@ mod backend {
             let (wx, wy) = (ByteRange::whole(x, size), ByteRange::whole(y, size));
             let data = pattern(round as u32 + 11, size);
             b.allocate(x, size).unwrap();
-            b.prefetch(&[wx], Location::Device).unwrap();
+            b.prefetch(&[wx], Location::DEVICE).unwrap();
             b.kernel_store(x, 0, &data).unwrap();
             // A buffer of the same size, on the device, freed into the pool.
             b.allocate(y, size).unwrap();
-            b.prefetch(&[wy], Location::Device).unwrap();
+            b.prefetch(&[wy], Location::DEVICE).unwrap();
             read_kernel(&mut b, y, size);
             let pooled = b.buffer(y).unwrap().ptr();
             b.free(y).unwrap();
@@ -566,7 +556,7 @@ mod backend {
             if round % 3 == 0 {
                 // A prefetch of half of it moves it; the other half keeps its new pages.
                 b.synchronize().unwrap();
-                b.prefetch(&[ByteRange { region: x, offset: 0, len: size / 2 }], Location::Device).unwrap();
+                b.prefetch(&[ByteRange { region: x, offset: 0, len: size / 2 }], Location::DEVICE).unwrap();
                 let r = b.residency(wx).unwrap();
                 assert_eq!((r.device, r.staged), (size / 2, size / 2), "round {round}: half back");
             }
@@ -613,7 +603,7 @@ mod backend {
     #[test]
     fn recorded_kernels_and_releases_are_timed_on_the_device() {
         use unimem_core::seam::MemEvent;
-        let mut b = CudaBackend::open(0, 1 << 30, Oversubscribe::Deny).unwrap();
+        let mut b = CudaBackend::open(0, 1 << 30, false).unwrap();
         b.record_events(true);
         let origin = b.event_clock_origin().expect("a real-time clock");
         let (id, size) = (RegionId(1), 256 * MIB);
@@ -659,16 +649,16 @@ mod backend {
     /// The backend's account of where data is agrees with the driver's range attributes.
     #[test]
     fn residency_agrees_with_range_attributes() {
-        let mut b = CudaBackend::open(0, 1 << 30, Oversubscribe::Deny).unwrap();
+        let mut b = CudaBackend::open(0, 1 << 30, false).unwrap();
         let id = RegionId(1);
         b.allocate(id, 256 * MIB).unwrap();
         b.write(id, 0, &pattern(1, 256 * MIB)).unwrap();
-        b.prefetch(&[ByteRange::whole(id, 256 * MIB)], Location::Device).unwrap();
+        b.prefetch(&[ByteRange::whole(id, 256 * MIB)], Location::DEVICE).unwrap();
         b.synchronize().unwrap();
         let r = b.residency(ByteRange::whole(id, 256 * MIB)).unwrap();
         assert_eq!(r.device, 256 * MIB);
         let attrs = b.buffer(id).unwrap().attributes(0, 256 * MIB).unwrap();
-        assert_eq!(attrs.last_prefetch, Some(Location::Device), "{attrs:?}");
+        assert_eq!(attrs.last_prefetch, Some(Location::DEVICE), "{attrs:?}");
         b.prefetch(&[ByteRange::whole(id, 256 * MIB)], Location::Host).unwrap();
         b.synchronize().unwrap();
         assert_eq!(b.residency(ByteRange::whole(id, 256 * MIB)).unwrap().host, 256 * MIB);
@@ -816,7 +806,7 @@ fn populating_by_prefetch_beats_faults_and_costs_nothing_later() {
     let by_faults = time(&mut || a.iter().for_each(|x| touch(x, TouchMode::Write)));
     let by_prefetch = time(&mut || {
         for x in &b {
-            x.prefetch(0, size, Location::Device, &h).unwrap();
+            x.prefetch(0, size, Location::DEVICE, &h).unwrap();
             s.join(&h).unwrap();
             touch(x, TouchMode::Write);
         }
@@ -836,9 +826,9 @@ fn populating_by_prefetch_beats_faults_and_costs_nothing_later() {
 #[test]
 fn host_executed_kernels_on_the_gpu_keep_and_store_data() {
     use unimem_core::backends::cuda::CudaBackend;
-    use unimem_core::config::{Config, Oversubscribe, PolicyName};
+    use unimem_core::config::{Config, PolicyName};
     use unimem_core::{AccessMode, RangeAccess, Runtime};
-    let gpu = CudaBackend::open(0, 64 << 20, Oversubscribe::Deny).unwrap();
+    let gpu = CudaBackend::open(0, 64 << 20, false).unwrap();
     let rt = Runtime::with_backend(Box::new(gpu), PolicyName::Advisor, &Config::default()).unwrap();
     let r = rt.alloc("x", 8 << 20).unwrap();
     let data: Vec<u8> = (0..8u32 << 20).map(|i| (i * 7 + 3) as u8).collect();
@@ -866,11 +856,11 @@ fn host_executed_kernels_on_the_gpu_keep_and_store_data() {
 fn native_kernels_run_through_the_runtime() {
     use std::sync::Arc;
     use unimem_core::backends::cuda::CudaBackend;
-    use unimem_core::config::{Config, Oversubscribe, PolicyName};
+    use unimem_core::config::{Config, PolicyName};
     use unimem_core::{AccessMode, RangeAccess, Runtime};
     let dev = device();
     let kernels = Arc::new(Kernels::load(&dev).unwrap());
-    let gpu = CudaBackend::open(0, 64 << 20, Oversubscribe::Deny).unwrap();
+    let gpu = CudaBackend::open(0, 64 << 20, false).unwrap();
     let rt = Runtime::with_backend(Box::new(gpu), PolicyName::Advisor, &Config::default()).unwrap();
     let words = 4u64 << 20; // 16 MiB of u32
     let r = rt.alloc("w", words * 4).unwrap();

@@ -84,8 +84,8 @@ pub fn chrome_trace(log: &Log) -> serde_json::Value {
                 "pid": PID, "tid": TID_ADVISOR, "ts": us(now),
                 "args": {"region": region.0, "offset": offset, "bytes": bytes, "reason": reason, "kernel": kernel}
             })),
-            MemEvent::Populate { bytes, on: Location::Device, .. } => changes.push((now, *bytes as i64, 0, 0)),
-            MemEvent::Drop { bytes, from: Location::Device, .. } => changes.push((now, -(*bytes as i64), 0, 0)),
+            MemEvent::Populate { bytes, on: Location::DEVICE, .. } => changes.push((now, *bytes as i64, 0, 0)),
+            MemEvent::Drop { bytes, from: Location::DEVICE, .. } => changes.push((now, -(*bytes as i64), 0, 0)),
             _ => {}
         }
     }

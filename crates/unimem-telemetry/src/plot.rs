@@ -29,8 +29,8 @@ fn series(log: &Log) -> Vec<(u64, u64, u64, u64)> {
                     }
                 }
             }
-            MemEvent::Populate { bytes, on: Location::Device, .. } => res += *bytes as i64,
-            MemEvent::Drop { bytes, from: Location::Device, .. } => res -= *bytes as i64,
+            MemEvent::Populate { bytes, on: Location::DEVICE, .. } => res += *bytes as i64,
+            MemEvent::Drop { bytes, from: Location::DEVICE, .. } => res -= *bytes as i64,
             MemEvent::Kernel { end_ns, .. } => t = t.max(*end_ns),
             _ => continue,
         }

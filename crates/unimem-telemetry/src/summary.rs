@@ -131,7 +131,7 @@ impl Summary {
                 };
                 *self.causes.entry(name).or_default() += bytes;
             }
-            MemEvent::Populate { bytes, on: Location::Device, .. } => {
+            MemEvent::Populate { bytes, on: Location::DEVICE, .. } => {
                 self.totals.populated_device_bytes += bytes
             }
             MemEvent::Populate { .. } | MemEvent::Released { .. } | MemEvent::Relocated { .. } => {}
@@ -188,7 +188,7 @@ mod tests {
     use super::*;
     use crate::{EventLog, Log};
     use unimem_core::backends::sim::SimBackend;
-    use unimem_core::{AccessMode, CostModel, KernelLaunch, MemoryBackend, RangeAccess};
+    use unimem_core::{AccessMode, CostModel, KernelLaunch, MemoryBackend, MemoryBackendExt, RangeAccess};
 
     #[test]
     fn simulator_events_summarise_and_log() {

@@ -5,13 +5,14 @@
 #![cfg(feature = "gpu-tests")]
 
 use unimem_core::backends::cuda::CudaBackend;
-use unimem_core::config::{Config, Oversubscribe};
+use unimem_core::config::Config;
 use unimem_core::policy::{Advisor, AdvisorSettings};
 use unimem_core::protocol::EventSink;
 use unimem_core::replay;
-use unimem_core::seam::{MemEvent, MemoryBackend};
+use unimem_core::seam::MemEvent;
 use unimem_core::trace::synth::{Pattern, Synth, SynthSpec};
 use unimem_core::trace::TraceReader;
+use unimem_core::MemoryBackendExt;
 use unimem_core::{CostModel, RegionId, Result};
 
 const MIB: u64 = 1 << 20;
@@ -53,8 +54,7 @@ fn the_advisor_learns_hidden_accesses_from_cuptis_faults() {
     let cost = CostModel::h200();
     let mut results = Vec::new();
     for learn in [false, true] {
-        let mut gpu =
-            CudaBackend::open(0, budget, Oversubscribe::Deny).unwrap().with_staging(budget, budget).unwrap();
+        let mut gpu = CudaBackend::open(0, budget, false).unwrap().with_staging(budget, budget).unwrap();
         // After the device is open (CUPTI refuses to start without a context: NOT_READY), before
         // the replay allocates (CUPTI reports nothing on memory allocated before it started).
         let source = unimem_telemetry::cupti::shared(false).unwrap();

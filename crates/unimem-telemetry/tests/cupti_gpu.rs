@@ -59,8 +59,8 @@ fn cupti_bytes_match_known_amounts_and_collecting_cost_is_measured() {
         fill(x, v);
     }
     source.drain().unwrap(); // only what follows counts
-    a.prefetch(0, a.len(), Location::Device, &s).unwrap();
-    b.prefetch(0, b.len(), Location::Device, &s).unwrap();
+    a.prefetch(0, a.len(), Location::DEVICE, &s).unwrap();
+    b.prefetch(0, b.len(), Location::DEVICE, &s).unwrap();
     b.prefetch(0, b.len(), Location::Host, &s).unwrap();
     k.touch(&s, &[(c.ptr(), c.len(), TouchMode::Read)], 4096, 0).unwrap();
     s.synchronize().unwrap();

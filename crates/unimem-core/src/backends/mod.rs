@@ -4,34 +4,96 @@
 pub mod cuda;
 pub mod sim;
 
+use crate::config::{BackendChoice, Config, Oversubscribe, PolicyTime};
 use crate::cost::CostModel;
 use crate::error::Result;
-use crate::seam::MemoryBackend;
+use crate::seam::{DeviceId, MemoryBackend};
 
-/// Opens the backend a configuration asks for, emulating a device of `capacity` bytes (the
-/// simulator's size, or the budget the CUDA backend keeps to in software), with `staging`
-/// bytes of pinned memory for staged evictions, `pin_now` of them pinned before the work
-/// starts (the CUDA backend pins the rest when it needs it). `auto` picks CUDA when a device
-/// is present and the simulator otherwise; every report says which ran.
-pub fn open(
-    choice: crate::config::BackendChoice,
-    cost: CostModel,
-    capacity: u64,
-    oversubscribe: crate::config::Oversubscribe,
-    staging: u64,
-    pin_now: u64,
-) -> Result<Box<dyn MemoryBackend>> {
-    use crate::config::BackendChoice;
-    let gpu = || cuda::CudaBackend::open(0, capacity, oversubscribe)?.with_staging(staging, pin_now);
-    let simulator = |cost| Box::new(sim::SimBackend::new(cost, capacity).with_staging(staging));
-    match choice {
-        BackendChoice::Sim => Ok(simulator(cost)),
-        BackendChoice::Cuda => Ok(Box::new(gpu()?)),
-        BackendChoice::Auto => match gpu() {
+/// Which backend to open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Which {
+    /// CUDA when a device is present, the simulator otherwise.
+    Auto,
+    /// The calibrated simulator.
+    Sim,
+    /// A real GPU.
+    Cuda,
+}
+
+/// Everything a backend is opened with. [`BackendSpec::from_config`] builds one from a
+/// configuration; nothing below the seam sees the configuration itself.
+#[derive(Debug, Clone)]
+pub struct BackendSpec {
+    /// Which backend.
+    pub which: Which,
+    /// The GPU (CUDA).
+    pub device: DeviceId,
+    /// The simulator's costs.
+    pub cost: CostModel,
+    /// The emulated device's size: the simulator's, or the budget the CUDA backend keeps to in
+    /// software.
+    pub capacity: u64,
+    /// Pinned memory for staged evictions ...
+    pub staging: u64,
+    /// ... of which this much is pinned before the work starts (the CUDA backend pins the rest
+    /// when it needs it).
+    pub pin_now: u64,
+    /// Managed allocations may go past the device's free memory (CUDA; never by default).
+    pub allow_oversubscription: bool,
+    /// Restores may bring a wholly staged region back at another address: only for a caller
+    /// that finds data by region (a replay).
+    pub relocate: bool,
+    /// The simulator charges the caller's own host work (`sim.policy_time = "measured"`).
+    pub charge_host_work: bool,
+}
+
+impl BackendSpec {
+    /// The backend `config` names, emulating a device of `capacity` bytes with `staging` bytes
+    /// of pinned memory, `pin_now` of them pinned up front.
+    pub fn from_config(config: &Config, capacity: u64, staging: u64, pin_now: u64) -> Result<Self> {
+        Ok(Self {
+            which: match config.backend {
+                BackendChoice::Auto => Which::Auto,
+                BackendChoice::Sim => Which::Sim,
+                BackendChoice::Cuda => Which::Cuda,
+            },
+            device: DeviceId(0),
+            cost: cost_model(config)?,
+            capacity,
+            staging,
+            pin_now,
+            allow_oversubscription: config.oversubscribe == Oversubscribe::Allow,
+            relocate: false,
+            charge_host_work: config.sim.policy_time == PolicyTime::Measured,
+        })
+    }
+}
+
+/// Opens the backend `spec` names. `Auto` picks CUDA when a device is present and the
+/// simulator otherwise; every report says which ran.
+pub fn open(spec: &BackendSpec) -> Result<Box<dyn MemoryBackend>> {
+    let gpu = || {
+        cuda::CudaBackend::open(spec.device.0 as usize, spec.capacity, spec.allow_oversubscription)?
+            .with_staging(spec.staging, spec.pin_now)
+            .map(|b| b.with_relocation(spec.relocate))
+    };
+    let simulator = || {
+        Box::new(
+            sim::SimBackend::new(spec.cost.clone(), spec.capacity)
+                .with_staging(spec.staging)
+                .with_relocation(spec.relocate)
+                .with_host_work_charged(spec.charge_host_work),
+        )
+    };
+    match spec.which {
+        Which::Sim => Ok(simulator()),
+        Which::Cuda => Ok(Box::new(gpu()?)),
+        Which::Auto => match gpu() {
             Ok(gpu) => Ok(Box::new(gpu)),
             Err(crate::Error::BackendUnavailable { reason, .. }) => {
                 tracing::info!(%reason, "backend auto: using the simulator");
-                Ok(simulator(cost))
+                Ok(simulator())
             }
             Err(e) => Err(e),
         },
@@ -40,7 +102,7 @@ pub fn open(
 
 /// The cost model a configuration names: its `sim.profile` file, or the embedded H200 profile.
 /// A profile that cannot be loaded is an error naming the key.
-pub fn cost_model(config: &crate::config::Config) -> Result<CostModel> {
+pub fn cost_model(config: &Config) -> Result<CostModel> {
     if config.sim.profile.is_empty() {
         return Ok(CostModel::h200());
     }

@@ -2,3 +2,4 @@
 //! calls.
 
 pub(crate) mod pool;
+pub mod recorder;

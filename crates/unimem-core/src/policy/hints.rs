@@ -3,7 +3,7 @@
 
 use crate::error::Result;
 use crate::region::RegionId;
-use crate::seam::{Advice, ByteRange, Location, MemoryBackend, Residency};
+use crate::seam::{Advice, ByteRange, Location, MemoryBackend, MemoryBackendExt, Residency};
 
 /// What a policy may do to the backend during one hook.
 pub struct Hints<'a> {
@@ -18,7 +18,7 @@ impl<'a> Hints<'a> {
 
     /// Moves ranges to the device ahead of their use, in one batched call.
     pub fn prefetch(&mut self, ranges: &[ByteRange]) -> Result<()> {
-        self.backend.prefetch(ranges, Location::Device)
+        self.backend.prefetch(ranges, Location::DEVICE)
     }
 
     /// Moves ranges off the device: through the backend's pinned staging buffers where it has

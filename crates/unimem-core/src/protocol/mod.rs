@@ -13,7 +13,7 @@ use crate::error::Result;
 use crate::op::Op;
 use crate::policy::{Hints, Policy};
 use crate::region::RegionId;
-use crate::seam::{MemEvent, MemoryBackend};
+use crate::seam::{MemEvent, MemoryBackend, MemoryBackendExt};
 
 /// Kernels between two looks at the sink's late events (and at a step boundary): CUPTI's
 /// forced flush costs the host, and the policy learns an access for the next step anyway.

@@ -15,7 +15,7 @@ pub use report::{Learning, PlacementBytes, PrefetchMetrics, ReplayReport, StepRe
 const FAULT_UNIT_BYTES: u64 = 64 << 10;
 
 use crate::access::RangeAccess;
-use crate::seam::{ByteRange, KernelLaunch, MemoryBackend};
+use crate::seam::{ByteRange, KernelLaunch, MemoryBackend, MemoryBackendExt};
 
 use crate::error::{Error, Result};
 use crate::op::Op;
@@ -286,7 +286,7 @@ fn replay_events(
                     floor += dur_ns;
                     kernels += 1;
                 }
-                Op::Host { accesses, .. } => backend.host_access(accesses)?,
+                Op::Host { accesses, .. } => backend.touch_on_host(accesses)?,
                 Op::Step { index } => marks.push((*index, backend.completion_ns(), floor)),
             }
             Ok(())
@@ -326,7 +326,7 @@ fn replay_events(
     Ok(ReplayReport {
         trace: file,
         backend: backend.kind(),
-        backend_detail: backend.describe(),
+        backend_detail: backend.describe().to_string(),
         policy: policy.name().to_string(),
         budget_bytes: backend.device_capacity(),
         time_ns: end,

@@ -4,6 +4,7 @@ use crate::config::{Config, PolicyName};
 use crate::cost::CostModel;
 use crate::policy::{make_policy, Advisor, AdvisorSettings, NoHints};
 use crate::seam::MemEvent;
+use crate::seam::MemoryBackendExt;
 use crate::trace::synth::{Pattern, Synth, SynthSpec};
 use crate::trace::{TraceAccess, TraceEvent, TraceHeader, TraceWriter};
 
@@ -578,14 +579,8 @@ struct CallLog {
 }
 
 impl MemoryBackend for CallLog {
-    fn kind(&self) -> crate::seam::BackendKind {
-        self.sim.kind()
-    }
-    fn describe(&self) -> String {
-        self.sim.describe()
-    }
-    fn device_capacity(&self) -> u64 {
-        self.sim.device_capacity()
+    fn info(&self) -> &crate::seam::BackendInfo {
+        self.sim.info()
     }
     fn allocate(&mut self, id: RegionId, bytes: u64) -> Result<u64> {
         self.calls.push(format!("alloc {}", id.0));
@@ -597,8 +592,8 @@ impl MemoryBackend for CallLog {
     fn advise(&mut self, range: ByteRange, advice: crate::seam::Advice) -> Result<()> {
         self.sim.advise(range, advice)
     }
-    fn prefetch(&mut self, ranges: &[ByteRange], to: crate::seam::Location) -> Result<()> {
-        self.sim.prefetch(ranges, to)
+    fn migrate(&mut self, ranges: &[ByteRange], to: crate::seam::Destination) -> Result<()> {
+        self.sim.migrate(ranges, to)
     }
     fn discard(&mut self, ranges: &[ByteRange]) -> Result<()> {
         self.sim.discard(ranges)
@@ -607,8 +602,14 @@ impl MemoryBackend for CallLog {
         self.calls.push(format!("launch {}", kernel.name));
         self.sim.launch(kernel)
     }
-    fn host_access(&mut self, accesses: &[RangeAccess]) -> Result<()> {
-        self.sim.host_access(accesses)
+    fn host_access(&mut self, access: crate::seam::HostAccess<'_>) -> Result<()> {
+        if let crate::seam::HostAccess::Preload(range) = access {
+            self.calls.push(format!("preload {}", range.region.0));
+        }
+        self.sim.host_access(access)
+    }
+    fn copy(&mut self, id: RegionId, offset: u64, transfer: crate::seam::Transfer<'_>) -> Result<()> {
+        self.sim.copy(id, offset, transfer)
     }
     fn synchronize(&mut self) -> Result<u64> {
         self.sim.synchronize()
@@ -616,43 +617,18 @@ impl MemoryBackend for CallLog {
     fn completion_ns(&self) -> u64 {
         self.sim.completion_ns()
     }
-    fn residency(&self, range: ByteRange) -> Result<crate::seam::Residency> {
-        self.sim.residency(range)
-    }
-    fn device_resident_bytes(&self) -> u64 {
-        self.sim.device_resident_bytes()
-    }
-    fn stats(&self) -> crate::seam::BackendStats {
-        self.sim.stats()
-    }
-    fn record_events(&mut self, on: bool) {
-        self.sim.record_events(on)
-    }
-    fn drain_events(&mut self, out: &mut Vec<MemEvent>) {
-        self.sim.drain_events(out)
-    }
-    fn preload_host(&mut self, range: ByteRange) -> Result<()> {
-        self.calls.push(format!("preload {}", range.region.0));
-        self.sim.preload_host(range)
-    }
-    fn read(&mut self, id: RegionId, offset: u64, buf: &mut [u8]) -> Result<()> {
-        self.sim.read(id, offset, buf)
-    }
-    fn write(&mut self, id: RegionId, offset: u64, data: &[u8]) -> Result<()> {
-        self.sim.write(id, offset, data)
-    }
-    fn kernel_view(&mut self, id: RegionId, offset: u64, buf: &mut [u8]) -> Result<()> {
-        self.sim.kernel_view(id, offset, buf)
-    }
-    fn kernel_store(&mut self, id: RegionId, offset: u64, data: &[u8]) -> Result<()> {
-        self.sim.kernel_store(id, offset, data)
-    }
     fn host_work(&mut self, wall_ns: u64) {
         self.work_ns += wall_ns;
         self.sim.host_work(wall_ns)
     }
-    fn charge_host_work(&mut self, on: bool) {
-        self.sim.charge_host_work(on)
+    fn residency(&self, range: ByteRange) -> Result<crate::seam::Residency> {
+        self.sim.residency(range)
+    }
+    fn stats(&self) -> crate::seam::BackendStats {
+        self.sim.stats()
+    }
+    fn events(&mut self) -> &mut crate::seam::Recorder {
+        self.sim.events()
     }
 }
 
@@ -662,8 +638,8 @@ impl MemoryBackend for CallLog {
 fn the_policys_time_is_reported_to_the_backend_as_host_work() {
     let (spec, budget) = cyclic_stream();
     let cost = CostModel::h200();
-    let mut backend = CallLog { sim: SimBackend::new(cost.clone(), budget), calls: Vec::new(), work_ns: 0 };
-    backend.charge_host_work(true);
+    let sim = SimBackend::new(cost.clone(), budget).with_host_work_charged(true);
+    let mut backend = CallLog { sim, calls: Vec::new(), work_ns: 0 };
     let mut policy = make_policy(PolicyName::Advisor, budget, &Config::default(), &cost);
     let reader = reader_of(Synth::new(spec));
     let r = run_with(reader, &mut backend, policy.as_mut(), &mut |_| {}, Options::default()).unwrap();

@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::op::Op;
 use crate::protocol::Protocol;
 use crate::region::RegionId;
-use crate::seam::{BackendStats, KernelLaunch, MemoryBackend, NativeLaunch};
+use crate::seam::{BackendStats, KernelLaunch, MemoryBackend, MemoryBackendExt, NativeLaunch};
 use crate::{policy::Policy, protocol::EventSink};
 
 /// What the backend looked like at a synchronize.
@@ -163,7 +163,13 @@ impl Worker {
                     let op = Op::Kernel { name: name.clone(), dur_ns: 0, accesses: acc.clone() };
                     let mut job = Some(job);
                     let r = self.around(&op, |b| {
-                        b.launch_native(
+                        let kind = b.kind();
+                        let native = b.native().ok_or_else(|| Error::BackendUnavailable {
+                            backend: kind.to_string(),
+                            reason: "native GPU kernels need the CUDA backend; on the simulator launch on the CPU path"
+                                .into(),
+                        })?;
+                        native.launch_native(
                             &KernelLaunch { name: &name, dur_ns: 0, accesses: &acc },
                             &mut |launch| job.take().map_or(Ok(()), |job| job(launch)),
                         )

@@ -21,7 +21,7 @@ use crate::access::{Access, AccessHistory, Accessor, RangeAccess};
 use crate::config::{Config, PolicyName};
 use crate::error::{Error, Result};
 use crate::region::{Region, RegionId, Registry};
-use crate::seam::{BackendKind, BackendStats, MemoryBackend};
+use crate::seam::{BackendKind, BackendStats, MemoryBackend, MemoryBackendExt};
 use engine::{Command, Engine};
 
 /// Accesses the runtime's history keeps (older ones are dropped; the predictors have learned
@@ -179,7 +179,7 @@ impl Runtime {
         let capacity = config.budget.resolve(cost.device_memory_bytes);
         let staging = config.staging.resolve(capacity);
         let backend =
-            crate::backends::open(config.backend, cost, capacity, config.oversubscribe, staging, 0)?;
+            crate::backends::open(&crate::backends::BackendSpec::from_config(config, capacity, staging, 0)?)?;
         Self::with_backend(backend, PolicyName::Advisor, config)
     }
 

@@ -338,7 +338,7 @@ impl HostOp {
     /// The kind of a prefetch `to` there.
     pub fn prefetch(to: crate::seam::Location) -> Self {
         match to {
-            crate::seam::Location::Device => HostOp::PrefetchToDevice,
+            crate::seam::Location::Device(_) => HostOp::PrefetchToDevice,
             crate::seam::Location::Host => HostOp::PrefetchToHost,
         }
     }
@@ -426,6 +426,8 @@ pub struct BackendStats {
     pub kernels: u64,
     /// Nanoseconds kernels stalled on faults or waited for data in flight.
     pub stall_ns: u64,
+    /// Device-resident bytes of managed data now.
+    pub device_bytes: u64,
     /// Highest device-resident bytes seen.
     pub peak_device_bytes: u64,
     /// Highest device memory the backend held at once: resident data, plus the pages of freed

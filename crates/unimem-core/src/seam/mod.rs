@@ -1,11 +1,13 @@
-//! The seam between decisions and hardware. A backend takes orders (allocate, free, advise,
-//! prefetch, discard, launch, host access, synchronize) and reports what happened; it makes no
-//! decisions. Everything above it (planner, replay, tensors) is written once for every backend.
+//! The seam between decisions and hardware. A backend takes orders (allocate and free, move
+//! and copy, advise, discard, launch, host access, synchronize) and reports what happened; it
+//! makes no decisions. Everything above it (policies, replay, runtime, tensors) is written once
+//! for every backend; nothing below it knows about policies or configuration.
 
 mod event;
 
 use std::fmt;
 
+pub use crate::mechanism::recorder::Recorder;
 pub use event::{
     BackendStats, Direction, HintKind, HostOp, HostTime, MemEvent, MigrationCause, RemoteMapCause,
 };
@@ -42,23 +44,130 @@ pub(crate) fn check_new_region(id: RegionId, bytes: u64, in_use: bool) -> Result
     Ok(())
 }
 
+/// A GPU of the machine, by its CUDA ordinal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct DeviceId(pub u32);
+
 /// Where data can live.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Location {
     /// Host RAM.
     Host,
-    /// GPU memory.
-    Device,
+    /// The memory of a GPU.
+    Device(DeviceId),
+}
+
+impl Location {
+    /// The first GPU: the one every backend has.
+    pub const DEVICE: Location = Location::Device(DeviceId(0));
 }
 
 impl fmt::Display for Location {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Location::Host => "host",
-            Location::Device => "device",
-        })
+        match self {
+            Location::Host => f.write_str("host"),
+            Location::Device(DeviceId(0)) => f.write_str("device"),
+            Location::Device(DeviceId(n)) => write!(f, "device:{n}"),
+        }
     }
+}
+
+impl serde::Serialize for Location {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Location {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        match text.as_str() {
+            "host" => Ok(Location::Host),
+            "device" => Ok(Location::DEVICE),
+            other => other
+                .strip_prefix("device:")
+                .and_then(|n| n.parse().ok())
+                .map(|n| Location::Device(DeviceId(n)))
+                .ok_or_else(|| {
+                    serde::de::Error::custom(format!(
+                        "unknown location `{other}`; allowed: host, device, device:N"
+                    ))
+                }),
+        }
+    }
+}
+
+/// Where [`MemoryBackend::migrate`] moves data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Destination {
+    /// To a GPU, ahead of its use.
+    Device(DeviceId),
+    /// Back to host RAM (a migration).
+    Host,
+    /// Off the device through the backend's pinned staging buffers: data only the device holds
+    /// is copied into pinned host memory by the copy engine (52.3 GB/s on the H200) and its
+    /// device pages dropped, instead of being migrated back at 10-17 GB/s. It comes back before
+    /// the next prefetch, kernel or host access that touches it. What the buffers cannot hold,
+    /// and data with a valid host copy, moves as [`Destination::Host`] does; so does all of it
+    /// on a backend without staging.
+    HostStaged,
+}
+
+impl From<Location> for Destination {
+    fn from(to: Location) -> Self {
+        match to {
+            Location::Host => Destination::Host,
+            Location::Device(d) => Destination::Device(d),
+        }
+    }
+}
+
+/// What the host does to a region's data ([`MemoryBackend::host_access`]).
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub enum HostAccess<'a> {
+    /// The CPU touches ranges as their modes say (after the device is done with them).
+    Touch(&'a [RangeAccess]),
+    /// A range holds data produced before the work being run (weights, inputs the program
+    /// loaded), so it starts valid on the host. Set-up: it costs nothing on the backend's clock.
+    Preload(ByteRange),
+}
+
+/// Bytes copied between a region and a buffer of the caller's ([`MemoryBackend::copy`]).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Transfer<'a> {
+    /// The host reads them (the pages become host-valid first, as a CPU access would).
+    HostRead(&'a mut [u8]),
+    /// The host writes them (likewise).
+    HostWrite(&'a [u8]),
+    /// As the kernel just launched sees them, moving nothing: for a kernel the host executes
+    /// on the kernel's behalf (the launch has placed the data).
+    KernelRead(&'a mut [u8]),
+    /// As that kernel writes them, moving nothing.
+    KernelWrite(&'a [u8]),
+}
+
+/// What a backend is, fixed when it is opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendInfo {
+    /// Which backend this is.
+    pub kind: BackendKind,
+    /// The device or model in words (e.g. the calibration profile's name).
+    pub description: String,
+    /// Device memory the backend may use for managed data (the emulated GPU's size).
+    pub capacity: u64,
+    /// Pinned host memory it may stage evicted data in (0: no staging).
+    pub staging_bytes: u64,
+    /// Whether recorded events include faults as they happen (the simulator's do; on a GPU
+    /// they come from CUPTI, outside the backend). A policy learning from faults needs them.
+    pub records_faults: bool,
+    /// For a backend on real time (CUDA), the instant its event times count from, so that
+    /// events of another source on the machine (CUPTI) can be put on the same clock; `None`
+    /// for a simulated clock.
+    pub clock_origin: Option<std::time::Instant>,
 }
 
 /// A usage hint for a range, as `cudaMemAdvise` takes them.
@@ -161,19 +270,14 @@ impl fmt::Display for BackendKind {
     }
 }
 
-/// Orders a backend executes. Times are nanoseconds on the backend's clock (virtual for the
-/// simulator, host monotonic for CUDA). Prefetch, advise and discard are hints in spirit, but a
-/// backend reports misuse (unknown region, range past the end) as an error.
+/// Orders a backend executes: the seam between decisions and hardware. Times are nanoseconds
+/// on the backend's clock (virtual for the simulator, host monotonic for CUDA). Migrations,
+/// advice and discards are hints in spirit, but a backend reports misuse (unknown region,
+/// range past the end) as an error. [`MemoryBackendExt`] adds the conveniences every caller
+/// shares.
 pub trait MemoryBackend: Send {
-    /// Which backend this is.
-    fn kind(&self) -> BackendKind;
-
-    /// One line describing the device or model (e.g. the calibration profile's name).
-    fn describe(&self) -> String;
-
-    /// Device memory the backend may use for managed data, in bytes (the emulated GPU size on
-    /// the simulator).
-    fn device_capacity(&self) -> u64;
+    /// What the backend is.
+    fn info(&self) -> &BackendInfo;
 
     /// Creates a managed region of `bytes` bytes under `id`; returns its base address.
     fn allocate(&mut self, id: RegionId, bytes: u64) -> Result<u64>;
@@ -184,49 +288,21 @@ pub trait MemoryBackend: Send {
     /// Applies a usage hint to a range.
     fn advise(&mut self, range: ByteRange, advice: Advice) -> Result<()>;
 
-    /// Moves ranges to `to` asynchronously, in one (batched) call. Later kernels wait for data
+    /// Moves ranges to `to` asynchronously, in one batched call. Later kernels wait for data
     /// in flight instead of faulting on it.
-    fn prefetch(&mut self, ranges: &[ByteRange], to: Location) -> Result<()>;
+    fn migrate(&mut self, ranges: &[ByteRange], to: Destination) -> Result<()>;
 
     /// Declares ranges dead: their pages are dropped on both sides without any transfer.
     fn discard(&mut self, ranges: &[ByteRange]) -> Result<()>;
 
-    /// Evicts ranges through the runtime's pinned staging buffers: data only the device holds
-    /// is copied into pinned host memory by the copy engine (52.3 GB/s on the H200) and dropped
-    /// from the device, instead of being migrated back at 10-17 GB/s. Staged data comes back on the next prefetch to the device,
-    /// kernel or host access that touches it. What the staging buffers cannot hold, and data
-    /// with a valid host copy, is moved as [`MemoryBackend::prefetch`] to the host would.
-    /// The default (a backend without staging) is that prefetch.
-    fn stage_out(&mut self, ranges: &[ByteRange]) -> Result<()> {
-        self.prefetch(ranges, Location::Host)
-    }
-
-    /// Bytes of pinned host memory the backend may stage evicted data in (0: no staging).
-    fn staging_capacity(&self) -> u64 {
-        0
-    }
-
-    /// Lets the backend bring staged data back at another address: a GPU backend may restore
-    /// a region whose data is all staged into pooled device memory ([`MemEvent::Relocated`]).
-    /// Only for a caller that finds data by region, never by an address it kept (the replay);
-    /// off by default. The simulator models what it saves.
-    fn allow_relocation(&mut self, _on: bool) {}
-
-    /// The caller's own work between backend calls (a policy's planning) took `wall_ns` of
-    /// host time, wall clock, the calls it made to this backend included. A GPU backend needs
-    /// nothing: that time passed on its clock. The simulator charges the work, less its own
-    /// time in those calls, to its host clock where [`MemoryBackend::charge_host_work`] asks.
-    fn host_work(&mut self, _wall_ns: u64) {}
-
-    /// Whether [`MemoryBackend::host_work`] costs simulated time (`sim.policy_time`).
-    /// Off by default: simulated times then depend on nothing but the trace and the profile.
-    fn charge_host_work(&mut self, _on: bool) {}
-
     /// Launches a kernel on the compute stream.
     fn launch(&mut self, kernel: &KernelLaunch<'_>) -> Result<()>;
 
-    /// The CPU touches ranges (waits for the device first, as a host read of results does).
-    fn host_access(&mut self, accesses: &[RangeAccess]) -> Result<()>;
+    /// The host touches data, or declares what starts on the host.
+    fn host_access(&mut self, access: HostAccess<'_>) -> Result<()>;
+
+    /// Copies bytes between region `id` (from `offset`) and the caller's buffer.
+    fn copy(&mut self, id: RegionId, offset: u64, transfer: Transfer<'_>) -> Result<()>;
 
     /// Waits for all issued work; returns the backend clock afterwards.
     fn synchronize(&mut self) -> Result<u64>;
@@ -235,12 +311,117 @@ pub trait MemoryBackend: Send {
     /// waiting for it (transfers still in flight on copy streams are not included).
     fn completion_ns(&self) -> u64;
 
+    /// The caller's own work between calls (a policy's planning) took `wall_ns` of host time,
+    /// wall clock, its calls to this backend included. A backend on real time needs nothing:
+    /// the time passed on its clock. The simulator charges it, less its own time in those
+    /// calls, where it was opened to.
+    fn host_work(&mut self, _wall_ns: u64) {}
+
     /// Where the bytes of a range are.
     fn residency(&self, range: ByteRange) -> Result<Residency>;
 
-    /// The 2 MiB blocks of region `id` (of `bytes` bytes) that hold pages on the device, as
-    /// [`residency`](Self::residency) tells block by block: a policy learns which pages of a
-    /// new region came from the pool. Backends override it where they know it cheaper.
+    /// Counters since creation.
+    fn stats(&self) -> BackendStats;
+
+    /// Every fault and migration as a [`MemEvent`], when recording is on (off by default:
+    /// counters are always kept).
+    fn events(&mut self) -> &mut Recorder;
+
+    /// The backend's native kernels, where it runs them (CUDA).
+    fn native(&mut self) -> Option<&mut dyn NativeLaunches> {
+        None
+    }
+}
+
+/// What every caller of a backend shares, written once over the seam's methods.
+pub trait MemoryBackendExt: MemoryBackend {
+    /// Which backend this is.
+    fn kind(&self) -> BackendKind {
+        self.info().kind
+    }
+
+    /// The device or model in words.
+    fn describe(&self) -> &str {
+        &self.info().description
+    }
+
+    /// Device memory the backend may use for managed data.
+    fn device_capacity(&self) -> u64 {
+        self.info().capacity
+    }
+
+    /// Pinned host memory the backend may stage evicted data in (0: no staging).
+    fn staging_capacity(&self) -> u64 {
+        self.info().staging_bytes
+    }
+
+    /// Whether recorded events include faults as they happen.
+    fn records_faults(&self) -> bool {
+        self.info().records_faults
+    }
+
+    /// Where the clock of a real-time backend's events starts (see [`BackendInfo`]).
+    fn event_clock_origin(&self) -> Option<std::time::Instant> {
+        self.info().clock_origin
+    }
+
+    /// Moves ranges to `to` (see [`MemoryBackend::migrate`]).
+    fn prefetch(&mut self, ranges: &[ByteRange], to: Location) -> Result<()> {
+        self.migrate(ranges, to.into())
+    }
+
+    /// Evicts ranges through the staging buffers (see [`Destination::HostStaged`]).
+    fn stage_out(&mut self, ranges: &[ByteRange]) -> Result<()> {
+        self.migrate(ranges, Destination::HostStaged)
+    }
+
+    /// The CPU touches ranges.
+    fn touch_on_host(&mut self, accesses: &[RangeAccess]) -> Result<()> {
+        self.host_access(HostAccess::Touch(accesses))
+    }
+
+    /// A range starts valid on the host (see [`HostAccess::Preload`]).
+    fn preload_host(&mut self, range: ByteRange) -> Result<()> {
+        self.host_access(HostAccess::Preload(range))
+    }
+
+    /// Host read of region bytes.
+    fn read(&mut self, id: RegionId, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.copy(id, offset, Transfer::HostRead(buf))
+    }
+
+    /// Host write of region bytes.
+    fn write(&mut self, id: RegionId, offset: u64, data: &[u8]) -> Result<()> {
+        self.copy(id, offset, Transfer::HostWrite(data))
+    }
+
+    /// Region bytes as the kernel just launched sees them.
+    fn kernel_view(&mut self, id: RegionId, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.copy(id, offset, Transfer::KernelRead(buf))
+    }
+
+    /// Region bytes as the kernel just launched writes them.
+    fn kernel_store(&mut self, id: RegionId, offset: u64, data: &[u8]) -> Result<()> {
+        self.copy(id, offset, Transfer::KernelWrite(data))
+    }
+
+    /// Bytes of managed data resident on the device now.
+    fn device_resident_bytes(&self) -> u64 {
+        self.stats().device_bytes
+    }
+
+    /// Turns per-event recording on or off.
+    fn record_events(&mut self, on: bool) {
+        self.events().set_recording(on)
+    }
+
+    /// Moves the recorded events into `out`.
+    fn drain_events(&mut self, out: &mut Vec<MemEvent>) {
+        self.events().drain(out)
+    }
+
+    /// The 2 MiB blocks of region `id` (of `bytes` bytes) that hold pages on the device: which
+    /// pages of a new region came from the pool.
     fn device_blocks(&self, id: RegionId, bytes: u64) -> Result<Vec<u32>> {
         let mut out = Vec::new();
         for b in 0..bytes.div_ceil(BLOCK_SIZE) {
@@ -251,67 +432,20 @@ pub trait MemoryBackend: Send {
         }
         Ok(out)
     }
+}
 
-    /// Bytes of managed data resident on the device now.
-    fn device_resident_bytes(&self) -> u64;
+impl<B: MemoryBackend + ?Sized> MemoryBackendExt for B {}
 
-    /// Counters since creation.
-    fn stats(&self) -> BackendStats;
-
-    /// Where the clock of the backend's events starts, for a backend on real time (CUDA):
-    /// event times are nanoseconds since this instant, so events from another source on the
-    /// same machine (CUPTI) can be put on the same clock. `None` for a simulated clock.
-    fn event_clock_origin(&self) -> Option<std::time::Instant> {
-        None
-    }
-
-    /// Whether recording yields fault events (the simulator's do; on a GPU faults come from
-    /// CUPTI, outside the backend). A policy learning from faults needs them.
-    fn records_faults(&self) -> bool {
-        false
-    }
-
-    /// Turns per-event recording on or off (off by default: counters are always kept).
-    fn record_events(&mut self, on: bool);
-
-    /// Moves the recorded events into `out`.
-    fn drain_events(&mut self, out: &mut Vec<MemEvent>);
-
-    /// Declares that a range holds data produced before the work being run (weights, inputs
-    /// loaded by the program), so it starts valid on the host. Costs nothing on the backend
-    /// clock: it is set-up, like loading a dataset before a timed loop.
-    fn preload_host(&mut self, range: ByteRange) -> Result<()>;
-
-    /// Host read of region bytes (the pages become host-valid first, as a CPU access would).
-    fn read(&mut self, id: RegionId, offset: u64, buf: &mut [u8]) -> Result<()>;
-
-    /// Host write of region bytes (the pages become host-valid first, as a CPU access would).
-    fn write(&mut self, id: RegionId, offset: u64, data: &[u8]) -> Result<()>;
-
-    /// Reads region bytes as the kernel just launched sees them, moving nothing (for kernels
-    /// the host executes on the kernel's behalf, as tensors' CPU launches do; the launch has
-    /// already placed the data).
-    fn kernel_view(&mut self, id: RegionId, offset: u64, buf: &mut [u8]) -> Result<()>;
-
-    /// Stores region bytes as the kernel just launched writes them, moving nothing.
-    fn kernel_store(&mut self, id: RegionId, offset: u64, data: &[u8]) -> Result<()>;
-
+/// A backend that runs real GPU kernels.
+pub trait NativeLaunches {
     /// Launches a real GPU kernel over `kernel`'s accesses: the backend waits for their data
     /// and makes room as for [`MemoryBackend::launch`], then `native` enqueues the kernel on
-    /// the compute stream it is given, with the device address of each access. Only the CUDA
-    /// backend runs native kernels.
+    /// the compute stream it is given, with the device address of each access.
     fn launch_native(
         &mut self,
         kernel: &KernelLaunch<'_>,
         native: &mut dyn FnMut(&NativeLaunch<'_>) -> Result<()>,
-    ) -> Result<()> {
-        let _ = (kernel, native);
-        Err(crate::Error::BackendUnavailable {
-            backend: self.kind().to_string(),
-            reason: "native GPU kernels need the CUDA backend; on the simulator launch on the CPU path"
-                .into(),
-        })
-    }
+    ) -> Result<()>;
 }
 
 /// What a native kernel launch is given: the compute stream and the device address of each

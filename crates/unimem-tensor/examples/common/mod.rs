@@ -5,8 +5,9 @@
 //! `unimem telemetry summarize`), from CUPTI on the GPU.
 
 use unimem_core::backends::cuda::CudaBackend;
-use unimem_core::config::{Config, Oversubscribe, PolicyName};
+use unimem_core::config::{Config, PolicyName};
 use unimem_core::protocol::EventSink;
+use unimem_core::MemoryBackendExt;
 use unimem_core::{CostModel, Error, MemoryBackend, Runtime, SimBackend};
 use unimem_telemetry::EventLog;
 
@@ -25,7 +26,7 @@ fn telemetry_prefix() -> Option<String> {
 /// the arguments say.
 pub fn runtime(budget: u64, policy: PolicyName) -> unimem_core::Result<Runtime> {
     let backend: Box<dyn MemoryBackend> = if on_gpu() {
-        Box::new(CudaBackend::open(0, budget, Oversubscribe::Deny)?)
+        Box::new(CudaBackend::open(0, budget, false)?)
     } else {
         Box::new(SimBackend::new(CostModel::h200(), budget))
     };

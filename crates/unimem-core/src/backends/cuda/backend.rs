@@ -52,13 +52,13 @@ use super::{
     cuda_err, discard_batch, prefetch_batch, CudaDevice, FreeMemory, Kernels, ManagedBuffer, TouchMode,
 };
 use crate::access::RangeAccess;
-use crate::config::Oversubscribe;
 use crate::error::{Error, Result};
 use crate::mechanism::pool::{BufferPool, Pooled};
 use crate::region::RegionId;
 use crate::seam::{
-    block_bytes, Advice, BackendKind, BackendStats, ByteRange, HostOp, KernelLaunch, Location, MemEvent,
-    MemoryBackend, NativeLaunch, Residency, BLOCK_SIZE, PAGE_SIZE,
+    block_bytes, Advice, BackendInfo, BackendKind, BackendStats, ByteRange, Destination, DeviceId,
+    HostAccess, HostOp, KernelLaunch, Location, MemEvent, MemoryBackend, NativeLaunch, NativeLaunches,
+    Recorder, Residency, Transfer, BLOCK_SIZE, PAGE_SIZE,
 };
 
 /// A device address range as the driver's calls take it: (address, bytes).
@@ -135,7 +135,8 @@ pub struct CudaBackend {
     /// the last kernel that touched its blocks, not for every kernel issued.
     kernel_marks: std::collections::VecDeque<(u64, Arc<CudaEvent>)>,
     capacity: u64,
-    oversubscribe: Oversubscribe,
+    /// Managed allocations may go past the device's free memory (never by default).
+    allow_oversubscription: bool,
     /// Free device memory for the guard, read when it matters (see `FreeMemory`).
     free_memory: FreeMemory,
     regions: FxHashMap<RegionId, CudaRegion>,
@@ -182,9 +183,12 @@ pub struct CudaBackend {
     /// Bytes a stage-out moved by migration instead: [a valid host copy or a remote mapping
     /// (nothing to copy), no free staging slot].
     stage_migrated: [u64; 2],
-    /// Per-event recording (telemetry), when on.
+    /// The events asked for (telemetry), and the device-timed ones waiting for the device to
+    /// reach them, while the recorder is on.
+    recorder: Recorder,
     recording: Option<Recording>,
-    events: Vec<MemEvent>,
+    /// A relocation allowed (`with_relocation`).
+    info: BackendInfo,
 }
 
 /// GPU-timed events waiting for the device to reach them.
@@ -351,8 +355,20 @@ impl std::fmt::Debug for CudaBackend {
 impl CudaBackend {
     /// Opens device `ordinal`, emulating a GPU of `capacity` bytes. Errors (never panics)
     /// without a driver or device: "no CUDA device".
-    pub fn open(ordinal: usize, capacity: u64, oversubscribe: Oversubscribe) -> Result<Self> {
+    pub fn open(ordinal: usize, capacity: u64, allow_oversubscription: bool) -> Result<Self> {
         let dev = CudaDevice::open(ordinal)?;
+        let c = dev.capabilities();
+        let info = BackendInfo {
+            kind: BackendKind::Cuda,
+            description: format!(
+                "{} (CUDA driver {}, compute {}.{}), budget emulated in software",
+                c.name, c.driver_version, c.compute_capability.0, c.compute_capability.1
+            ),
+            capacity,
+            staging_bytes: 0,
+            records_faults: false,
+            clock_origin: None,
+        };
         let kernels = Kernels::load(&dev)?;
         let (compute, h2d, d2h) = (dev.new_stream()?, dev.new_stream()?, dev.new_stream()?);
         let (stage, remap) = (dev.new_stream()?, dev.new_stream()?);
@@ -360,6 +376,8 @@ impl CudaBackend {
         // Warm up: the first launch loads the module lazily.
         kernels.touch(&compute, &[], 1, 0)?;
         compute.synchronize().map_err(cuda_err("cuStreamSynchronize", "warm-up"))?;
+        let start = Instant::now();
+        let info = BackendInfo { clock_origin: Some(start), ..info };
         Ok(Self {
             dev,
             kernels,
@@ -374,7 +392,7 @@ impl CudaBackend {
             pending_blocks: FxHashSet::default(),
             kernel_marks: Default::default(),
             capacity,
-            oversubscribe,
+            allow_oversubscription,
             free_memory: FreeMemory::default(),
             regions: FxHashMap::default(),
             pool: BufferPool::new(),
@@ -389,7 +407,7 @@ impl CudaBackend {
             next_stamp: 1,
             device_bytes: 0,
             stats: BackendStats::default(),
-            start: Instant::now(),
+            start,
             excluded_ns: 0,
             make_room_ns: 0,
             pool_hits: 0,
@@ -398,8 +416,9 @@ impl CudaBackend {
             room_evicted: [0; 3],
             stage_absent: 0,
             stage_migrated: [0; 2],
+            recorder: Recorder::default(),
             recording: None,
-            events: Vec::new(),
+            info,
         })
     }
 
@@ -426,8 +445,23 @@ impl CudaBackend {
         let t0 = Instant::now();
         self.staging = StagingPool::new(&self.dev, bytes);
         self.staging.reserve(reserve)?;
+        self.info.staging_bytes = self.staging.capacity();
         self.excluded_ns += t0.elapsed().as_nanos() as u64;
         Ok(self)
+    }
+
+    /// The same backend, letting restores bring a region whose every block is staged back into
+    /// a pooled buffer of its size whose pages are on the device (at another address): only for
+    /// a caller that finds data by region, never by an address it kept (a replay). Off by
+    /// default.
+    pub fn with_relocation(mut self, on: bool) -> Self {
+        self.relocate = on;
+        self
+    }
+
+    /// The device this backend runs on.
+    fn ordinal(&self) -> DeviceId {
+        DeviceId(self.dev.ordinal() as u32)
     }
 
     /// The opened device.
@@ -742,7 +776,7 @@ impl CudaBackend {
             // populate on the spot, holding the host (50-360 us per 64 MiB of fresh pages on
             // the H200, `unimem probe`); queued behind a short kernel it returns at once.
             self.kernels.touch_with_blocks(&self.h2d, &[], 1, HOLD_NS, 1)?;
-            prefetch_batch(&self.dev, list, Location::Device, &self.h2d)?;
+            prefetch_batch(&self.dev, list, Location::DEVICE, &self.h2d)?;
         }
         if !repopulate.is_empty() {
             // On an idle stream the call does the repopulation on the spot, holding the host
@@ -751,7 +785,7 @@ impl CudaBackend {
             // it on `remap` frees the host: ResNet's replay at 50% spent 244-276 ms in its
             // policy with it, 370-408 without (one lending, two runs each).
             self.kernels.touch_with_blocks(&self.remap, &[], 1, HOLD_NS, 1)?;
-            prefetch_batch(&self.dev, repopulate, Location::Device, &self.remap)?;
+            prefetch_batch(&self.dev, repopulate, Location::DEVICE, &self.remap)?;
             let there =
                 self.remap.record_event(None).map_err(cuda_err("cuEventRecord", "pages repopulated"))?;
             self.h2d.wait(&there).map_err(cuda_err("cuStreamWaitEvent", "copy in after repopulation"))?;
@@ -874,10 +908,8 @@ impl CudaBackend {
         let old_blocks = old.len().div_ceil(BLOCK_SIZE) as usize;
         self.pool.put(old, vec![false; old_blocks], after, None);
         self.relocations += 1;
-        if self.recording.is_some() {
-            let at_ns = self.now();
-            self.events.push(MemEvent::Relocated { region: id, from, to, at_ns });
-        }
+        let at_ns = self.now();
+        self.recorder.emit(|| MemEvent::Relocated { region: id, from, to, at_ns });
         Ok(())
     }
 
@@ -1013,7 +1045,7 @@ impl CudaBackend {
         blocks: &[(RegionId, u32, Slot)],
         copy: impl FnOnce(&mut Self) -> Result<()>,
     ) -> Result<()> {
-        let start = match self.recording.as_mut() {
+        let start = match self.timing() {
             Some(rec) => Some(rec.mark(stream)?),
             None => None,
         };
@@ -1136,7 +1168,7 @@ impl CudaBackend {
             }
             // The kernel's slice starts before its waits: the wait for data is part of its stall.
             let compute = this.compute.clone();
-            let start = match this.recording.as_mut() {
+            let start = match this.timing() {
                 Some(rec) => Some(rec.mark(&compute)?),
                 None => None,
             };
@@ -1235,7 +1267,7 @@ impl CudaBackend {
         }
         self.new_buffers += 1;
         let blocks = vec![Block::default(); bytes.div_ceil(BLOCK_SIZE) as usize];
-        match self.free_memory.alloc(&self.dev, bytes, self.oversubscribe) {
+        match self.free_memory.alloc(&self.dev, bytes, self.allow_oversubscription) {
             Ok(buf) => Ok((buf, blocks)),
             Err(Error::Allocation { .. }) if !self.pool.is_empty() => {
                 // Give pooled memory back (cuMemFree synchronises) and try once more.
@@ -1244,7 +1276,7 @@ impl CudaBackend {
                 // it reads again.
                 self.pool.clear();
                 self.retired.clear();
-                Ok((self.free_memory.alloc(&self.dev, bytes, self.oversubscribe)?, blocks))
+                Ok((self.free_memory.alloc(&self.dev, bytes, self.allow_oversubscription)?, blocks))
             }
             Err(e) => Err(e),
         }
@@ -1359,24 +1391,8 @@ fn coalesce(mut ranges: Vec<(RegionId, u64, u64)>) -> Vec<(u64, u64)> {
     merge_pieces(ranges.into_iter().map(|(id, p, l)| (id, p, l, false)).collect())
 }
 
-impl MemoryBackend for CudaBackend {
-    fn kind(&self) -> BackendKind {
-        BackendKind::Cuda
-    }
-
-    fn describe(&self) -> String {
-        let c = self.dev.capabilities();
-        format!(
-            "{} (CUDA driver {}, compute {}.{}), budget emulated in software",
-            c.name, c.driver_version, c.compute_capability.0, c.compute_capability.1
-        )
-    }
-
-    fn device_capacity(&self) -> u64 {
-        self.capacity
-    }
-
-    fn allocate(&mut self, id: RegionId, bytes: u64) -> Result<u64> {
+impl CudaBackend {
+    fn alloc_region(&mut self, id: RegionId, bytes: u64) -> Result<u64> {
         crate::seam::check_new_region(id, bytes, self.regions.contains_key(&id))?;
         let (buf, blocks) = self.timed(HostOp::Allocate, |this| this.take_buffer(bytes))?;
         let addr = buf.ptr();
@@ -1391,7 +1407,7 @@ impl MemoryBackend for CudaBackend {
         Ok(addr)
     }
 
-    fn free(&mut self, id: RegionId) -> Result<()> {
+    fn free_region(&mut self, id: RegionId) -> Result<()> {
         if !self.regions.contains_key(&id) {
             return Err(Error::UnknownRegion(id));
         }
@@ -1406,6 +1422,7 @@ impl MemoryBackend for CudaBackend {
                 s.wait(ev).map_err(cuda_err("cuStreamWaitEvent", "reuse after copies"))?;
             }
         }
+        self.sync_timing();
         if let Some(rec) = self.recording.as_mut() {
             let marks = [
                 rec.mark(&self.compute)?,
@@ -1446,7 +1463,7 @@ impl MemoryBackend for CudaBackend {
         Ok(())
     }
 
-    fn advise(&mut self, range: ByteRange, advice: Advice) -> Result<()> {
+    fn advise_range(&mut self, range: ByteRange, advice: Advice) -> Result<()> {
         self.timed(HostOp::Advise, |this| {
             this.checked(range.region, range.offset, range.len)?;
             if range.len == 0 {
@@ -1472,7 +1489,7 @@ impl MemoryBackend for CudaBackend {
                         blk.remote = true;
                     }
                     Advice::UnsetPreferredLocation | Advice::UnsetAccessedByDevice => blk.remote = false,
-                    Advice::SetPreferredLocation(Location::Device) => blk.remote = false,
+                    Advice::SetPreferredLocation(Location::Device(_)) => blk.remote = false,
                 }
             }
             for b in collapsed {
@@ -1482,7 +1499,7 @@ impl MemoryBackend for CudaBackend {
         })
     }
 
-    fn prefetch(&mut self, ranges: &[ByteRange], to: Location) -> Result<()> {
+    fn prefetch_ranges(&mut self, ranges: &[ByteRange], to: Location) -> Result<()> {
         self.timed(HostOp::prefetch(to), |this| {
             for r in ranges {
                 this.checked(r.region, r.offset, r.len)?;
@@ -1493,7 +1510,7 @@ impl MemoryBackend for CudaBackend {
             }
             this.stats.prefetch_ranges += list.len() as u64;
             match to {
-                Location::Device => this.bring_to_device(ranges, &list, true, &FxHashSet::default())?,
+                Location::Device(_) => this.bring_to_device(ranges, &list, true, &FxHashSet::default())?,
                 Location::Host => {
                     this.d2h
                         .join(&this.compute)
@@ -1519,7 +1536,7 @@ impl MemoryBackend for CudaBackend {
         })
     }
 
-    fn discard(&mut self, ranges: &[ByteRange]) -> Result<()> {
+    fn discard_ranges(&mut self, ranges: &[ByteRange]) -> Result<()> {
         self.timed(HostOp::Discard, |this| {
             for r in ranges {
                 this.checked(r.region, r.offset, r.len)?;
@@ -1552,7 +1569,7 @@ impl MemoryBackend for CudaBackend {
         })
     }
 
-    fn stage_out(&mut self, ranges: &[ByteRange]) -> Result<()> {
+    fn stage_ranges(&mut self, ranges: &[ByteRange]) -> Result<()> {
         for r in ranges {
             self.checked(r.region, r.offset, r.len)?;
         }
@@ -1614,18 +1631,10 @@ impl MemoryBackend for CudaBackend {
         if migrate.is_empty() {
             return Ok(());
         }
-        self.prefetch(&migrate, Location::Host)
+        self.prefetch_ranges(&migrate, Location::Host)
     }
 
-    fn staging_capacity(&self) -> u64 {
-        self.staging.capacity()
-    }
-
-    fn allow_relocation(&mut self, on: bool) {
-        self.relocate = on;
-    }
-
-    fn launch(&mut self, kernel: &KernelLaunch<'_>) -> Result<()> {
+    fn launch_kernel(&mut self, kernel: &KernelLaunch<'_>) -> Result<()> {
         self.run_kernel(kernel, &mut |this| {
             let ranges: Vec<(u64, u64, TouchMode)> = kernel
                 .accesses
@@ -1637,7 +1646,7 @@ impl MemoryBackend for CudaBackend {
         })
     }
 
-    fn launch_native(
+    fn run_native(
         &mut self,
         kernel: &KernelLaunch<'_>,
         native: &mut dyn FnMut(&NativeLaunch<'_>) -> Result<()>,
@@ -1650,7 +1659,7 @@ impl MemoryBackend for CudaBackend {
         })
     }
 
-    fn host_access(&mut self, accesses: &[RangeAccess]) -> Result<()> {
+    fn touch_host(&mut self, accesses: &[RangeAccess]) -> Result<()> {
         for a in accesses {
             self.checked(a.region, a.offset, a.len)?;
         }
@@ -1683,25 +1692,27 @@ impl MemoryBackend for CudaBackend {
         Ok(())
     }
 
-    fn synchronize(&mut self) -> Result<u64> {
+    fn sync(&mut self) -> Result<u64> {
         self.sync_all()?;
-        if let Some(rec) = self.recording.as_mut() {
-            rec.resolve(&mut self.events); // all complete now
+        if let Some(rec) = self.timing() {
+            let mut done = Vec::new();
+            rec.resolve(&mut done); // all complete now
             rec.next_resolve_at = RESOLVE_BATCH;
+            self.recorder.extend(done);
         }
         Ok(self.now())
     }
 
     /// On a GPU the completion time of issued kernels is only known by waiting for them: this
     /// synchronises the compute stream (transfers in flight on the copy streams go on).
-    fn completion_ns(&self) -> u64 {
+    fn completion(&self) -> u64 {
         if let Err(e) = self.compute.synchronize() {
             tracing::warn!("synchronising the compute stream failed: {e:?}");
         }
         self.now()
     }
 
-    fn residency(&self, range: ByteRange) -> Result<Residency> {
+    fn residency_of(&self, range: ByteRange) -> Result<Residency> {
         self.checked(range.region, range.offset, range.len)?;
         let r = &self.regions[&range.region];
         let mut out = Residency::default();
@@ -1724,28 +1735,26 @@ impl MemoryBackend for CudaBackend {
         Ok(out)
     }
 
-    fn device_resident_bytes(&self) -> u64 {
-        self.device_bytes
+    /// The device timing of recorded events, started or stopped as the recorder was switched:
+    /// faults and migrations need CUPTI (the telemetry crate); the backend times its kernels,
+    /// staging copies and the releases of freed regions on the device.
+    fn timing(&mut self) -> Option<&mut Recording> {
+        self.sync_timing();
+        self.recording.as_mut()
     }
 
-    fn stats(&self) -> BackendStats {
-        self.stats
-    }
-
-    fn event_clock_origin(&self) -> Option<Instant> {
-        Some(self.start)
-    }
-
-    /// Faults and migrations need CUPTI (the telemetry crate); the backend records its kernels
-    /// and the releases of freed regions, timed on the device.
-    fn record_events(&mut self, on: bool) {
-        if !on {
+    /// Starts or stops the device timing as the recorder is switched.
+    fn sync_timing(&mut self) {
+        if !self.recorder.is_recording() {
             self.recording = None;
-            return;
+        } else if self.recording.is_none() {
+            self.start_timing();
         }
-        if self.recording.is_some() {
-            return;
-        }
+    }
+
+    /// Starts timing events on the device: a first event, synchronised, that the others are
+    /// timed from. Where that fails, recording goes off with a warning.
+    fn start_timing(&mut self) {
         let reference = mark(&self.compute).and_then(|ev| {
             ev.synchronize().map_err(cuda_err("cuEventSynchronize", "telemetry reference"))?;
             Ok(ev)
@@ -1761,21 +1770,26 @@ impl MemoryBackend for CudaBackend {
                     next_resolve_at: RESOLVE_BATCH,
                 });
             }
-            Err(e) => tracing::warn!("cannot time events on the device, recording none: {e}"),
-        }
-    }
-
-    fn drain_events(&mut self, out: &mut Vec<MemEvent>) {
-        if let Some(rec) = self.recording.as_mut() {
-            if rec.pending.len() >= rec.next_resolve_at {
-                rec.resolve(&mut self.events);
-                rec.next_resolve_at = rec.pending.len() + RESOLVE_BATCH;
+            Err(e) => {
+                tracing::warn!("cannot time events on the device, recording none: {e}");
+                self.recorder.set_recording(false);
             }
         }
-        out.append(&mut self.events);
     }
 
-    fn preload_host(&mut self, range: ByteRange) -> Result<()> {
+    /// Moves the timed events the device has reached into the recorder, once enough wait.
+    fn resolve_recorded(&mut self) {
+        if let Some(rec) = self.timing() {
+            if rec.pending.len() >= rec.next_resolve_at {
+                let mut done = Vec::new();
+                rec.resolve(&mut done);
+                rec.next_resolve_at = rec.pending.len() + RESOLVE_BATCH;
+                self.recorder.extend(done);
+            }
+        }
+    }
+
+    fn preload(&mut self, range: ByteRange) -> Result<()> {
         // Waiting for the device is not set-up: the kernels queued before still run on the
         // clock. Only the host's own touching of the pages is left off it.
         self.sync_all()?;
@@ -1791,13 +1805,13 @@ impl MemoryBackend for CudaBackend {
         Ok(())
     }
 
-    fn read(&mut self, id: RegionId, offset: u64, buf: &mut [u8]) -> Result<()> {
+    fn host_read(&mut self, id: RegionId, offset: u64, buf: &mut [u8]) -> Result<()> {
         buf.copy_from_slice(self.host_range(id, offset, buf.len() as u64)?);
         self.after_host_touch(id, offset, buf.len() as u64, false);
         Ok(())
     }
 
-    fn kernel_view(&mut self, id: RegionId, offset: u64, buf: &mut [u8]) -> Result<()> {
+    fn view(&mut self, id: RegionId, offset: u64, buf: &mut [u8]) -> Result<()> {
         self.checked(id, offset, buf.len() as u64)?;
         self.compute.synchronize().map_err(cuda_err("cuStreamSynchronize", "kernel view"))?;
         let ptr = self.regions[&id].buf.ptr() + offset;
@@ -1806,7 +1820,7 @@ impl MemoryBackend for CudaBackend {
             .map_err(cuda_err("cuMemcpyDtoH", format!("{} bytes of {id}", buf.len())))
     }
 
-    fn kernel_store(&mut self, id: RegionId, offset: u64, data: &[u8]) -> Result<()> {
+    fn store(&mut self, id: RegionId, offset: u64, data: &[u8]) -> Result<()> {
         self.checked(id, offset, data.len() as u64)?;
         self.compute.synchronize().map_err(cuda_err("cuStreamSynchronize", "kernel store"))?;
         let ptr = self.regions[&id].buf.ptr() + offset;
@@ -1815,10 +1829,104 @@ impl MemoryBackend for CudaBackend {
             .map_err(cuda_err("cuMemcpyHtoD", format!("{} bytes of {id}", data.len())))
     }
 
-    fn write(&mut self, id: RegionId, offset: u64, data: &[u8]) -> Result<()> {
+    fn host_write(&mut self, id: RegionId, offset: u64, data: &[u8]) -> Result<()> {
         self.host_range(id, offset, data.len() as u64)?.copy_from_slice(data);
         self.after_host_touch(id, offset, data.len() as u64, true);
         Ok(())
+    }
+}
+
+impl MemoryBackend for CudaBackend {
+    fn info(&self) -> &BackendInfo {
+        &self.info
+    }
+
+    fn allocate(&mut self, id: RegionId, bytes: u64) -> Result<u64> {
+        self.alloc_region(id, bytes)
+    }
+
+    fn free(&mut self, id: RegionId) -> Result<()> {
+        self.free_region(id)
+    }
+
+    fn advise(&mut self, range: ByteRange, advice: Advice) -> Result<()> {
+        self.advise_range(range, advice)
+    }
+
+    fn migrate(&mut self, ranges: &[ByteRange], to: Destination) -> Result<()> {
+        match to {
+            Destination::Device(d) if d == self.ordinal() => {
+                self.prefetch_ranges(ranges, Location::Device(d))
+            }
+            Destination::Device(other) => Err(Error::InvalidArgument(format!(
+                "this backend runs on device {}; asked for device {}",
+                self.ordinal().0,
+                other.0
+            ))),
+            Destination::Host => self.prefetch_ranges(ranges, Location::Host),
+            Destination::HostStaged => self.stage_ranges(ranges),
+        }
+    }
+
+    fn discard(&mut self, ranges: &[ByteRange]) -> Result<()> {
+        self.discard_ranges(ranges)
+    }
+
+    fn launch(&mut self, kernel: &KernelLaunch<'_>) -> Result<()> {
+        self.launch_kernel(kernel)
+    }
+
+    fn host_access(&mut self, access: HostAccess<'_>) -> Result<()> {
+        match access {
+            HostAccess::Touch(accesses) => self.touch_host(accesses),
+            HostAccess::Preload(range) => self.preload(range),
+        }
+    }
+
+    fn copy(&mut self, id: RegionId, offset: u64, transfer: Transfer<'_>) -> Result<()> {
+        match transfer {
+            Transfer::HostRead(buf) => self.host_read(id, offset, buf),
+            Transfer::HostWrite(data) => self.host_write(id, offset, data),
+            Transfer::KernelRead(buf) => self.view(id, offset, buf),
+            Transfer::KernelWrite(data) => self.store(id, offset, data),
+        }
+    }
+
+    fn synchronize(&mut self) -> Result<u64> {
+        self.sync()
+    }
+
+    /// On a GPU the completion time of issued kernels is only known by waiting for them: this
+    /// synchronises the compute stream (transfers in flight on the copy streams go on).
+    fn completion_ns(&self) -> u64 {
+        self.completion()
+    }
+
+    fn residency(&self, range: ByteRange) -> Result<Residency> {
+        self.residency_of(range)
+    }
+
+    fn stats(&self) -> BackendStats {
+        BackendStats { device_bytes: self.device_bytes, ..self.stats }
+    }
+
+    fn events(&mut self) -> &mut Recorder {
+        self.resolve_recorded();
+        &mut self.recorder
+    }
+
+    fn native(&mut self) -> Option<&mut dyn NativeLaunches> {
+        Some(self)
+    }
+}
+
+impl NativeLaunches for CudaBackend {
+    fn launch_native(
+        &mut self,
+        kernel: &KernelLaunch<'_>,
+        native: &mut dyn FnMut(&NativeLaunch<'_>) -> Result<()>,
+    ) -> Result<()> {
+        self.run_native(kernel, native)
     }
 }
 

@@ -5,7 +5,6 @@ use std::sync::Arc;
 use cudarc::driver::{result, sys, CudaContext, CudaStream};
 
 use super::{cuda_err, CudaDevice};
-use crate::config::Oversubscribe;
 use crate::error::{Error, Result};
 use crate::seam::{Advice, Location};
 
@@ -35,7 +34,7 @@ impl FreeMemory {
         &mut self,
         dev: &CudaDevice,
         bytes: u64,
-        oversubscribe: Oversubscribe,
+        allow_oversubscription: bool,
     ) -> Result<ManagedBuffer> {
         let estimate = match self.read {
             Some((free, at)) if at.elapsed() < FREE_MEMORY_TTL => free.saturating_sub(self.since),
@@ -48,7 +47,7 @@ impl FreeMemory {
             (self.read, self.since) = (Some((free, std::time::Instant::now())), 0);
             free
         };
-        let buf = ManagedBuffer::alloc_within(dev, bytes, oversubscribe, free)?;
+        let buf = ManagedBuffer::alloc_within(dev, bytes, allow_oversubscription, free)?;
         self.since += bytes;
         Ok(buf)
     }
@@ -82,7 +81,7 @@ pub struct RangeAttributes {
 
 fn location(dev: i32, loc: Location) -> sys::CUmemLocation {
     match loc {
-        Location::Device => {
+        Location::Device(_) => {
             sys::CUmemLocation { type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE, id: dev }
         }
         Location::Host => {
@@ -95,7 +94,7 @@ fn location(dev: i32, loc: Location) -> sys::CUmemLocation {
 fn decode(id: i32) -> Option<Location> {
     match id {
         -1 => Some(Location::Host),
-        d if d >= 0 => Some(Location::Device),
+        d if d >= 0 => Some(Location::DEVICE),
         _ => None,
     }
 }
@@ -106,22 +105,23 @@ impl ManagedBuffer {
     /// [`RESERVE_BYTES`] of the device free: more managed memory than the GPU has free can
     /// hang it.
     pub fn alloc(dev: &CudaDevice, bytes: u64) -> Result<Self> {
-        Self::alloc_with(dev, bytes, Oversubscribe::Deny)
+        Self::alloc_with(dev, bytes, false)
     }
 
-    /// [`ManagedBuffer::alloc`] under the configured `oversubscribe` setting.
-    pub fn alloc_with(dev: &CudaDevice, bytes: u64, oversubscribe: Oversubscribe) -> Result<Self> {
+    /// [`ManagedBuffer::alloc`], past the device's free memory where `allow_oversubscription`
+    /// (the config's `oversubscribe = "allow"`).
+    pub fn alloc_with(dev: &CudaDevice, bytes: u64, allow_oversubscription: bool) -> Result<Self> {
         let (free, _) = dev.mem_info()?;
-        Self::alloc_within(dev, bytes, oversubscribe, free)
+        Self::alloc_within(dev, bytes, allow_oversubscription, free)
     }
 
     /// [`ManagedBuffer::alloc_with`] against `free` bytes of free device memory as read by the
     /// caller (`FreeMemory`). Private: a caller-supplied figure must never bypass the guard.
-    fn alloc_within(dev: &CudaDevice, bytes: u64, oversubscribe: Oversubscribe, free: u64) -> Result<Self> {
+    fn alloc_within(dev: &CudaDevice, bytes: u64, allow_oversubscription: bool, free: u64) -> Result<Self> {
         if bytes == 0 {
             return Err(Error::Allocation { bytes, reason: "size must be at least 1 byte".into() });
         }
-        if oversubscribe == Oversubscribe::Deny && bytes.saturating_add(RESERVE_BYTES) > free {
+        if !allow_oversubscription && bytes.saturating_add(RESERVE_BYTES) > free {
             return Err(Error::Allocation {
                 bytes,
                 reason: format!(
@@ -179,7 +179,7 @@ impl ManagedBuffer {
     pub fn advise(&self, offset: u64, len: u64, advice: Advice) -> Result<()> {
         use sys::CUmem_advise as A;
         self.check(offset, len)?;
-        let dev = location(self.ordinal, Location::Device);
+        let dev = location(self.ordinal, Location::DEVICE);
         let (a, loc) = match advice {
             Advice::SetReadMostly => (A::CU_MEM_ADVISE_SET_READ_MOSTLY, dev),
             Advice::UnsetReadMostly => (A::CU_MEM_ADVISE_UNSET_READ_MOSTLY, dev),

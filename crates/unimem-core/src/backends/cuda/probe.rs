@@ -173,7 +173,7 @@ fn stage_rates(
         Ok(())
     };
 
-    place(a, Location::Device, s)?;
+    place(a, Location::DEVICE, s)?;
     let t = timed(s, || stage_out(a, &pool, s))?;
     let d2h = note(
         "staged eviction: copy to pinned + discard",
@@ -204,7 +204,7 @@ fn stage_rates(
     .enumerate()
     {
         if k == 5 {
-            let t = host_timed(|| a.advise(0, bytes, Advice::SetPreferredLocation(Location::Device)))?;
+            let t = host_timed(|| a.advise(0, bytes, Advice::SetPreferredLocation(Location::DEVICE)))?;
             note(
                 "    set preferred location device (host time)",
                 t as f64 * (1u64 << 30) as f64 / bytes as f64,
@@ -213,7 +213,7 @@ fn stage_rates(
             );
         }
         if k > 0 {
-            place(a, Location::Device, s)?;
+            place(a, Location::DEVICE, s)?;
             stage_out(a, &pool, s)?;
             sync(s)?;
         }
@@ -226,26 +226,26 @@ fn stage_rates(
         };
         let t = timed(s, || match k {
             0 => {
-                a.prefetch(0, bytes, Location::Device, s)?;
+                a.prefetch(0, bytes, Location::DEVICE, s)?;
                 pool.copy(runs_of(a), false, s)
             }
             1 => {
-                super::discard_and_prefetch_batch(dev, &whole, Location::Device, s)?;
+                super::discard_and_prefetch_batch(dev, &whole, Location::DEVICE, s)?;
                 pool.copy(runs_of(a), false, s)
             }
             2 => copy_kernel(),
             3 => {
-                a.prefetch(0, bytes, Location::Device, s)?;
+                a.prefetch(0, bytes, Location::DEVICE, s)?;
                 copy_kernel()
             }
             5 => pool.copy(runs_of(a), false, s),
             6 => {
-                a.prefetch(0, bytes, Location::Device, s)?;
+                a.prefetch(0, bytes, Location::DEVICE, s)?;
                 pool.copy(runs_of(a), false, s)
             }
             _ => {
                 pool.copy(runs_of(a), false, s)?;
-                a.prefetch(0, bytes, Location::Device, s)
+                a.prefetch(0, bytes, Location::DEVICE, s)
             }
         })?;
         let rate = note(name, gbps(bytes, t), "GB/s", None);
@@ -268,7 +268,7 @@ fn stage_rates(
 
     // The same in 2 MiB pieces, one copy and one discard range per block, as a planner's
     // evictions of scattered blocks come: the fixed cost per piece.
-    place(a, Location::Device, s)?;
+    place(a, Location::DEVICE, s)?;
     let t = timed(s, || {
         for run in runs_of(a) {
             pool.copy(vec![run], true, s)?;
@@ -287,7 +287,7 @@ fn stage_rates(
             if hold {
                 kernels.touch_with_blocks(s, &[], 1, super::backend::HOLD_NS, 1)?;
             }
-            call_ns = host_timed(|| prefetch_batch(dev, &pieces, Location::Device, s).map(|_| ()))?;
+            call_ns = host_timed(|| prefetch_batch(dev, &pieces, Location::DEVICE, s).map(|_| ()))?;
             for run in runs_of(a) {
                 pool.copy(vec![run], false, s)?;
             }
@@ -309,7 +309,7 @@ fn stage_rates(
     note("  the batch prefetch call's host time per block", call_ns as f64 / blocks as f64, "ns", None);
     // The same behind a short kernel: finding the stream busy, the driver defers the work
     // instead of doing it in the call.
-    place(a, Location::Device, s)?;
+    place(a, Location::DEVICE, s)?;
     stage_out(a, &pool, s)?;
     sync(s)?;
     let (t, held_ns) = back_by_block(a, true, "2 MiB pieces behind a short kernel")?;
@@ -319,7 +319,7 @@ fn stage_rates(
     // wholly staged region into a pooled buffer of its size: the copies alone.
     let mut other = ManagedBuffer::alloc(dev, bytes)?;
     kernels.touch(s, &[(other.ptr(), bytes, TouchMode::Write)], 4096, 0)?;
-    place(a, Location::Device, s)?;
+    place(a, Location::DEVICE, s)?;
     stage_out(a, &pool, s)?;
     sync(s)?;
     let into_other: Vec<Run> = runs_of(a)
@@ -350,7 +350,7 @@ fn stage_rates(
             }
         }
     };
-    place(a, Location::Device, s)?;
+    place(a, Location::DEVICE, s)?;
     stage_out(a, &pool, s)?;
     sync(s)?;
     let t0 = Instant::now();
@@ -362,7 +362,7 @@ fn stage_rates(
         None,
     );
     check(a, "a return to the host")?;
-    place(a, Location::Device, s)?;
+    place(a, Location::DEVICE, s)?;
     stage_out(a, &pool, s)?;
     sync(s)?;
     let t0 = Instant::now();
@@ -376,7 +376,7 @@ fn stage_rates(
         None,
     );
     check(a, "a return to the host through populated pages")?;
-    place(a, Location::Device, s)?;
+    place(a, Location::DEVICE, s)?;
     stage_out(a, &pool, s)?;
     sync(s)?;
     let t0 = Instant::now();
@@ -401,7 +401,7 @@ fn stage_rates(
     let e = ManagedBuffer::alloc(dev, bytes)?;
     kernels.touch(s, &[(e.ptr(), bytes, TouchMode::Write)], 4096, 0)?;
     place(a, Location::Host, s)?;
-    let t_one = timed(s, || a.prefetch(0, bytes, Location::Device, s))?;
+    let t_one = timed(s, || a.prefetch(0, bytes, Location::DEVICE, s))?;
     place(a, Location::Host, s)?;
     let mut pool_e = StagingPool::new(dev, bytes);
     pool_e.reserve(bytes)?;
@@ -429,11 +429,11 @@ fn stage_rates(
         })
     };
     let beside = |incoming: &dyn Fn() -> Result<()>| beside_with(true, incoming);
-    let t_both = beside(&|| a.prefetch(0, bytes, Location::Device, s))?;
+    let t_both = beside(&|| a.prefetch(0, bytes, Location::DEVICE, s))?;
     note("staged eviction beside a prefetch H2D, aggregate", gbps(2 * bytes, t_both), "GB/s", None);
     note("  time of both / time of the prefetch alone", t_both as f64 / t_one as f64, "x", None);
     kernels.touch(s, &[(e.ptr(), bytes, TouchMode::Write)], 4096, 0)?;
-    place(a, Location::Device, s)?;
+    place(a, Location::DEVICE, s)?;
     stage_out(a, &pool, s)?;
     let t_both = beside(&|| {
         for (_, dptr, slot, len) in runs_of(a) {
@@ -452,12 +452,12 @@ fn stage_rates(
     // Beside the backend's own way back (a batch prefetch with a range per block, then the
     // copies): whether a stage-out and a restore share one link or run both ways at once.
     let restore = |a: &ManagedBuffer| -> Result<()> {
-        prefetch_batch(dev, &pieces_of(a), Location::Device, s)?;
+        prefetch_batch(dev, &pieces_of(a), Location::DEVICE, s)?;
         pool.copy(runs_of(a), false, s)
     };
     let refill = |a: &ManagedBuffer| -> Result<()> {
         kernels.touch(s, &[(e.ptr(), bytes, TouchMode::Write)], 4096, 0)?;
-        place(a, Location::Device, s)?;
+        place(a, Location::DEVICE, s)?;
         stage_out(a, &pool, s)?;
         sync(s)
     };
@@ -490,12 +490,12 @@ fn stage_rates(
     check(a, "a restore beside a stage-out without discard")?;
     refill(a)?;
     let pieces = pieces_of(a);
-    prefetch_batch(dev, &pieces, Location::Device, s)?;
+    prefetch_batch(dev, &pieces, Location::DEVICE, s)?;
     sync(s)?;
     let t_copies = timed(s, || pool.copy(runs_of(a), false, s))?;
     sync(s)?;
     refill(a)?;
-    prefetch_batch(dev, &pieces, Location::Device, s)?;
+    prefetch_batch(dev, &pieces, Location::DEVICE, s)?;
     sync(s)?;
     let t_both = beside(&|| pool.copy(runs_of(a), false, s))?;
     note("  the restore's copies alone beside it", t_both as f64 / (t_copies + t_out) as f64, "x", None);
@@ -561,7 +561,7 @@ fn stage_rates(
         if queued {
             pool_e.copy(runs_e.clone(), true, s)?;
         }
-        let held = host_timed(|| prefetch_batch(dev, &pieces_of(a), Location::Device, s).map(|_| ()))?;
+        let held = host_timed(|| prefetch_batch(dev, &pieces_of(a), Location::DEVICE, s).map(|_| ()))?;
         pool.copy(runs_of(a), false, s)?;
         sync(s)?;
         Ok(held)
@@ -591,7 +591,7 @@ fn stage_rates(
 /// three of four resident 2 MiB regions, as a replay launches them.
 fn backend_launch_ns(ordinal: usize) -> Result<f64> {
     use crate::seam::{KernelLaunch, MemoryBackend};
-    let mut b = super::CudaBackend::open(ordinal, 1 << 30, crate::config::Oversubscribe::Deny)?;
+    let mut b = super::CudaBackend::open(ordinal, 1 << 30, false)?;
     let bytes = 2u64 << 20;
     let acc: Vec<crate::access::RangeAccess> = (1..=4)
         .map(|i| {
@@ -695,7 +695,7 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
         let start = s.record_event(None).map_err(cuda_err("cuEventRecord", "stream"))?;
         s2.wait(&start).map_err(cuda_err("cuStreamWaitEvent", "stream"))?;
         for k in 0..pieces {
-            a.prefetch(k * piece, piece, Location::Device, &s2)?;
+            a.prefetch(k * piece, piece, Location::DEVICE, &s2)?;
             let landed = s2.record_event(None).map_err(cuda_err("cuEventRecord", "stream"))?;
             s.wait(&landed).map_err(cuda_err("cuStreamWaitEvent", "stream"))?;
             kernels.touch(&s, &[(a.ptr() + k * piece, piece, TouchMode::Read)], 16, 0)?;
@@ -723,7 +723,7 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
     // as a share of the transfer (an asynchronous call would hold it for microseconds).
     let mut h2d_call = 0;
     let t_h2d = timed(&s, || {
-        h2d_call = host_timed(|| a.prefetch(0, bytes, Location::Device, &s))?;
+        h2d_call = host_timed(|| a.prefetch(0, bytes, Location::DEVICE, &s))?;
         Ok(())
     })?;
     let h2d =
@@ -752,7 +752,7 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
     let chunk = 2u64 << 20;
     let calls = bytes / chunk;
     let t_small =
-        timed(&s, || (0..calls).try_for_each(|i| a.prefetch(i * chunk, chunk, Location::Device, &s)))?;
+        timed(&s, || (0..calls).try_for_each(|i| a.prefetch(i * chunk, chunk, Location::DEVICE, &s)))?;
     note("prefetch H2D rate, 2 MiB calls", gbps(bytes, t_small), "GB/s", None);
     let call_ns = note(
         "prefetch fixed cost per call",
@@ -764,7 +764,7 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
 
     // Batch prefetch of the same 2 MiB ranges.
     let ranges: Vec<(u64, u64)> = (0..calls).map(|i| (a.ptr() + i * chunk, chunk)).collect();
-    let t_batch = timed(&s, || prefetch_batch(dev, &ranges, Location::Device, &s))?;
+    let t_batch = timed(&s, || prefetch_batch(dev, &ranges, Location::DEVICE, &s))?;
     note("batch prefetch H2D rate, 2 MiB ranges", gbps(bytes, t_batch), "GB/s", None);
     let batch_ns = note(
         "batch prefetch cost per extra range",
@@ -795,7 +795,7 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
             kernels.touch(&s, &[], 4096, 50_000_000)?; // spins 50 ms
         }
         let held =
-            host_timed(|| (0..n).try_for_each(|i| buf.prefetch(i * piece, piece, Location::Device, &s)))?;
+            host_timed(|| (0..n).try_for_each(|i| buf.prefetch(i * piece, piece, Location::DEVICE, &s)))?;
         s.synchronize().map_err(cuda_err("cuStreamSynchronize", "probe"))?;
         let per_call = note(name, held as f64 / n as f64, "ns", None);
         if busy {
@@ -817,7 +817,7 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
     let t_both = timed(&s, || {
         let fork = s.record_event(None).map_err(cuda_err("cuEventRecord", "duplex"))?;
         s2.wait(&fork).map_err(cuda_err("cuStreamWaitEvent", "duplex"))?;
-        a.prefetch(0, bytes, Location::Device, &s)?;
+        a.prefetch(0, bytes, Location::DEVICE, &s)?;
         b.prefetch(0, bytes, Location::Host, &s2)?;
         let join = s2.record_event(None).map_err(cuda_err("cuEventRecord", "duplex"))?;
         s.wait(&join).map_err(cuda_err("cuStreamWaitEvent", "duplex"))
@@ -849,7 +849,7 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
         Some(default.advise_read_mostly_ns_per_gib as f64),
     );
     let t0 = std::time::Instant::now();
-    place(&a, Location::Device, &s)?;
+    place(&a, Location::DEVICE, &s)?;
     let dup_rate = note(
         "prefetch H2D creating read-mostly duplicates",
         gbps(bytes, t0.elapsed().as_nanos() as u64),
@@ -871,7 +871,7 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
     // does before a kernel writes read-mostly data. Host time of the call, then the device's
     // first read of the data after it (the copies left).
     a.advise(0, bytes, Advice::SetReadMostly)?;
-    place(&a, Location::Device, &s)?;
+    place(&a, Location::DEVICE, &s)?;
     let t = timed(&s, || kernels.touch(&s, &[(a.ptr(), bytes, TouchMode::Read)], 4096, 0))?;
     note("a kernel's read of read-mostly duplicates (control)", gbps(bytes, t), "GB/s", None);
     let t0 = std::time::Instant::now();
@@ -909,7 +909,7 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
 
     // Discard device-resident data; prefetching it back only revalidates pages that stayed
     // mapped (discard does not return memory): the simulator's pool.
-    place(&a, Location::Device, &s)?;
+    place(&a, Location::DEVICE, &s)?;
     let whole = [(a.ptr(), bytes)];
     let mut discard_rate = default.discard_rate_gbps;
     let mut discard_host = default.discard_host_ns_per_gib as f64;
@@ -927,7 +927,7 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
             None,
         );
         // The same in 2 MiB ranges, as a planner issues them.
-        place(&a, Location::Device, &s)?;
+        place(&a, Location::DEVICE, &s)?;
         let small: Vec<(u64, u64)> = (0..bytes / chunk).map(|i| (a.ptr() + i * chunk, chunk)).collect();
         let call = host_timed(|| discard_batch(dev, &small, &s).map(|_| ()))?;
         s.synchronize().map_err(cuda_err("cuStreamSynchronize", "probe"))?;
@@ -937,14 +937,14 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
             "ns per GiB",
             Some(default.discard_host_ns_per_gib as f64),
         );
-        place(&a, Location::Device, &s)?;
+        place(&a, Location::DEVICE, &s)?;
         discard_batch(dev, &whole, &s)?;
-        let t = timed(&s, || a.prefetch(0, bytes, Location::Device, &s))?;
+        let t = timed(&s, || a.prefetch(0, bytes, Location::DEVICE, &s))?;
         note("prefetch of discarded device pages (still mapped)", gbps(bytes, t), "GB/s", None);
         // Dead data on the host (the facts' case): discarded, then prefetched to the device.
         place(&a, Location::Host, &s)?;
         discard_batch(dev, &whole, &s)?;
-        let t = timed(&s, || a.prefetch(0, bytes, Location::Device, &s))?;
+        let t = timed(&s, || a.prefetch(0, bytes, Location::DEVICE, &s))?;
         note(
             "prefetch of discarded host pages (population)",
             gbps(bytes, t),
@@ -968,7 +968,7 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
 
     // Prefetch of pages with no copy anywhere (fresh memory): population by prefetch.
     let d = ManagedBuffer::alloc(dev, bytes)?;
-    let t = timed(&s, || d.prefetch(0, bytes, Location::Device, &s))?;
+    let t = timed(&s, || d.prefetch(0, bytes, Location::DEVICE, &s))?;
     let populate_rate = note(
         "prefetch of fresh pages (population)",
         gbps(bytes, t),

@@ -42,8 +42,9 @@ use crate::access::{Accessor, RangeAccess};
 use crate::error::{Error, Result};
 use crate::region::RegionId;
 use crate::seam::{
-    Advice, BackendKind, BackendStats, ByteRange, Direction, HostOp, KernelLaunch, Location, MemEvent,
-    MemoryBackend, MigrationCause, Residency, BLOCK_SIZE, PAGE_SIZE,
+    Advice, BackendInfo, BackendKind, BackendStats, ByteRange, Destination, DeviceId, Direction, HostAccess,
+    HostOp, KernelLaunch, Location, MemEvent, MemoryBackend, MigrationCause, Recorder, Residency, Transfer,
+    BLOCK_SIZE, PAGE_SIZE,
 };
 use crate::units::Bytes;
 
@@ -237,8 +238,8 @@ pub struct SimBackend {
     lrm: BTreeSet<(u64, RegionId, u32)>,
     next_stamp: u64,
     stats: BackendStats,
-    recording: bool,
-    events: Vec<MemEvent>,
+    events: Recorder,
+    info: BackendInfo,
     /// Faults reach only a telemetry sink, after the fact, as on a GPU (see
     /// [`SimBackend::with_faults_reported_late`]).
     faults_late: bool,
@@ -277,7 +278,8 @@ impl SimBackend {
     pub fn new(cost: CostModel, capacity: u64) -> Self {
         let unit_pages = (cost.fault_unit_bytes / PAGE_SIZE) as usize;
         let capacity = capacity.min(cost.device_memory_bytes).max(PAGE_SIZE);
-        Self {
+        let description = format!("simulator, profile \"{}\"", cost.name);
+        let mut sim = Self {
             cost,
             capacity,
             unit_pages,
@@ -300,10 +302,20 @@ impl SimBackend {
             lrm: BTreeSet::new(),
             next_stamp: 1,
             stats: BackendStats::default(),
-            recording: false,
-            events: Vec::new(),
+            events: Recorder::default(),
+            info: BackendInfo {
+                kind: BackendKind::Sim,
+                description: String::new(),
+                capacity: 0,
+                staging_bytes: 0,
+                records_faults: true,
+                clock_origin: None,
+            },
             faults_late: false,
-        }
+        };
+        sim.info.description = description;
+        sim.info.capacity = capacity;
+        sim
     }
 
     /// The same simulator, saying (as a GPU backend does) that it does not report faults as
@@ -312,6 +324,7 @@ impl SimBackend {
     /// hold them back in the sink.
     pub fn with_faults_reported_late(mut self) -> Self {
         self.faults_late = true;
+        self.info.records_faults = false;
         self
     }
 
@@ -319,6 +332,23 @@ impl SimBackend {
     /// default: [`MemoryBackend::stage_out`] then migrates).
     pub fn with_staging(mut self, bytes: u64) -> Self {
         self.staging_capacity = bytes;
+        self.info.staging_bytes = bytes;
+        self
+    }
+
+    /// The same simulator, letting restores bring a wholly staged region back into a pooled
+    /// buffer of its size (another address), as the CUDA backend does for a caller that finds
+    /// data by region (a replay). Off by default.
+    pub fn with_relocation(mut self, on: bool) -> Self {
+        self.relocate = on;
+        self
+    }
+
+    /// The same simulator, charging the caller's own host work ([`MemoryBackend::host_work`])
+    /// to its host clock (`sim.policy_time = "measured"`). Off by default: simulated times then
+    /// depend on nothing but the trace and the profile.
+    pub fn with_host_work_charged(mut self, on: bool) -> Self {
+        self.host_work = HostWork { charge: on, in_calls_ns: 0 };
         self
     }
 
@@ -341,7 +371,7 @@ impl SimBackend {
         // Declared as a write, as a trace records a kernel that only stores to the range.
         let acc =
             [RangeAccess { region: id, offset, len: data.len() as u64, mode: crate::AccessMode::Write }];
-        self.launch(&KernelLaunch { name: "kernel_write", dur_ns: 0, accesses: &acc })?;
+        self.launch_kernel(&KernelLaunch { name: "kernel_write", dur_ns: 0, accesses: &acc })?;
         self.store_bytes(id, offset, data)
     }
 
@@ -359,7 +389,7 @@ impl SimBackend {
     /// Reads bytes as a GPU kernel would see them (pages made device-valid first).
     pub fn kernel_read(&mut self, id: RegionId, offset: u64, buf: &mut [u8]) -> Result<()> {
         let acc = [RangeAccess { region: id, offset, len: buf.len() as u64, mode: crate::AccessMode::Read }];
-        self.launch(&KernelLaunch { name: "kernel_read", dur_ns: 0, accesses: &acc })?;
+        self.launch_kernel(&KernelLaunch { name: "kernel_read", dur_ns: 0, accesses: &acc })?;
         self.view_bytes(id, offset, buf)
     }
 
@@ -391,9 +421,7 @@ impl SimBackend {
     }
 
     fn emit(&mut self, event: impl FnOnce() -> MemEvent) {
-        if self.recording {
-            self.events.push(event());
-        }
+        self.events.emit(event);
     }
 
     /// Records a migration of `bytes` at `offset` of `region` over `(start, end)`.
@@ -819,20 +847,8 @@ fn for_each_page_chunk(offset: u64, len: usize, mut f: impl FnMut(usize, u64, us
     }
 }
 
-impl MemoryBackend for SimBackend {
-    fn kind(&self) -> BackendKind {
-        BackendKind::Sim
-    }
-
-    fn describe(&self) -> String {
-        format!("simulator, profile \"{}\"", self.cost.name)
-    }
-
-    fn device_capacity(&self) -> u64 {
-        self.capacity
-    }
-
-    fn allocate(&mut self, id: RegionId, bytes: u64) -> Result<u64> {
+impl SimBackend {
+    fn alloc_region(&mut self, id: RegionId, bytes: u64) -> Result<u64> {
         self.host_timed(HostOp::Allocate, |this| {
             crate::seam::check_new_region(id, bytes, this.regions.contains_key(&id))?;
             let limit = this.cost.machine_memory_bytes();
@@ -888,7 +904,7 @@ impl MemoryBackend for SimBackend {
         })
     }
 
-    fn free(&mut self, id: RegionId) -> Result<()> {
+    fn free_region(&mut self, id: RegionId) -> Result<()> {
         let r = self.regions.remove(&id).ok_or(Error::UnknownRegion(id))?;
         self.allocated_bytes -= r.bytes;
         self.staged_bytes -= r.staged.count(0, r.pages) as u64 * PAGE_SIZE;
@@ -912,7 +928,7 @@ impl MemoryBackend for SimBackend {
         Ok(())
     }
 
-    fn advise(&mut self, range: ByteRange, advice: Advice) -> Result<()> {
+    fn advise_range(&mut self, range: ByteRange, advice: Advice) -> Result<()> {
         self.host_timed(HostOp::Advise, |this| {
             let (s, e) = this.checked(range.region, range.offset, range.len)?;
             // Advice calls block the calling thread (host time measured by `unimem probe`).
@@ -936,7 +952,7 @@ impl MemoryBackend for SimBackend {
                     Advice::SetPreferredLocation(Location::Host) => {
                         blk.advice = (blk.advice & !ADV_PREFER_DEVICE) | ADV_PREFER_HOST
                     }
-                    Advice::SetPreferredLocation(Location::Device) => {
+                    Advice::SetPreferredLocation(Location::Device(_)) => {
                         blk.advice = (blk.advice & !ADV_PREFER_HOST) | ADV_PREFER_DEVICE
                     }
                     Advice::UnsetPreferredLocation => blk.advice &= !(ADV_PREFER_HOST | ADV_PREFER_DEVICE),
@@ -956,27 +972,27 @@ impl MemoryBackend for SimBackend {
                 this.unstamp_empty(range.region, blocks);
                 if freed > 0 {
                     let (region, offset, bytes) = (range.region, range.offset, freed as u64 * PAGE_SIZE);
-                    this.emit(|| MemEvent::Drop { region, offset, bytes, from: Location::Device });
+                    this.emit(|| MemEvent::Drop { region, offset, bytes, from: Location::DEVICE });
                 }
             }
             Ok(())
         })
     }
 
-    fn prefetch(&mut self, ranges: &[ByteRange], to: Location) -> Result<()> {
+    fn prefetch_ranges(&mut self, ranges: &[ByteRange], to: Location) -> Result<()> {
         self.host_timed(HostOp::prefetch(to), |this| {
             for r in ranges {
                 this.checked(r.region, r.offset, r.len)?;
             }
             let settled;
             // Nothing is staged most of the time: no block to leave out.
-            let ranges = if to == Location::Device && this.staged_bytes > 0 {
+            let ranges = if to == Location::DEVICE && this.staged_bytes > 0 {
                 settled = this.settled(ranges);
                 &settled[..]
             } else {
                 ranges
             };
-            let protect = if to == Location::Device {
+            let protect = if to == Location::DEVICE {
                 this.blocks_of(ranges.iter().map(|r| (r.region, r.offset, r.len)))
             } else {
                 HashSet::default()
@@ -987,7 +1003,7 @@ impl MemoryBackend for SimBackend {
                 this.stats.prefetch_ranges += 1;
                 let id = range.region;
                 match to {
-                    Location::Device => {
+                    Location::Device(_) => {
                         if e > s && this.regions[&id].staged.count(s, e) == e - s {
                             // All of it comes back from staging: the CUDA backend repopulates on a
                             // stream of its own, behind a short kernel, so the call holds the host
@@ -1042,7 +1058,7 @@ impl MemoryBackend for SimBackend {
                                 region: id,
                                 offset,
                                 bytes,
-                                on: Location::Device,
+                                on: Location::DEVICE,
                             });
                         }
                         this.emit_migration(
@@ -1085,7 +1101,7 @@ impl MemoryBackend for SimBackend {
         })
     }
 
-    fn discard(&mut self, ranges: &[ByteRange]) -> Result<()> {
+    fn discard_ranges(&mut self, ranges: &[ByteRange]) -> Result<()> {
         self.host_timed(HostOp::Discard, |this| {
             for r in ranges {
                 this.checked(r.region, r.offset, r.len)?;
@@ -1122,7 +1138,7 @@ impl MemoryBackend for SimBackend {
                     region: id,
                     offset: range.offset,
                     bytes,
-                    from: Location::Device,
+                    from: Location::DEVICE,
                 });
             }
             let dur = this.cost.discard_call_ns + CostModel::transfer_ns(total, this.cost.discard_rate_gbps);
@@ -1135,7 +1151,7 @@ impl MemoryBackend for SimBackend {
         })
     }
 
-    fn stage_out(&mut self, ranges: &[ByteRange]) -> Result<()> {
+    fn stage_ranges(&mut self, ranges: &[ByteRange]) -> Result<()> {
         // What does not fit migrates as a prefetch to the host, after the stage-out's own
         // calls, as the CUDA backend does (and counts it).
         let migrate = self.host_timed(HostOp::StageOut, |this| {
@@ -1201,28 +1217,10 @@ impl MemoryBackend for SimBackend {
         if migrate.is_empty() {
             return Ok(());
         }
-        self.prefetch(&migrate, Location::Host)
+        self.prefetch_ranges(&migrate, Location::Host)
     }
 
-    fn staging_capacity(&self) -> u64 {
-        self.staging_capacity
-    }
-
-    fn host_work(&mut self, wall_ns: u64) {
-        if self.host_work.charge {
-            self.host_now += wall_ns.saturating_sub(std::mem::take(&mut self.host_work.in_calls_ns));
-        }
-    }
-
-    fn charge_host_work(&mut self, on: bool) {
-        self.host_work = HostWork { charge: on, in_calls_ns: 0 };
-    }
-
-    fn allow_relocation(&mut self, on: bool) {
-        self.relocate = on;
-    }
-
-    fn launch(&mut self, kernel: &KernelLaunch<'_>) -> Result<()> {
+    fn launch_kernel(&mut self, kernel: &KernelLaunch<'_>) -> Result<()> {
         self.host_timed(HostOp::Launch, |this| {
             for a in kernel.accesses {
                 this.checked(a.region, a.offset, a.len)?;
@@ -1351,7 +1349,7 @@ impl MemoryBackend for SimBackend {
                         if m + p > 0 {
                             touched_new.push((id, b..b + 1));
                         }
-                        if m > 0 && this.recording {
+                        if m > 0 && this.events.is_recording() {
                             fault_moves.push((id, ss as u64 * PAGE_SIZE, m as u64 * PAGE_SIZE));
                         }
                         if p > 0 {
@@ -1360,7 +1358,7 @@ impl MemoryBackend for SimBackend {
                                 region: id,
                                 offset,
                                 bytes,
-                                on: Location::Device,
+                                on: Location::DEVICE,
                             });
                         }
                         if g > 0 {
@@ -1441,7 +1439,7 @@ impl MemoryBackend for SimBackend {
         })
     }
 
-    fn host_access(&mut self, accesses: &[RangeAccess]) -> Result<()> {
+    fn touch_host(&mut self, accesses: &[RangeAccess]) -> Result<()> {
         for a in accesses {
             self.checked(a.region, a.offset, a.len)?;
         }
@@ -1493,16 +1491,12 @@ impl MemoryBackend for SimBackend {
         })
     }
 
-    fn synchronize(&mut self) -> Result<u64> {
+    fn sync(&mut self) -> Result<u64> {
         self.sync_all();
         Ok(self.host_now)
     }
 
-    fn completion_ns(&self) -> u64 {
-        self.host_now.max(self.compute_free).max(self.link_h2d).max(self.link_d2h)
-    }
-
-    fn residency(&self, range: ByteRange) -> Result<Residency> {
+    fn residency_of(&self, range: ByteRange) -> Result<Residency> {
         let (s, e) = self.checked(range.region, range.offset, range.len)?;
         let r = self.region(range.region)?;
         let dup = r.on_device.count_and(&r.on_host, s, e) as u64;
@@ -1519,39 +1513,7 @@ impl MemoryBackend for SimBackend {
         })
     }
 
-    fn device_blocks(&self, id: RegionId, _bytes: u64) -> Result<Vec<u32>> {
-        // One count per block (the default asks for the whole residency, five).
-        let r = self.region(id)?;
-        Ok((0..r.blocks.len())
-            .filter(|&b| {
-                let (s, e) = r.block_pages(b);
-                r.on_device.count(s, e) > 0
-            })
-            .map(|b| b as u32)
-            .collect())
-    }
-
-    fn device_resident_bytes(&self) -> u64 {
-        self.device_bytes
-    }
-
-    fn stats(&self) -> BackendStats {
-        self.stats
-    }
-
-    fn records_faults(&self) -> bool {
-        !self.faults_late
-    }
-
-    fn record_events(&mut self, on: bool) {
-        self.recording = on;
-    }
-
-    fn drain_events(&mut self, out: &mut Vec<MemEvent>) {
-        out.append(&mut self.events);
-    }
-
-    fn preload_host(&mut self, range: ByteRange) -> Result<()> {
+    fn preload(&mut self, range: ByteRange) -> Result<()> {
         let (s, e) = self.checked(range.region, range.offset, range.len)?;
         self.drop_staged(range.region, s, e);
         let r = self.region_mut(range.region)?;
@@ -1569,29 +1531,109 @@ impl MemoryBackend for SimBackend {
         Ok(())
     }
 
-    fn read(&mut self, id: RegionId, offset: u64, buf: &mut [u8]) -> Result<()> {
+    fn host_read(&mut self, id: RegionId, offset: u64, buf: &mut [u8]) -> Result<()> {
         let acc = [RangeAccess { region: id, offset, len: buf.len() as u64, mode: crate::AccessMode::Read }];
-        self.host_access(&acc)?;
+        self.touch_host(&acc)?;
         self.region(id)?.host_data.read(offset, buf);
         Ok(())
     }
 
-    fn kernel_view(&mut self, id: RegionId, offset: u64, buf: &mut [u8]) -> Result<()> {
+    fn view(&mut self, id: RegionId, offset: u64, buf: &mut [u8]) -> Result<()> {
         self.checked(id, offset, buf.len() as u64)?;
         self.view_bytes(id, offset, buf)
     }
 
-    fn kernel_store(&mut self, id: RegionId, offset: u64, data: &[u8]) -> Result<()> {
+    fn store(&mut self, id: RegionId, offset: u64, data: &[u8]) -> Result<()> {
         self.checked(id, offset, data.len() as u64)?;
         self.store_bytes(id, offset, data)
     }
 
-    fn write(&mut self, id: RegionId, offset: u64, data: &[u8]) -> Result<()> {
+    fn host_write(&mut self, id: RegionId, offset: u64, data: &[u8]) -> Result<()> {
         let acc =
             [RangeAccess { region: id, offset, len: data.len() as u64, mode: crate::AccessMode::Write }];
-        self.host_access(&acc)?;
+        self.touch_host(&acc)?;
         self.region_mut(id)?.host_data.write(offset, data);
         Ok(())
+    }
+}
+
+impl MemoryBackend for SimBackend {
+    fn info(&self) -> &BackendInfo {
+        &self.info
+    }
+
+    fn allocate(&mut self, id: RegionId, bytes: u64) -> Result<u64> {
+        self.alloc_region(id, bytes)
+    }
+
+    fn free(&mut self, id: RegionId) -> Result<()> {
+        self.free_region(id)
+    }
+
+    fn advise(&mut self, range: ByteRange, advice: Advice) -> Result<()> {
+        self.advise_range(range, advice)
+    }
+
+    fn migrate(&mut self, ranges: &[ByteRange], to: Destination) -> Result<()> {
+        match to {
+            Destination::Device(DeviceId(0)) => self.prefetch_ranges(ranges, Location::DEVICE),
+            Destination::Device(other) => Err(Error::InvalidArgument(format!(
+                "the simulator has one device, device 0; asked for device {}",
+                other.0
+            ))),
+            Destination::Host => self.prefetch_ranges(ranges, Location::Host),
+            Destination::HostStaged => self.stage_ranges(ranges),
+        }
+    }
+
+    fn discard(&mut self, ranges: &[ByteRange]) -> Result<()> {
+        self.discard_ranges(ranges)
+    }
+
+    fn launch(&mut self, kernel: &KernelLaunch<'_>) -> Result<()> {
+        self.launch_kernel(kernel)
+    }
+
+    fn host_access(&mut self, access: HostAccess<'_>) -> Result<()> {
+        match access {
+            HostAccess::Touch(accesses) => self.touch_host(accesses),
+            HostAccess::Preload(range) => self.preload(range),
+        }
+    }
+
+    fn copy(&mut self, id: RegionId, offset: u64, transfer: Transfer<'_>) -> Result<()> {
+        match transfer {
+            Transfer::HostRead(buf) => self.host_read(id, offset, buf),
+            Transfer::HostWrite(data) => self.host_write(id, offset, data),
+            Transfer::KernelRead(buf) => self.view(id, offset, buf),
+            Transfer::KernelWrite(data) => self.store(id, offset, data),
+        }
+    }
+
+    fn synchronize(&mut self) -> Result<u64> {
+        self.sync()
+    }
+
+    fn completion_ns(&self) -> u64 {
+        self.host_now.max(self.compute_free).max(self.link_h2d).max(self.link_d2h)
+    }
+
+    fn host_work(&mut self, wall_ns: u64) {
+        if self.host_work.charge {
+            self.host_now += wall_ns.saturating_sub(std::mem::take(&mut self.host_work.in_calls_ns));
+        }
+    }
+
+    fn residency(&self, range: ByteRange) -> Result<Residency> {
+        self.residency_of(range)
+    }
+
+    fn stats(&self) -> BackendStats {
+        BackendStats { device_bytes: self.device_bytes, ..self.stats }
+    }
+
+    fn events(&mut self) -> &mut Recorder {
+        &mut self.events
     }
 }
 

@@ -1,6 +1,7 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::seam::MemoryBackendExt;
 use crate::AccessMode;
 
 const MIB: u64 = 1 << 20;
@@ -50,7 +51,7 @@ fn launches_and_unpooled_allocations_cost_host_time() {
     s.prefetch(&[ByteRange::whole(RegionId(3), 4 * MIB)], Location::Host).unwrap();
     s.allocate(RegionId(4), 64 * MIB).unwrap();
     let t0 = s.synchronize().unwrap();
-    s.prefetch(&[ByteRange::whole(RegionId(4), 64 * MIB)], Location::Device).unwrap();
+    s.prefetch(&[ByteRange::whole(RegionId(4), 64 * MIB)], Location::DEVICE).unwrap();
     let host = s.stats().host;
     assert_eq!(host.prefetch_to_device, cost.prefetch_deferred_call_ns, "{host:?}");
     assert!(host.prefetch_to_host >= cost.prefetch_call_ns, "{host:?}");
@@ -70,8 +71,8 @@ fn prefetch_calls_hold_the_host_for_the_call_where_the_driver_queues_the_work() 
         s.preload_host(whole(id, 64 * MIB)).unwrap();
     }
     let t0 = s.synchronize().unwrap();
-    s.prefetch(&[whole(1, 64 * MIB)], Location::Device).unwrap();
-    s.prefetch(&[whole(2, 64 * MIB)], Location::Device).unwrap();
+    s.prefetch(&[whole(1, 64 * MIB)], Location::DEVICE).unwrap();
+    s.prefetch(&[whole(2, 64 * MIB)], Location::DEVICE).unwrap();
     assert_eq!(s.stats().host.prefetch_to_device, 2 * cost.prefetch_deferred_call_ns);
     // The link still carries both, one after the other.
     let to_device = CostModel::transfer_ns(64 * MIB, cost.prefetch_h2d_rate_gbps);
@@ -117,11 +118,12 @@ fn shed_buffers_are_freed_at_the_next_synchronisation() {
 /// simulator's own time in the calls made meanwhile.
 #[test]
 fn host_work_costs_simulated_time_only_where_charged() {
-    let mut s = sim(1 << 30);
+    let mut free = sim(1 << 30);
+    let t0 = free.synchronize().unwrap();
+    free.host_work(1_000_000);
+    assert_eq!(free.synchronize().unwrap(), t0, "free by default");
+    let mut s = sim(1 << 30).with_host_work_charged(true);
     let t0 = s.synchronize().unwrap();
-    s.host_work(1_000_000);
-    assert_eq!(s.synchronize().unwrap(), t0, "free by default");
-    s.charge_host_work(true);
     s.host_work(1_000_000);
     assert_eq!(s.synchronize().unwrap(), t0 + 1_000_000);
     // A call's wall time is the simulator's, not the caller's: a report of no more than it
@@ -257,7 +259,7 @@ fn collapsed_duplicates_stay_on_the_host() {
     let p = pattern(9, (8 * MIB) as usize);
     s.write(id, 0, &p).unwrap();
     s.advise(whole(1, 8 * MIB), Advice::SetReadMostly).unwrap();
-    s.prefetch(&[whole(1, 8 * MIB)], Location::Device).unwrap();
+    s.prefetch(&[whole(1, 8 * MIB)], Location::DEVICE).unwrap();
     assert_eq!(s.residency(whole(1, 8 * MIB)).unwrap().duplicated, 8 * MIB);
     let device = s.device_resident_bytes();
     let t0 = s.synchronize().unwrap();
@@ -342,7 +344,7 @@ fn remote_traffic_queues_behind_transfers_on_the_link() {
     }
     s.advise(whole(2, 64 * MIB), Advice::SetPreferredLocation(Location::Host)).unwrap();
     s.advise(whole(2, 64 * MIB), Advice::SetAccessedByDevice).unwrap();
-    s.prefetch(&[ByteRange::whole(a, 64 * MIB)], Location::Device).unwrap();
+    s.prefetch(&[ByteRange::whole(a, 64 * MIB)], Location::DEVICE).unwrap();
     let acc = [RangeAccess { region: b, offset: 0, len: 64 * MIB, mode: AccessMode::Read }];
     s.launch(&KernelLaunch { name: "remote", dur_ns: 10, accesses: &acc }).unwrap();
     let t = s.synchronize().unwrap();
@@ -389,11 +391,11 @@ fn prefetch_overlaps_compute_and_kernels_wait_for_data_in_flight() {
         s.preload_host(ByteRange::whole(id, 64 * MIB)).unwrap();
     }
     let xfer = s.cost().prefetch_call_ns + CostModel::transfer_ns(64 * MIB, s.cost().prefetch_h2d_rate_gbps);
-    s.prefetch(&[ByteRange::whole(a, 64 * MIB)], Location::Device).unwrap();
+    s.prefetch(&[ByteRange::whole(a, 64 * MIB)], Location::DEVICE).unwrap();
     let read_a = [RangeAccess { region: a, offset: 0, len: 64 * MIB, mode: AccessMode::Read }];
     s.launch(&KernelLaunch { name: "k1", dur_ns: 2_000_000, accesses: &read_a }).unwrap();
     // While k1 computes, b streams in behind a on the link.
-    s.prefetch(&[ByteRange::whole(b, 64 * MIB)], Location::Device).unwrap();
+    s.prefetch(&[ByteRange::whole(b, 64 * MIB)], Location::DEVICE).unwrap();
     let read_b = [RangeAccess { region: b, offset: 0, len: 64 * MIB, mode: AccessMode::Read }];
     s.launch(&KernelLaunch { name: "k2", dur_ns: 2_000_000, accesses: &read_b }).unwrap();
     let t = s.synchronize().unwrap();
@@ -408,9 +410,9 @@ fn um_migrations_are_not_full_duplex() {
     s.allocate(a, 64 * MIB).unwrap();
     s.allocate(b, 64 * MIB).unwrap();
     s.preload_host(ByteRange::whole(a, 64 * MIB)).unwrap();
-    s.prefetch(&[ByteRange::whole(b, 64 * MIB)], Location::Device).unwrap();
+    s.prefetch(&[ByteRange::whole(b, 64 * MIB)], Location::DEVICE).unwrap();
     let t0 = s.synchronize().unwrap();
-    s.prefetch(&[ByteRange::whole(a, 64 * MIB)], Location::Device).unwrap();
+    s.prefetch(&[ByteRange::whole(a, 64 * MIB)], Location::DEVICE).unwrap();
     s.prefetch(&[ByteRange::whole(b, 64 * MIB)], Location::Host).unwrap();
     let t1 = s.synchronize().unwrap();
     let c = s.cost();
@@ -428,7 +430,7 @@ fn errors_for_unknown_regions_and_ranges() {
     assert!(s.allocate(RegionId(1), 100).is_err(), "ids are unique");
     assert!(s.allocate(RegionId(2), 0).is_err());
     let e =
-        s.prefetch(&[ByteRange { region: RegionId(1), offset: 50, len: 51 }], Location::Device).unwrap_err();
+        s.prefetch(&[ByteRange { region: RegionId(1), offset: 50, len: 51 }], Location::DEVICE).unwrap_err();
     assert!(matches!(e, Error::OutOfRange { .. }), "{e}");
     let acc = [RangeAccess { region: RegionId(1), offset: u64::MAX, len: 2, mode: AccessMode::Read }];
     assert!(s.launch(&KernelLaunch { name: "k", dur_ns: 1, accesses: &acc }).is_err());
@@ -512,7 +514,7 @@ proptest! {
                 }
                 Op::Prefetch(i, to_device) => {
                     let (id, data) = &live[pick(i)];
-                    let to = if to_device { Location::Device } else { Location::Host };
+                    let to = if to_device { Location::DEVICE } else { Location::Host };
                     s.prefetch(&[ByteRange::whole(*id, data.len() as u64)], to).unwrap();
                 }
                 Op::ReadMostly(i, on) => {
@@ -563,7 +565,7 @@ fn staged_evictions_keep_data_and_fall_back_to_migration_when_full() {
     // first: the migration's call returned before them, and a prefetch right behind its
     // stage-out leaves the restore to the kernel.)
     s.synchronize().unwrap();
-    s.prefetch(&[whole(0, 4 * MIB)], Location::Device).unwrap();
+    s.prefetch(&[whole(0, 4 * MIB)], Location::DEVICE).unwrap();
     assert_eq!(s.residency(whole(0, 4 * MIB)).unwrap().device, 4 * MIB);
     let mut seen = vec![0; (4 * MIB) as usize];
     s.kernel_read(RegionId(1), 0, &mut seen).unwrap();
@@ -602,11 +604,11 @@ fn staged_evictions_copy_at_the_copy_rate_on_the_shared_link() {
         s.allocate(RegionId(2), 256 * MIB).unwrap();
         s.preload_host(whole(2, 256 * MIB)).unwrap();
         let acc = [RangeAccess { region: RegionId(1), offset: 0, len: 256 * MIB, mode: AccessMode::Write }];
-        s.prefetch(&[whole(1, 256 * MIB)], Location::Device).unwrap();
+        s.prefetch(&[whole(1, 256 * MIB)], Location::DEVICE).unwrap();
         s.launch(&KernelLaunch { name: "w", dur_ns: 0, accesses: &acc }).unwrap();
         let t0 = s.synchronize().unwrap();
         s.stage_out(&[whole(1, 256 * MIB)]).unwrap();
-        s.prefetch(&[whole(2, 256 * MIB)], Location::Device).unwrap();
+        s.prefetch(&[whole(2, 256 * MIB)], Location::DEVICE).unwrap();
         s.synchronize().unwrap() - t0
     };
     let (migrated, staged) = (time(0), time(1 << 30));
@@ -644,8 +646,7 @@ fn a_kernel_waits_for_the_restore_of_staged_data_with_its_call() {
 fn a_wholly_staged_region_comes_back_into_pooled_pages_without_repopulation() {
     let cost = CostModel::h200();
     let restore_time = |relocate: bool, same_size: bool| {
-        let mut s = sim(1 << 30).with_staging(1 << 30);
-        s.allow_relocation(relocate);
+        let mut s = sim(1 << 30).with_staging(1 << 30).with_relocation(relocate);
         s.allocate(RegionId(1), 64 * MIB).unwrap();
         s.kernel_write(RegionId(1), 0, &pattern(3, (64 * MIB) as usize)).unwrap();
         let other = if same_size { 64 * MIB } else { 96 * MIB };
@@ -675,8 +676,7 @@ fn a_wholly_staged_region_comes_back_into_pooled_pages_without_repopulation() {
 #[test]
 fn the_rest_of_a_relocated_region_comes_back_into_its_new_pages() {
     let cost = CostModel::h200();
-    let mut s = sim(1 << 30).with_staging(1 << 30);
-    s.allow_relocation(true);
+    let mut s = sim(1 << 30).with_staging(1 << 30).with_relocation(true);
     for id in [1, 2] {
         s.allocate(RegionId(id), 64 * MIB).unwrap();
         s.kernel_write(RegionId(id), 0, &pattern(id as u8, (64 * MIB) as usize)).unwrap();
@@ -685,7 +685,7 @@ fn the_rest_of_a_relocated_region_comes_back_into_its_new_pages() {
     s.stage_out(&[whole(1, 64 * MIB)]).unwrap();
     let t0 = s.synchronize().unwrap();
     let half = ByteRange { region: RegionId(1), offset: 0, len: 32 * MIB };
-    s.prefetch(&[half], Location::Device).unwrap();
+    s.prefetch(&[half], Location::DEVICE).unwrap();
     assert_eq!(s.residency(whole(1, 64 * MIB)).unwrap().staged, 32 * MIB);
     let acc = [RangeAccess { region: RegionId(1), offset: 0, len: 64 * MIB, mode: AccessMode::Read }];
     s.launch(&KernelLaunch { name: "r", dur_ns: 0, accesses: &acc }).unwrap();
@@ -713,8 +713,8 @@ fn prefetches_of_staged_data_repopulate_between_the_copies_without_holding_the_h
     }
     s.stage_out(&[whole(1, 128 * MIB), whole(2, 128 * MIB)]).unwrap();
     let t0 = s.synchronize().unwrap();
-    s.prefetch(&[whole(1, 128 * MIB)], Location::Device).unwrap();
-    s.prefetch(&[whole(2, 128 * MIB)], Location::Device).unwrap();
+    s.prefetch(&[whole(1, 128 * MIB)], Location::DEVICE).unwrap();
+    s.prefetch(&[whole(2, 128 * MIB)], Location::DEVICE).unwrap();
     let restore = 64 * cost.stage_h2d_block_ns + CostModel::transfer_ns(128 * MIB, cost.stage_h2d_rate_gbps);
     assert!(s.host_now - t0 == 2 * cost.prefetch_call_ns, "the host: two calls, no waiting");
     let t = s.synchronize().unwrap() - t0;
@@ -738,12 +738,12 @@ fn a_prefetch_leaves_staged_data_whose_stage_out_has_not_ended() {
     s.synchronize().unwrap();
     // Region 2's copies queue behind region 1's: none has ended when the prefetch comes.
     s.stage_out(&[whole(1, 64 * MIB), whole(2, 64 * MIB)]).unwrap();
-    s.prefetch(&[whole(2, 64 * MIB)], Location::Device).unwrap();
+    s.prefetch(&[whole(2, 64 * MIB)], Location::DEVICE).unwrap();
     assert_eq!(s.residency(whole(2, 64 * MIB)).unwrap().staged, 64 * MIB, "left out");
     assert_eq!(s.stats().prefetch_arrived_bytes, 0);
     // After the end, a prefetch restores it.
     s.synchronize().unwrap();
-    s.prefetch(&[whole(2, 64 * MIB)], Location::Device).unwrap();
+    s.prefetch(&[whole(2, 64 * MIB)], Location::DEVICE).unwrap();
     assert_eq!(s.residency(whole(2, 64 * MIB)).unwrap().device, 64 * MIB);
     assert_eq!(s.stats().prefetch_arrived_bytes, 64 * MIB);
     // A kernel needing data a prefetch left out restores it.
@@ -752,7 +752,7 @@ fn a_prefetch_leaves_staged_data_whose_stage_out_has_not_ended() {
     s.stage_out(&[whole(2, 64 * MIB)]).unwrap();
     // Its last block: copied last.
     let last = ByteRange { region: RegionId(2), offset: 62 * MIB, len: 2 * MIB };
-    s.prefetch(&[last], Location::Device).unwrap();
+    s.prefetch(&[last], Location::DEVICE).unwrap();
     assert_eq!(s.residency(last).unwrap().staged, 2 * MIB, "left out again");
     let mut seen = vec![0; data.len()];
     s.kernel_read(RegionId(2), 0, &mut seen).unwrap();

@@ -753,7 +753,7 @@ impl Policy for Advisor {
         for e in events {
             let (region, offset, bytes, on_device) = match (e.device_access(), e) {
                 (Some((region, offset, bytes, _)), _) => (region, offset, bytes, true),
-                (_, &MemEvent::Populate { region, offset, bytes, on: Location::Device }) => {
+                (_, &MemEvent::Populate { region, offset, bytes, on: Location::DEVICE }) => {
                     (region, offset, bytes, true)
                 }
                 // A CPU fault pulls the pages to the host; the driver's evictions (making room
