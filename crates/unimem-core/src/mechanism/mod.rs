@@ -1,5 +1,6 @@
 //! Mechanisms both backends share, written once: what each composes with its own device
 //! calls.
 
+pub(crate) mod budget;
 pub(crate) mod pool;
 pub mod recorder;

@@ -40,7 +40,7 @@
 //!   CUPTI's records at a pooled address can be told apart by time. Event times are the host
 //!   clock since the backend opened ([`MemoryBackend::event_clock_origin`]), set-up included.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -53,7 +53,8 @@ use super::{
 };
 use crate::access::RangeAccess;
 use crate::error::{Error, Result};
-use crate::mechanism::pool::{BufferPool, Pooled};
+use crate::mechanism::budget::{BlockId, DeviceBudget};
+use crate::mechanism::pool::Pooled;
 use crate::region::RegionId;
 use crate::seam::{
     block_bytes, Advice, BackendInfo, BackendKind, BackendStats, ByteRange, Destination, DeviceId,
@@ -126,23 +127,24 @@ pub struct CudaBackend {
     staging: StagingPool,
     /// The end of each staged block's stage-out (its copy and the discard of its pages):
     /// anything that writes the block's pages again waits for it.
-    staged_done: FxHashMap<(RegionId, u32), Arc<CudaEvent>>,
+    staged_done: FxHashMap<BlockId, Arc<CudaEvent>>,
     /// Stage-outs whose discard is not issued yet, in order, and their blocks (see
     /// [`PendingDiscard`]).
     pending_discards: std::collections::VecDeque<PendingDiscard>,
-    pending_blocks: FxHashSet<(RegionId, u32)>,
+    pending_blocks: FxHashSet<BlockId>,
     /// An event after each recent kernel, by the backend's kernel count: a stage-out waits for
     /// the last kernel that touched its blocks, not for every kernel issued.
     kernel_marks: std::collections::VecDeque<(u64, Arc<CudaEvent>)>,
-    capacity: u64,
     /// Managed allocations may go past the device's free memory (never by default).
     allow_oversubscription: bool,
     /// Free device memory for the guard, read when it matters (see `FreeMemory`).
     free_memory: FreeMemory,
     regions: FxHashMap<RegionId, CudaRegion>,
-    /// Freed buffers by size, for reuse. Their device pages are outside the account of data
-    /// but count against the capacity all the same (`shed_pool`).
-    pool: BufferPool<ManagedBuffer, Arc<CudaEvent>>,
+    /// The emulated GPU's memory: the data, the freed buffers pooled by size for reuse (their
+    /// device pages outside the data but counted against the capacity: `shed_pool`), the
+    /// pages of blocks marked `spare`, and the blocks on the device, least recently used
+    /// first.
+    budget: DeviceBudget<ManagedBuffer, Arc<CudaEvent>>,
     /// Pooled buffers whose pages were given back (`shed_pool`): they hold no memory, and are
     /// freed when the device is next synchronised anyway (`cuMemFree` synchronises it).
     retired: Vec<ManagedBuffer>,
@@ -157,13 +159,6 @@ pub struct CudaBackend {
     /// Restores that moved a region into a pooled buffer, and the bytes they found on the device.
     relocations: u64,
     relocated_resident: u64,
-    /// Bytes of the blocks marked `spare`: device pages outside the account of data and the
-    /// pool, counted against the capacity with them.
-    spare_bytes: u64,
-    /// Device blocks in least-recently-used order: (stamp, region, block).
-    lru: BTreeSet<(u64, RegionId, u32)>,
-    next_stamp: u64,
-    device_bytes: u64,
     stats: BackendStats,
     start: Instant,
     /// Host time spent on set-up (preloading data), not counted on the clock.
@@ -316,7 +311,14 @@ struct PendingDiscard {
     copied: Arc<CudaEvent>,
     /// Address ranges to discard.
     ranges: Vec<(u64, u64)>,
-    blocks: Vec<(RegionId, u32)>,
+    blocks: Vec<BlockId>,
+}
+
+/// A block whose only copy is in a staging slot.
+#[derive(Debug, Clone, Copy)]
+struct StagedBlock {
+    block: BlockId,
+    slot: Slot,
 }
 
 /// Records a timing event on `stream`.
@@ -391,21 +393,16 @@ impl CudaBackend {
             pending_discards: std::collections::VecDeque::new(),
             pending_blocks: FxHashSet::default(),
             kernel_marks: Default::default(),
-            capacity,
             allow_oversubscription,
             free_memory: FreeMemory::default(),
             regions: FxHashMap::default(),
-            pool: BufferPool::new(),
+            budget: DeviceBudget::new(capacity),
             retired: Vec::new(),
             sync_log: SyncLog::default(),
             shed: (0, 0),
             relocate: false,
             relocations: 0,
             relocated_resident: 0,
-            spare_bytes: 0,
-            lru: BTreeSet::new(),
-            next_stamp: 1,
-            device_bytes: 0,
             stats: BackendStats::default(),
             start,
             excluded_ns: 0,
@@ -518,7 +515,7 @@ impl CudaBackend {
 
     /// Issues the pending discard of block `key` now (`remap` waiting for its copy if need be),
     /// and only that one: the others may wait for copies behind later kernels.
-    fn issue_discard_of(&mut self, key: (RegionId, u32)) -> Result<()> {
+    fn issue_discard_of(&mut self, key: BlockId) -> Result<()> {
         let Some(at) = self.pending_discards.iter().position(|p| p.blocks.contains(&key)) else {
             return Ok(());
         };
@@ -558,32 +555,16 @@ impl CudaBackend {
 
     /// Marks block `b` of `id` on the device, most recently used.
     fn touch_block(&mut self, id: RegionId, b: usize) {
-        let stamp = self.next_stamp;
-        self.next_stamp += 1;
         let r = self.regions.get_mut(&id).expect("checked");
         let bytes = r.block_bytes(b);
         let blk = &mut r.blocks[b];
-        if blk.on_device {
-            self.lru.remove(&(blk.stamp, id, b as u32));
-        } else {
-            self.device_bytes += bytes;
-            self.stats.peak_device_bytes = self.stats.peak_device_bytes.max(self.device_bytes);
+        if !blk.on_device {
+            self.budget.add_data(bytes);
         }
+        blk.stamp = self.budget.restamp(BlockId::new(id, b), if blk.on_device { blk.stamp } else { 0 });
         blk.on_device = true;
-        blk.stamp = stamp;
-        self.lru.insert((stamp, id, b as u32));
-        self.note_footprint();
-    }
-
-    /// Keeps the peak of the device memory held (`held`). Pages whose stage-out is still queued
-    /// count as gone from its issue on.
-    fn note_footprint(&mut self) {
-        self.stats.peak_footprint_bytes = self.stats.peak_footprint_bytes.max(self.held());
-    }
-
-    /// Device memory held: the account, the pooled pages on the device and the spare pages.
-    fn held(&self) -> u64 {
-        self.device_bytes + self.pool.resident_bytes() + self.spare_bytes
+        // Pages whose stage-out is still queued count as gone from its issue on.
+        self.budget.note_held();
     }
 
     /// Clears block `b`'s `spare` mark; returns whether it had one.
@@ -591,7 +572,7 @@ impl CudaBackend {
         let r = self.regions.get_mut(&id).expect("checked");
         let spare = std::mem::take(&mut r.blocks[b].spare);
         if spare {
-            self.spare_bytes -= r.block_bytes(b);
+            self.budget.remove_spare(r.block_bytes(b));
         }
         spare
     }
@@ -602,8 +583,8 @@ impl CudaBackend {
         let bytes = r.block_bytes(b);
         let blk = &mut r.blocks[b];
         if blk.on_device {
-            self.lru.remove(&(blk.stamp, id, b as u32));
-            self.device_bytes -= bytes;
+            self.budget.unstamp(BlockId::new(id, b), blk.stamp);
+            self.budget.remove_data(bytes);
             blk.on_device = false;
             blk.stamp = 0;
         }
@@ -614,7 +595,7 @@ impl CudaBackend {
     /// pooled pages on the device and the spare pages: first by giving back pooled pages
     /// (`shed_pool`), then by moving least recently used blocks outside `protect` back to the
     /// host. Returns whether anything moved back (the caller's stream then waits for `d2h`).
-    fn make_room(&mut self, need: u64, protect: &FxHashSet<(RegionId, u32)>, site: RoomSite) -> Result<bool> {
+    fn make_room(&mut self, need: u64, protect: &FxHashSet<BlockId>, site: RoomSite) -> Result<bool> {
         let t0 = Instant::now();
         let out = self.evict_for(need, protect, site);
         self.make_room_ns += t0.elapsed().as_nanos() as u64;
@@ -622,28 +603,18 @@ impl CudaBackend {
     }
 
     /// [`Self::make_room`]'s work, untimed.
-    fn evict_for(&mut self, need: u64, protect: &FxHashSet<(RegionId, u32)>, site: RoomSite) -> Result<bool> {
+    fn evict_for(&mut self, need: u64, protect: &FxHashSet<BlockId>, site: RoomSite) -> Result<bool> {
         self.shed_pool(need)?;
-        let held = self.held();
-        let mut victims: Vec<(RegionId, u32)> = Vec::new();
-        let mut freed = 0u64;
-        for &(_, id, b) in &self.lru {
-            if held + need <= self.capacity + freed {
-                break;
-            }
-            if protect.contains(&(id, b)) {
-                continue;
-            }
-            victims.push((id, b));
-            freed += self.regions[&id].block_bytes(b as usize);
-        }
+        let block_size = |v: &BlockId| self.regions[&v.region].block_bytes(v.block as usize);
+        let victims = self.budget.victims(need, |v| protect.contains(v), block_size);
         if victims.is_empty() {
             return Ok(false);
         }
+        let freed: u64 = victims.iter().map(block_size).sum();
         self.room_evicted[site as usize] += freed;
         self.stats.driver_dropped_bytes += freed;
         let mut ranges = Vec::with_capacity(victims.len());
-        for &(id, b) in &victims {
+        for &BlockId { region: id, block: b } in &victims {
             let r = &self.regions[&id];
             let dirty = !r.blocks[b as usize].on_host;
             let bytes = r.block_bytes(b as usize);
@@ -668,11 +639,10 @@ impl CudaBackend {
     /// region gets a new buffer rather than one repopulated soon after its discard, which the
     /// H200's driver does on a slow path (0.6-1 GB/s against 250 for fresh pages).
     fn shed_pool(&mut self, need: u64) -> Result<()> {
-        let over = (self.held() + need).saturating_sub(self.capacity).min(self.pool.resident_bytes());
-        if over == 0 {
+        let shed = self.budget.shed(need);
+        if shed.is_empty() {
             return Ok(());
         }
-        let shed = self.pool.shed(over);
         let mut ranges: Vec<DevRange> = Vec::new();
         for e in &shed {
             ranges.extend(resident_ranges(e.buf.ptr(), e.buf.len(), &e.resident));
@@ -700,16 +670,13 @@ impl CudaBackend {
     }
 
     /// Blocks of `ranges` (outside remote mappings) not on the device, and their bytes.
-    fn missing(
-        &self,
-        ranges: impl Iterator<Item = (RegionId, u64, u64)>,
-    ) -> (FxHashSet<(RegionId, u32)>, u64) {
+    fn missing(&self, ranges: impl Iterator<Item = (RegionId, u64, u64)>) -> (FxHashSet<BlockId>, u64) {
         let mut blocks = FxHashSet::default();
         let mut need = 0;
         for (id, offset, len) in ranges {
             let r = &self.regions[&id];
             for b in r.blocks_of(offset, len) {
-                if blocks.insert((id, b as u32)) && !r.blocks[b].on_device && !r.blocks[b].remote {
+                if blocks.insert(BlockId::new(id, b)) && !r.blocks[b].on_device && !r.blocks[b].remote {
                     need += r.block_bytes(b);
                 }
             }
@@ -741,7 +708,7 @@ impl CudaBackend {
         ranges: &[ByteRange],
         list: &[(u64, u64)],
         explicit: bool,
-        keep: &FxHashSet<(RegionId, u32)>,
+        keep: &FxHashSet<BlockId>,
     ) -> Result<()> {
         // Discards whose copies ended go first: on `h2d`, never beside what follows.
         self.issue_discards(false)?;
@@ -754,11 +721,11 @@ impl CudaBackend {
         if self.make_room(need, &protect, site)? {
             self.after_moves_back("prefetch after evict")?;
         }
-        let mut staged: Vec<(RegionId, u32, Slot)> = Vec::new();
+        let mut staged: Vec<StagedBlock> = Vec::new();
         let mut waited: FxHashSet<*const CudaEvent> = FxHashSet::default();
-        for &(id, b) in &blocks {
+        for &BlockId { region: id, block: b } in &blocks {
             if let Some(slot) = self.regions[&id].blocks[b as usize].staged {
-                staged.push((id, b, slot));
+                staged.push(StagedBlock { block: BlockId { region: id, block: b }, slot });
                 // Its discard is issued now if still pending; the repopulation follows it on
                 // `remap`, so no stream has to wait for the stage-out's end.
                 self.after_stage_out(id, b, &[], &mut waited, "restore after staging")?;
@@ -799,7 +766,7 @@ impl CudaBackend {
         }
         let event =
             Arc::new(self.h2d.record_event(None).map_err(cuda_err("cuEventRecord", "prefetch done"))?);
-        for (id, b, slot) in staged {
+        for StagedBlock { block: BlockId { region: id, block: b }, slot } in staged {
             // The slot is free once the copy out of it is done.
             self.staging.release(slot, Some(event.clone()));
             let r = self.regions.get_mut(&id).expect("checked");
@@ -808,7 +775,7 @@ impl CudaBackend {
             self.stats.h2d_bytes += bytes;
             self.stats.staged_in_bytes += bytes;
         }
-        for &(id, b) in &blocks {
+        for &BlockId { region: id, block: b } in &blocks {
             let r = self.regions.get_mut(&id).expect("checked");
             let blk = r.blocks[b as usize];
             let bytes = r.block_bytes(b as usize);
@@ -841,11 +808,7 @@ impl CudaBackend {
     /// their own restore. Only where the caller allows it (`allow_relocation`: the replay,
     /// whose kernels find their data by region, never by a kept address). Returns the blocks
     /// of `ranges` whose pages are on the device already.
-    fn relocate_staged(
-        &mut self,
-        ranges: &[ByteRange],
-        explicit: bool,
-    ) -> Result<FxHashSet<(RegionId, u32)>> {
+    fn relocate_staged(&mut self, ranges: &[ByteRange], explicit: bool) -> Result<FxHashSet<BlockId>> {
         let mut in_place = FxHashSet::default();
         // Spare pages belong to staged blocks only: nothing staged, nothing to do.
         if !self.relocate || self.staging.in_use() == 0 {
@@ -856,12 +819,12 @@ impl CudaBackend {
             asked.entry(r.region).or_default().extend(self.regions[&r.region].blocks_of(r.offset, r.len));
         }
         for (id, wanted) in asked {
-            if self.pool.resident_bytes() > 0 {
+            if self.budget.pool().resident_bytes() > 0 {
                 self.relocate_region(id, explicit)?;
             }
             for b in wanted {
                 if self.take_spare(id, b) {
-                    in_place.insert((id, b as u32));
+                    in_place.insert(BlockId::new(id, b));
                 }
             }
         }
@@ -882,7 +845,7 @@ impl CudaBackend {
         if explicit && (0..r.blocks.len() as u32).any(|b| self.unsettled(id, b, &mut running)) {
             return Ok(());
         }
-        let Some(entry) = self.pool.take_resident(r.bytes) else { return Ok(()) };
+        let Some(entry) = self.budget.pool_mut().take_resident(r.bytes) else { return Ok(()) };
         // The old buffer's stage-out ends with its discards (issued now where pending): the
         // copies in wait for them (they follow the copies out), the buffer's next user too.
         let (h2d, mut waited) = ([self.h2d.clone()], FxHashSet::default());
@@ -902,11 +865,11 @@ impl CudaBackend {
             if page.on_device {
                 r.blocks[b].spare = true;
                 self.relocated_resident += r.block_bytes(b);
-                self.spare_bytes += r.block_bytes(b);
+                self.budget.add_spare(r.block_bytes(b));
             }
         }
         let old_blocks = old.len().div_ceil(BLOCK_SIZE) as usize;
-        self.pool.put(old, vec![false; old_blocks], after, None);
+        self.budget.pool_mut().put(old, vec![false; old_blocks], after, None);
         self.relocations += 1;
         let at_ns = self.now();
         self.recorder.emit(|| MemEvent::Relocated { region: id, from, to, at_ns });
@@ -917,10 +880,10 @@ impl CudaBackend {
     /// discard still queued is a stage-out not done either. `running` keeps the answer per
     /// stage-out event (its blocks share it): one query each.
     fn unsettled(&self, id: RegionId, b: u32, running: &mut FxHashMap<*const CudaEvent, bool>) -> bool {
-        self.pending_blocks.contains(&(id, b))
+        self.pending_blocks.contains(&BlockId { region: id, block: b })
             || self
                 .staged_done
-                .get(&(id, b))
+                .get(&BlockId { region: id, block: b })
                 .is_some_and(|ev| *running.entry(Arc::as_ptr(ev)).or_insert_with(|| !ev.is_complete()))
     }
 
@@ -935,17 +898,17 @@ impl CudaBackend {
     fn prefetch_lists(
         &self,
         ranges: &[ByteRange],
-        blocks: &FxHashSet<(RegionId, u32)>,
-        staged: &[(RegionId, u32, Slot)],
-        in_place: &FxHashSet<(RegionId, u32)>,
+        blocks: &FxHashSet<BlockId>,
+        staged: &[StagedBlock],
+        in_place: &FxHashSet<BlockId>,
     ) -> (Vec<DevRange>, Vec<DevRange>) {
-        let staged: FxHashSet<(RegionId, u32)> = staged.iter().map(|s| (s.0, s.1)).collect();
+        let staged: FxHashSet<BlockId> = staged.iter().map(|s| s.block).collect();
         let mut pieces: Vec<(RegionId, u64, u64, bool)> = Vec::new();
-        let mut done: FxHashSet<(RegionId, u32)> = FxHashSet::default();
+        let mut done: FxHashSet<BlockId> = FxHashSet::default();
         for r in ranges {
             let reg = &self.regions[&r.region];
             for b in reg.blocks_of(r.offset, r.len) {
-                let key = (r.region, b as u32);
+                let key = BlockId::new(r.region, b);
                 if !blocks.contains(&key) || in_place.contains(&key) {
                     continue;
                 }
@@ -979,13 +942,13 @@ impl CudaBackend {
 
     /// Takes out of `blocks` (and their bytes off `need`) the staged blocks whose stage-out is
     /// still running on the device. Returns whether it took any.
-    fn leave_unsettled(&self, blocks: &mut FxHashSet<(RegionId, u32)>, need: &mut u64) -> bool {
+    fn leave_unsettled(&self, blocks: &mut FxHashSet<BlockId>, need: &mut u64) -> bool {
         if self.staged_done.is_empty() && self.pending_blocks.is_empty() {
             return false;
         }
         let mut running = FxHashMap::default();
         let before = blocks.len();
-        blocks.retain(|&(id, b)| {
+        blocks.retain(|&BlockId { region: id, block: b }| {
             let r = &self.regions[&id];
             if r.blocks[b as usize].staged.is_none() {
                 return true;
@@ -1001,10 +964,10 @@ impl CudaBackend {
 
     /// The staging copies of staged blocks (region, block, slot): one run per block, which
     /// `StagingPool::copy` merges where they continue each other.
-    fn staged_runs(&self, staged: &[(RegionId, u32, Slot)]) -> Vec<Run> {
+    fn staged_runs(&self, staged: &[StagedBlock]) -> Vec<Run> {
         staged
             .iter()
-            .map(|&(id, b, slot)| {
+            .map(|&StagedBlock { block: BlockId { region: id, block: b }, slot }| {
                 let r = &self.regions[&id];
                 (id.0, r.buf.ptr() + b as u64 * BLOCK_SIZE, slot, r.block_bytes(b as usize))
             })
@@ -1042,7 +1005,7 @@ impl CudaBackend {
         &mut self,
         stream: &Arc<CudaStream>,
         dir: crate::seam::Direction,
-        blocks: &[(RegionId, u32, Slot)],
+        blocks: &[StagedBlock],
         copy: impl FnOnce(&mut Self) -> Result<()>,
     ) -> Result<()> {
         let start = match self.timing() {
@@ -1054,7 +1017,7 @@ impl CudaBackend {
             let end = rec.mark(stream)?;
             let blocks = blocks
                 .iter()
-                .map(|&(id, b, _)| {
+                .map(|&StagedBlock { block: BlockId { region: id, block: b }, .. }| {
                     let r = &self.regions[&id];
                     (id, b as u64 * BLOCK_SIZE, r.block_bytes(b as usize))
                 })
@@ -1070,16 +1033,16 @@ impl CudaBackend {
     /// page), 2.8 GB/s after the driver populated them.
     fn restore_to_host(&mut self, id: RegionId, offset: u64, len: u64) -> Result<()> {
         let r = &self.regions[&id];
-        let staged: Vec<(RegionId, u32, Slot)> = r
+        let staged: Vec<StagedBlock> = r
             .blocks_of(offset, len)
-            .filter_map(|b| r.blocks[b].staged.map(|slot| (id, b as u32, slot)))
+            .filter_map(|b| r.blocks[b].staged.map(|slot| StagedBlock { block: BlockId::new(id, b), slot }))
             .collect();
         if staged.is_empty() {
             return Ok(());
         }
         self.staging.copy(self.staged_runs(&staged), false, &self.d2h)?;
         self.d2h.synchronize().map_err(cuda_err("cuStreamSynchronize", "restore to the host"))?;
-        for (id, b, slot) in staged {
+        for StagedBlock { block: BlockId { region: id, block: b }, slot } in staged {
             self.take_spare(id, b as usize); // the copy lands in the pages wherever they are
             let r = self.regions.get_mut(&id).expect("checked");
             let bytes = r.block_bytes(b as usize);
@@ -1122,10 +1085,10 @@ impl CudaBackend {
         waited: &mut FxHashSet<*const CudaEvent>,
         what: &'static str,
     ) -> Result<Option<Arc<CudaEvent>>> {
-        if self.pending_blocks.contains(&(id, b)) {
-            self.issue_discard_of((id, b))?;
+        if self.pending_blocks.contains(&BlockId { region: id, block: b }) {
+            self.issue_discard_of(BlockId { region: id, block: b })?;
         }
-        let Some(ev) = self.staged_done.remove(&(id, b)) else { return Ok(None) };
+        let Some(ev) = self.staged_done.remove(&BlockId { region: id, block: b }) else { return Ok(None) };
         if waited.insert(Arc::as_ptr(&ev)) && !ev.is_complete() {
             for s in streams {
                 s.wait(&ev).map_err(cuda_err("cuStreamWaitEvent", what))?;
@@ -1207,20 +1170,20 @@ impl CudaBackend {
                 rec.pending.push_back(Pending::Kernel { name, dur_ns, start, end });
             }
             // Account: what was off the device came in by faults, except remote data.
-            let writes: FxHashSet<(RegionId, u32)> = {
+            let writes: FxHashSet<BlockId> = {
                 let mut w = FxHashSet::default();
                 for a in kernel.accesses.iter().filter(|a| a.mode.writes()) {
                     let r = &this.regions[&a.region];
-                    w.extend(r.blocks_of(a.offset, a.len).map(|b| (a.region, b as u32)));
+                    w.extend(r.blocks_of(a.offset, a.len).map(|b| BlockId::new(a.region, b)));
                 }
                 w
             };
-            for (id, b) in blocks {
+            for BlockId { region: id, block: b } in blocks {
                 this.regions.get_mut(&id).expect("checked").blocks[b as usize].last_kernel = seq;
                 let r = &this.regions[&id];
                 let blk = r.blocks[b as usize];
                 let bytes = r.block_bytes(b as usize);
-                let written = writes.contains(&(id, b));
+                let written = writes.contains(&BlockId { region: id, block: b });
                 if blk.remote && !blk.on_device {
                     this.stats.remote_bytes += bytes;
                     this.regions.get_mut(&id).expect("checked").blocks[b as usize].on_host = true;
@@ -1261,7 +1224,7 @@ impl CudaBackend {
     /// A buffer of `bytes` for a new region, from the pool where one of that size waits (its
     /// blocks on the device marked), else new.
     fn take_buffer(&mut self, bytes: u64) -> Result<(ManagedBuffer, Vec<Block>)> {
-        if let Some(entry) = self.pool.take(bytes) {
+        if let Some(entry) = self.budget.pool_mut().take(bytes) {
             self.pool_hits += 1;
             return self.reuse(entry, false);
         }
@@ -1269,12 +1232,12 @@ impl CudaBackend {
         let blocks = vec![Block::default(); bytes.div_ceil(BLOCK_SIZE) as usize];
         match self.free_memory.alloc(&self.dev, bytes, self.allow_oversubscription) {
             Ok(buf) => Ok((buf, blocks)),
-            Err(Error::Allocation { .. }) if !self.pool.is_empty() => {
+            Err(Error::Allocation { .. }) if !self.budget.pool().is_empty() => {
                 // Give pooled memory back (cuMemFree synchronises) and try once more.
                 self.sync_all()?;
                 // The refusal rested on a fresh reading, which this retry's estimate cannot pass:
                 // it reads again.
-                self.pool.clear();
+                self.budget.pool_mut().clear();
                 self.retired.clear();
                 Ok((self.free_memory.alloc(&self.dev, bytes, self.allow_oversubscription)?, blocks))
             }
@@ -1438,8 +1401,8 @@ impl CudaBackend {
                 // The pages stay where they are, out of the account of data (pooled pages
                 // count against the capacity: `shed_pool`); `on_device` tells the buffer's
                 // next user.
-                self.lru.remove(&(blk.stamp, id, b as u32));
-                self.device_bytes -= block_bytes(r.bytes, b as u64);
+                self.budget.unstamp(BlockId::new(id, b), blk.stamp);
+                self.budget.remove_data(block_bytes(r.bytes, b as u64));
             }
             blk.stamp = 0;
             blk.on_host = false; // dead data
@@ -1459,7 +1422,7 @@ impl CudaBackend {
         // What writes other bytes into its pages next (a relocation's copies, a shed's discard)
         // must not run under the kernels issued before the free: as after `cuMemFree`.
         let last_use = Arc::new(self.compute.record_event(None).map_err(cuda_err("cuEventRecord", "free"))?);
-        self.pool.put(r.buf, resident, Vec::new(), Some(last_use));
+        self.budget.pool_mut().put(r.buf, resident, Vec::new(), Some(last_use));
         Ok(())
     }
 
@@ -1518,7 +1481,7 @@ impl CudaBackend {
                     prefetch_batch(&this.dev, &list, Location::Host, &this.d2h)?;
                     this.after_moves_back("order after evict")?;
                     let (blocks, _) = this.missing(ranges.iter().map(|r| (r.region, r.offset, r.len)));
-                    for (id, b) in blocks {
+                    for BlockId { region: id, block: b } in blocks {
                         let r = &this.regions[&id];
                         let blk = r.blocks[b as usize];
                         if blk.on_device && !blk.on_host {
@@ -1557,7 +1520,7 @@ impl CudaBackend {
             }
             this.after_moves_back("order after discard")?;
             let (blocks, _) = this.missing(ranges.iter().map(|r| (r.region, r.offset, r.len)));
-            for (id, b) in blocks {
+            for BlockId { region: id, block: b } in blocks {
                 let r = &this.regions[&id];
                 if r.blocks[b as usize].on_device || r.blocks[b as usize].on_host {
                     this.stats.discarded_bytes += r.block_bytes(b as usize);
@@ -1576,13 +1539,13 @@ impl CudaBackend {
         let migrate = self.timed(HostOp::StageOut, |this| {
             this.issue_discards(false)?;
             let (blocks, _) = this.missing(ranges.iter().map(|r| (r.region, r.offset, r.len)));
-            let mut blocks: Vec<(RegionId, u32)> = blocks.into_iter().collect();
+            let mut blocks: Vec<BlockId> = blocks.into_iter().collect();
             blocks.sort_unstable(); // slots in address order: copies coalesce
             let mut migrate: Vec<ByteRange> = Vec::new();
-            let mut staged: Vec<(RegionId, u32, Slot)> = Vec::new();
+            let mut staged: Vec<StagedBlock> = Vec::new();
             // The last kernel that touched a block staged here: the copies wait for it.
             let mut after = 0u64;
-            for (id, b) in blocks {
+            for BlockId { region: id, block: b } in blocks {
                 let r = &this.regions[&id];
                 let blk = r.blocks[b as usize];
                 let (offset, len) = (b as u64 * BLOCK_SIZE, r.block_bytes(b as usize));
@@ -1603,7 +1566,7 @@ impl CudaBackend {
                     crate::seam::push_merged(&mut migrate, ByteRange { region: id, offset, len });
                     continue;
                 };
-                staged.push((id, b, slot));
+                staged.push(StagedBlock { block: BlockId { region: id, block: b }, slot });
                 this.leave_device(id, b as usize);
                 let blk = &mut this.regions.get_mut(&id).expect("checked").blocks[b as usize];
                 blk.staged = Some(slot);
@@ -1622,7 +1585,7 @@ impl CudaBackend {
                 let copied = Arc::new(
                     this.stage.record_event(None).map_err(cuda_err("cuEventRecord", "staged eviction"))?,
                 );
-                let blocks: Vec<(RegionId, u32)> = staged.iter().map(|&(id, b, _)| (id, b)).collect();
+                let blocks: Vec<BlockId> = staged.iter().map(|s| s.block).collect();
                 this.pending_blocks.extend(blocks.iter().copied());
                 this.pending_discards.push_back(PendingDiscard { copied, ranges: discards, blocks });
             }
@@ -1907,7 +1870,13 @@ impl MemoryBackend for CudaBackend {
     }
 
     fn stats(&self) -> BackendStats {
-        BackendStats { device_bytes: self.device_bytes, ..self.stats }
+        let (peak_device_bytes, peak_footprint_bytes) = self.budget.peaks();
+        BackendStats {
+            device_bytes: self.budget.data_bytes(),
+            peak_device_bytes,
+            peak_footprint_bytes,
+            ..self.stats
+        }
     }
 
     fn events(&mut self) -> &mut Recorder {

@@ -28,15 +28,14 @@
 mod pages;
 mod store;
 
-use std::collections::BTreeSet;
-
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 pub use crate::cost::{CostModel, H200_PROFILE};
 use pages::PageSet;
 use store::PageStore;
 
-use crate::mechanism::pool::{Buffer, BufferPool};
+use crate::mechanism::budget::{BlockId, DeviceBudget};
+use crate::mechanism::pool::Buffer;
 
 use crate::access::{Accessor, RangeAccess};
 use crate::error::{Error, Result};
@@ -205,7 +204,6 @@ struct Moved {
 #[derive(Debug)]
 pub struct SimBackend {
     cost: CostModel,
-    capacity: u64,
     unit_pages: usize,
     regions: HashMap<RegionId, SimRegion>,
     /// Bytes of the live regions: at most the profile's machine memory.
@@ -224,19 +222,16 @@ pub struct SimBackend {
     /// Pinned staging memory: capacity and bytes in use.
     staging_capacity: u64,
     staged_bytes: u64,
-    device_bytes: u64,
-    /// Freed buffers by size with the blocks still on the device, as the CUDA backend pools
-    /// them: a new region of a pooled size takes a buffer (no `cuMemAllocManaged`) and its
-    /// resident pages (no first-touch faults).
-    pool: BufferPool<SimBuffer, ()>,
-    /// Staged pages of `spare` blocks (their device pages are held for restores to come).
-    spare_pages: usize,
+    /// The emulated device's memory: the data, the pooled buffers (freed regions' buffers with
+    /// their blocks still on the device, as the CUDA backend pools them: a new region of a
+    /// pooled size takes one without `cuMemAllocManaged` and its resident pages without
+    /// first-touch faults), the staged pages of `spare` blocks (their device pages held for
+    /// restores to come), and the blocks with device pages in the order the driver evicts
+    /// them, least recently migrated first.
+    budget: DeviceBudget<SimBuffer, ()>,
     /// Restores may bring a wholly staged region back into a pooled buffer of its size
-    /// ([`MemoryBackend::allow_relocation`]).
+    /// ([`SimBackend::with_relocation`]).
     relocate: bool,
-    /// (stamp, region, block) of every block with device pages, oldest migration first.
-    lrm: BTreeSet<(u64, RegionId, u32)>,
-    next_stamp: u64,
     stats: BackendStats,
     events: Recorder,
     info: BackendInfo,
@@ -281,7 +276,6 @@ impl SimBackend {
         let description = format!("simulator, profile \"{}\"", cost.name);
         let mut sim = Self {
             cost,
-            capacity,
             unit_pages,
             regions: HashMap::default(),
             allocated_bytes: 0,
@@ -295,12 +289,8 @@ impl SimBackend {
             link_d2h: 0,
             staging_capacity: 0,
             staged_bytes: 0,
-            device_bytes: 0,
-            pool: BufferPool::new(),
-            spare_pages: 0,
+            budget: DeviceBudget::new(capacity),
             relocate: false,
-            lrm: BTreeSet::new(),
-            next_stamp: 1,
             stats: BackendStats::default(),
             events: Recorder::default(),
             info: BackendInfo {
@@ -454,21 +444,13 @@ impl SimBackend {
     }
 
     fn note_device_added(&mut self, pages: usize) {
-        self.device_bytes += pages as u64 * PAGE_SIZE;
-        self.stats.peak_device_bytes = self.stats.peak_device_bytes.max(self.device_bytes);
-        let held = self.held();
-        self.stats.peak_footprint_bytes = self.stats.peak_footprint_bytes.max(held);
+        self.budget.add_data(pages as u64 * PAGE_SIZE);
+        self.budget.note_held();
     }
 
-    /// Device memory held: the working set, the pooled buffers' pages and the spare pages.
-    fn held(&self) -> u64 {
-        self.device_bytes + self.pool.resident_bytes() + self.spare_pages as u64 * PAGE_SIZE
-    }
-
-    /// Device pages leaving the working set without a transfer (a discard, a drop): the
-    /// driver takes them back; a new owner populates its pages afresh.
+    /// Device pages leaving the working set: a new owner populates them afresh.
     fn note_device_released(&mut self, pages: usize) {
-        self.device_bytes -= pages as u64 * PAGE_SIZE;
+        self.budget.remove_data(pages as u64 * PAGE_SIZE);
     }
 
     /// Gives back the device pages of pooled buffers, the longest pooled first, until `need`
@@ -476,12 +458,12 @@ impl SimBackend {
     /// costed as any discard, and the buffers retire (a new region of their size gets a new
     /// buffer).
     fn shed_pool(&mut self, need: u64) {
-        let over = (self.held() + need).saturating_sub(self.capacity).min(self.pool.resident_bytes());
-        if over == 0 {
+        let shed = self.budget.shed(need);
+        if shed.is_empty() {
             return;
         }
         let mut bytes = 0;
-        for e in self.pool.shed(over) {
+        for e in shed {
             bytes += e.resident_bytes();
             self.retired_free_ns += self.cost.free_retired_ns(e.resident_bytes());
         }
@@ -509,12 +491,7 @@ impl SimBackend {
         };
         for b in blocks {
             let blk = &mut r.blocks[b];
-            if blk.stamp != 0 {
-                self.lrm.remove(&(blk.stamp, id, b as u32));
-            }
-            blk.stamp = self.next_stamp;
-            self.next_stamp += 1;
-            self.lrm.insert((blk.stamp, id, b as u32));
+            blk.stamp = self.budget.restamp(BlockId::new(id, b), blk.stamp);
         }
     }
 
@@ -527,7 +504,7 @@ impl SimBackend {
             let (s, e) = r.block_pages(b);
             let blk = &mut r.blocks[b];
             if blk.stamp != 0 && r.on_device.count(s, e) == 0 {
-                self.lrm.remove(&(blk.stamp, id, b as u32));
+                self.budget.unstamp(BlockId::new(id, b), blk.stamp);
                 blk.stamp = 0;
             }
         }
@@ -564,7 +541,7 @@ impl SimBackend {
         on_host.union_from(on_device, s, e);
         let removed = r.on_device.remove(s, e);
         r.prefetched.remove(s, e);
-        self.device_bytes -= removed as u64 * PAGE_SIZE;
+        self.budget.remove_data(removed as u64 * PAGE_SIZE);
         let blocks = r.block_range(s, e);
         self.unstamp_empty(id, blocks);
         Moved { transferred: dev_only, populated: 0, dropped: dup }
@@ -574,13 +551,17 @@ impl SimBackend {
     /// `protect`, until `need` more bytes fit.
     /// Evictions occupy the D2H link from `earliest` (and after each block's last use); returns
     /// when the last of them completes, i.e. when the room is there (`earliest` if none).
-    fn make_room(&mut self, need: u64, protect: &HashSet<(RegionId, u32)>, earliest: u64) -> u64 {
+    fn make_room(&mut self, need: u64, protect: &HashSet<BlockId>, earliest: u64) -> u64 {
         self.shed_pool(need);
         let mut done = earliest;
-        while self.held() + need > self.capacity {
-            let Some(&(_, id, b)) = self.lrm.iter().find(|k| !protect.contains(&(k.1, k.2))) else {
-                break; // Only the running work's own blocks are left: run over capacity.
-            };
+        // Evicting a block takes every device page of it back to the host. Where only the
+        // running work's own blocks are left, it runs over capacity.
+        let freed = |b: &BlockId| {
+            let r = &self.regions[&b.region];
+            let (s, e) = r.block_pages(b.block as usize);
+            r.on_device.count(s, e) as u64 * PAGE_SIZE
+        };
+        for BlockId { region: id, block: b } in self.budget.victims(need, |b| protect.contains(b), freed) {
             let r = &self.regions[&id];
             let (s, e) = r.block_pages(b as usize);
             let last_use = r.blocks[b as usize].last_use_ns;
@@ -641,7 +622,7 @@ impl SimBackend {
         id: RegionId,
         s: usize,
         e: usize,
-        protect: &HashSet<(RegionId, u32)>,
+        protect: &HashSet<BlockId>,
         earliest: u64,
         prefetch: bool,
     ) -> (usize, u64) {
@@ -657,7 +638,7 @@ impl SimBackend {
             let r = &self.regions[&id];
             let spare_blocks = r.block_range(rs, re).filter(|&b| r.spare[b]).count();
             let resident = r.spare_pages_in(rs, re);
-            self.spare_pages -= resident;
+            self.budget.remove_spare(resident as u64 * PAGE_SIZE);
             let r = self.regions.get_mut(&id).expect("checked by caller");
             if !r.host_data.is_empty() {
                 let (host_data, dev_data) = (&mut r.host_data, &mut r.dev_data);
@@ -720,12 +701,12 @@ impl SimBackend {
         if !(self.relocate && staged) {
             return;
         }
-        let Some(entry) = self.pool.take_resident(r.bytes) else { return };
+        let Some(entry) = self.budget.pool_mut().take_resident(r.bytes) else { return };
         let r = self.regions.get_mut(&id).expect("checked by caller");
         r.spare = entry.resident;
         // Every page is staged: the spare blocks' pages, all of them.
-        self.spare_pages += r.spare_pages_in(0, r.pages);
-        self.pool.put(SimBuffer(r.bytes), vec![false; r.blocks.len()], Vec::new(), None);
+        self.budget.add_spare(r.spare_pages_in(0, r.pages) as u64 * PAGE_SIZE);
+        self.budget.pool_mut().put(SimBuffer(r.bytes), vec![false; r.blocks.len()], Vec::new(), None);
     }
 
     /// Brings the staged pages of `s..e` back to the host (the copy engine copies them into
@@ -756,17 +737,17 @@ impl SimBackend {
         let spare = r.spare_pages_in(s, e);
         let n = r.staged.remove(s, e);
         r.clear_spare_restored(s, e);
-        self.spare_pages -= spare;
+        self.budget.remove_spare(spare as u64 * PAGE_SIZE);
         self.staged_bytes -= n as u64 * PAGE_SIZE;
         n
     }
 
-    fn blocks_of(&self, ranges: impl Iterator<Item = (RegionId, u64, u64)>) -> HashSet<(RegionId, u32)> {
+    fn blocks_of(&self, ranges: impl Iterator<Item = (RegionId, u64, u64)>) -> HashSet<BlockId> {
         let mut set = HashSet::default();
         for (id, offset, len) in ranges {
             if let Some(r) = self.regions.get(&id) {
                 let (s, e) = r.page_range(offset, len);
-                set.extend(r.block_range(s, e).map(|b| (id, b as u32)));
+                set.extend(r.block_range(s, e).map(|b| BlockId::new(id, b)));
             }
         }
         set
@@ -885,7 +866,7 @@ impl SimBackend {
             };
             // A pooled buffer's pages on the device are already mapped (zeroed for the user).
             let mut pooled = Vec::new();
-            match this.pool.take(bytes) {
+            match this.budget.pool_mut().take(bytes) {
                 Some(entry) => {
                     for b in (0..entry.resident.len()).filter(|&b| entry.resident[b]) {
                         let (bs, be) = region.block_pages(b);
@@ -918,12 +899,10 @@ impl SimBackend {
             })
             .collect();
         self.note_device_released(r.on_device.count(0, r.pages));
-        self.spare_pages -= r.spare_pages_in(0, r.pages);
-        self.pool.put(SimBuffer(r.bytes), resident, Vec::new(), None);
+        self.budget.remove_spare(r.spare_pages_in(0, r.pages) as u64 * PAGE_SIZE);
+        self.budget.pool_mut().put(SimBuffer(r.bytes), resident, Vec::new(), None);
         for (b, blk) in r.blocks.iter().enumerate() {
-            if blk.stamp != 0 {
-                self.lrm.remove(&(blk.stamp, id, b as u32));
-            }
+            self.budget.unstamp(BlockId::new(id, b), blk.stamp);
         }
         Ok(())
     }
@@ -968,7 +947,7 @@ impl SimBackend {
                     let (bs, be) = r.block_pages(b);
                     freed += r.drop_device_duplicates(bs, be);
                 }
-                this.device_bytes -= freed as u64 * PAGE_SIZE;
+                this.note_device_released(freed);
                 this.unstamp_empty(range.region, blocks);
                 if freed > 0 {
                     let (region, offset, bytes) = (range.region, range.offset, freed as u64 * PAGE_SIZE);
@@ -1629,7 +1608,13 @@ impl MemoryBackend for SimBackend {
     }
 
     fn stats(&self) -> BackendStats {
-        BackendStats { device_bytes: self.device_bytes, ..self.stats }
+        let (peak_device_bytes, peak_footprint_bytes) = self.budget.peaks();
+        BackendStats {
+            device_bytes: self.budget.data_bytes(),
+            peak_device_bytes,
+            peak_footprint_bytes,
+            ..self.stats
+        }
     }
 
     fn events(&mut self) -> &mut Recorder {

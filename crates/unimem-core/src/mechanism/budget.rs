@@ -1,0 +1,217 @@
+//! The device budget, as both backends keep it: an emulated GPU of `capacity` bytes holds the
+//! data on the device, the pages of freed buffers pooled for reuse, and pages taken over for
+//! restores still to come (spare). When more is needed than fits, pooled pages go first
+//! ([`DeviceBudget::shed`]), then whole 2 MiB blocks in the driver's eviction order
+//! ([`DeviceBudget::victims`]); the backend does the moving. A block's place in that order is
+//! its stamp: the simulator stamps a block when pages migrate into it (the driver evicts the
+//! least recently migrated), the CUDA backend when a kernel uses it (least recently used).
+
+use std::collections::BTreeSet;
+
+use crate::mechanism::pool::{Buffer, BufferPool, Pooled};
+use crate::region::RegionId;
+
+/// A 2 MiB block of a region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct BlockId {
+    /// The region.
+    pub region: RegionId,
+    /// The block's index in it.
+    pub block: u32,
+}
+
+impl BlockId {
+    pub(crate) fn new(region: RegionId, block: usize) -> Self {
+        Self { region, block: block as u32 }
+    }
+}
+
+/// The account of an emulated device's memory (see the module documentation). `T` is a pooled
+/// buffer, `E` what its next user waits for.
+#[derive(Debug)]
+pub(crate) struct DeviceBudget<T, E> {
+    capacity: u64,
+    /// Bytes of data on the device.
+    data: u64,
+    /// Bytes of pages held for restores to come, outside the data.
+    spare: u64,
+    /// Freed buffers kept for reuse, their device pages counted against the capacity.
+    pool: BufferPool<T, E>,
+    /// Blocks with pages on the device, by stamp: the first is the next to go.
+    order: BTreeSet<(u64, BlockId)>,
+    next_stamp: u64,
+    peak_data: u64,
+    peak_held: u64,
+}
+
+impl<T: Buffer, E> DeviceBudget<T, E> {
+    /// An empty device of `capacity` bytes.
+    pub fn new(capacity: u64) -> Self {
+        Self {
+            capacity,
+            data: 0,
+            spare: 0,
+            pool: BufferPool::new(),
+            order: BTreeSet::new(),
+            next_stamp: 1,
+            peak_data: 0,
+            peak_held: 0,
+        }
+    }
+
+    /// Bytes of data on the device.
+    pub fn data_bytes(&self) -> u64 {
+        self.data
+    }
+
+    /// Device memory held: the data, the pooled pages and the spare pages.
+    pub fn held(&self) -> u64 {
+        self.data + self.pool.resident_bytes() + self.spare
+    }
+
+    /// The most data, and the most memory held, at once so far.
+    pub fn peaks(&self) -> (u64, u64) {
+        (self.peak_data, self.peak_held)
+    }
+
+    /// The freed buffers kept for reuse.
+    pub fn pool(&self) -> &BufferPool<T, E> {
+        &self.pool
+    }
+
+    /// The same, to put buffers in or take them out.
+    pub fn pool_mut(&mut self) -> &mut BufferPool<T, E> {
+        &mut self.pool
+    }
+
+    /// `bytes` of data arrived on the device.
+    pub fn add_data(&mut self, bytes: u64) {
+        self.data += bytes;
+        self.peak_data = self.peak_data.max(self.data);
+    }
+
+    /// `bytes` of data left the device.
+    pub fn remove_data(&mut self, bytes: u64) {
+        self.data -= bytes;
+    }
+
+    /// `bytes` of pages are held for restores to come.
+    pub fn add_spare(&mut self, bytes: u64) {
+        self.spare += bytes;
+    }
+
+    /// `bytes` of spare pages went to data, or back to the driver.
+    pub fn remove_spare(&mut self, bytes: u64) {
+        self.spare -= bytes;
+    }
+
+    /// Keeps the peak of the memory held.
+    pub fn note_held(&mut self) {
+        self.peak_held = self.peak_held.max(self.held());
+    }
+
+    /// Gives `block` (stamped `old`, 0 for none) the newest stamp, which it returns.
+    pub fn restamp(&mut self, block: BlockId, old: u64) -> u64 {
+        if old != 0 {
+            self.order.remove(&(old, block));
+        }
+        let stamp = self.next_stamp;
+        self.next_stamp += 1;
+        self.order.insert((stamp, block));
+        stamp
+    }
+
+    /// Takes `block` (stamped `stamp`) out of the eviction order: no page of it is left.
+    pub fn unstamp(&mut self, block: BlockId, stamp: u64) {
+        if stamp != 0 {
+            self.order.remove(&(stamp, block));
+        }
+    }
+
+    /// Pooled buffers to give their pages back so that `need` more bytes fit, the longest
+    /// pooled first (none where they fit already).
+    pub fn shed(&mut self, need: u64) -> Vec<Pooled<T, E>> {
+        let over = (self.held() + need).saturating_sub(self.capacity).min(self.pool.resident_bytes());
+        if over == 0 {
+            return Vec::new();
+        }
+        self.pool.shed(over)
+    }
+
+    /// The blocks to evict so that `need` more bytes fit, in the eviction order, passing over
+    /// those `protected` keeps (the running work's own); `freed` says what evicting a block
+    /// gives back. Fewer than needed where only protected blocks are left: the work then runs
+    /// over the capacity. One pass: it runs on the launch path of a GPU.
+    pub fn victims(
+        &self,
+        need: u64,
+        protected: impl Fn(&BlockId) -> bool,
+        freed: impl Fn(&BlockId) -> u64,
+    ) -> Vec<BlockId> {
+        let mut over = (self.held() + need).saturating_sub(self.capacity);
+        let mut out = Vec::new();
+        for (_, block) in &self.order {
+            if over == 0 {
+                break;
+            }
+            if protected(block) {
+                continue;
+            }
+            over = over.saturating_sub(freed(block));
+            out.push(*block);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Buf(u64);
+    impl Buffer for Buf {
+        fn len(&self) -> u64 {
+            self.0
+        }
+    }
+
+    const MIB: u64 = 1 << 20;
+
+    fn block(r: u64, b: usize) -> BlockId {
+        BlockId::new(RegionId(r), b)
+    }
+
+    #[test]
+    fn pooled_pages_go_first_then_the_oldest_unprotected_block() {
+        let mut d: DeviceBudget<Buf, ()> = DeviceBudget::new(8 * MIB);
+        let s1 = d.restamp(block(1, 0), 0);
+        d.add_data(2 * MIB);
+        let s2 = d.restamp(block(2, 0), 0);
+        d.add_data(2 * MIB);
+        d.pool_mut().put(Buf(4 * MIB), vec![true, true], Vec::new(), None);
+        d.note_held();
+        let two = |_: &BlockId| 2 * MIB;
+        // 8 MiB held: 2 more need the pool's pages, which go first.
+        assert_eq!(d.victims(2 * MIB, |_| false, two), vec![block(1, 0)], "over: the oldest block");
+        let shed = d.shed(2 * MIB);
+        assert_eq!(shed.len(), 1, "one buffer covers it");
+        assert_eq!(d.held(), 4 * MIB);
+        assert!(d.victims(2 * MIB, |_| false, two).is_empty(), "fits now");
+        // 6 more: the oldest block unless the work keeps it; 8 more: both.
+        assert_eq!(d.victims(6 * MIB, |_| false, two), vec![block(1, 0)]);
+        assert_eq!(d.victims(6 * MIB, |b| *b == block(1, 0), two), vec![block(2, 0)]);
+        assert_eq!(d.victims(8 * MIB, |_| false, two), vec![block(1, 0), block(2, 0)]);
+        assert!(d.victims(6 * MIB, |_| true, two).is_empty(), "only protected blocks: run over");
+        // A block freeing less than its size: the next one goes too.
+        assert_eq!(d.victims(6 * MIB, |_| false, |_| MIB), vec![block(1, 0), block(2, 0)]);
+        // A use restamps: the other block is now the oldest.
+        let s1 = d.restamp(block(1, 0), s1);
+        assert_eq!(d.victims(6 * MIB, |_| false, two), vec![block(2, 0)]);
+        d.unstamp(block(2, 0), s2);
+        d.remove_data(2 * MIB);
+        assert_eq!(d.victims(8 * MIB, |_| false, two), vec![block(1, 0)]);
+        d.unstamp(block(1, 0), s1);
+        assert!(d.victims(16 * MIB, |_| false, two).is_empty(), "nothing left to evict");
+        assert_eq!(d.peaks(), (4 * MIB, 8 * MIB));
+    }
+}
