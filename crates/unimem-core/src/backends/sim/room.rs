@@ -1,0 +1,218 @@
+//! The simulated device's memory: regions coming and going, pages arriving and leaving, and the
+//! room the driver makes for them (pooled pages first, then least recently migrated blocks).
+
+use super::*;
+
+impl SimBackend {
+    pub(super) fn note_device_added(&mut self, pages: usize) {
+        self.budget.add_data(pages as u64 * PAGE_SIZE);
+        self.budget.note_held();
+    }
+
+    /// Device pages leaving the working set: a new owner populates them afresh.
+    pub(super) fn note_device_released(&mut self, pages: usize) {
+        self.budget.remove_data(pages as u64 * PAGE_SIZE);
+    }
+
+    /// Gives back the device pages of pooled buffers, the longest pooled first, until `need`
+    /// more bytes fit in the capacity, as the CUDA backend does: one discard of their pages,
+    /// costed as any discard, and the buffers retire (a new region of their size gets a new
+    /// buffer).
+    pub(super) fn shed_pool(&mut self, need: u64) {
+        let shed = self.budget.shed(need);
+        if shed.is_empty() {
+            return;
+        }
+        let mut bytes = 0;
+        for e in shed {
+            bytes += e.resident_bytes();
+            self.retired_free_ns += self.cost.free_retired_ns(e.resident_bytes());
+        }
+        let dur = self.cost.discard_call_ns + CostModel::transfer_ns(bytes, self.cost.discard_rate_gbps);
+        self.occupy_link(Direction::D2H, self.host_now, dur);
+        self.host_now += self.discard_host_ns(bytes);
+    }
+
+    /// Re-stamps blocks that just received device pages (least-recently-migrated order).
+    pub(super) fn restamp(&mut self, id: RegionId, blocks: std::ops::Range<usize>) {
+        let Some(r) = self.regions.get_mut(&id) else {
+            return;
+        };
+        for b in blocks {
+            let blk = &mut r.blocks[b];
+            blk.stamp = self.budget.restamp(BlockId::new(id, b), blk.stamp);
+        }
+    }
+
+    /// Drops blocks with no device pages left from the eviction order.
+    pub(super) fn unstamp_empty(&mut self, id: RegionId, blocks: std::ops::Range<usize>) {
+        let Some(r) = self.regions.get_mut(&id) else {
+            return;
+        };
+        for b in blocks {
+            let (s, e) = r.block_pages(b);
+            let blk = &mut r.blocks[b];
+            if blk.stamp != 0 && r.on_device.count(s, e) == 0 {
+                self.budget.unstamp(BlockId::new(id, b), blk.stamp);
+                blk.stamp = 0;
+            }
+        }
+    }
+
+    /// Makes pages `s..e` device-valid. `duplicate` keeps host copies (read-mostly).
+    pub(super) fn move_to_device(&mut self, id: RegionId, s: usize, e: usize, duplicate: bool) -> Moved {
+        let r = self.regions.get_mut(&id).expect("checked by caller");
+        let host_only = r.on_host.count(s, e) - r.on_host.count_and(&r.on_device, s, e);
+        let populated = r.on_device.count_neither(&r.on_host, s, e);
+        if !r.host_data.is_empty() {
+            let (on_host, on_device) = (&r.on_host, &r.on_device);
+            let (host_data, dev_data) = (&mut r.host_data, &mut r.dev_data);
+            on_host.for_each_not_in(on_device, s, e, |p| {
+                let page = if duplicate { host_data.copy(p) } else { host_data.take(p) };
+                dev_data.put(p, page);
+            });
+        }
+        let added = r.on_device.insert(s, e);
+        if !duplicate {
+            r.on_host.remove(s, e);
+        }
+        self.note_device_added(added);
+        Moved { transferred: host_only, populated, dropped: 0 }
+    }
+
+    /// Makes pages `s..e` host-valid and drops them from the device. Pages with no copy stay so.
+    pub(super) fn move_to_host(&mut self, id: RegionId, s: usize, e: usize) -> Moved {
+        let r = self.regions.get_mut(&id).expect("checked by caller");
+        let dup = r.on_device.count_and(&r.on_host, s, e);
+        let dev_only = r.on_device.count(s, e) - dup;
+        r.device_bytes_to_host(s, e);
+        let (on_host, on_device) = (&mut r.on_host, &r.on_device);
+        on_host.union_from(on_device, s, e);
+        let removed = r.on_device.remove(s, e);
+        r.prefetched.remove(s, e);
+        self.budget.remove_data(removed as u64 * PAGE_SIZE);
+        let blocks = r.block_range(s, e);
+        self.unstamp_empty(id, blocks);
+        Moved { transferred: dev_only, populated: 0, dropped: dup }
+    }
+
+    /// Sheds pooled pages (`shed_pool`), then evicts least-recently-migrated blocks not in
+    /// `protect`, until `need` more bytes fit.
+    /// Evictions occupy the D2H link from `earliest` (and after each block's last use); returns
+    /// when the last of them completes, i.e. when the room is there (`earliest` if none).
+    pub(super) fn make_room(&mut self, need: u64, protect: &HashSet<BlockId>, earliest: u64) -> u64 {
+        self.shed_pool(need);
+        let mut done = earliest;
+        // Evicting a block takes every device page of it back to the host. Where only the
+        // running work's own blocks are left, it runs over capacity.
+        let freed = |b: &BlockId| {
+            let r = &self.regions[&b.region];
+            let (s, e) = r.block_pages(b.block as usize);
+            r.on_device.count(s, e) as u64 * PAGE_SIZE
+        };
+        for BlockId { region: id, block: b } in self.budget.victims(need, |b| protect.contains(b), freed) {
+            let r = &self.regions[&id];
+            let (s, e) = r.block_pages(b as usize);
+            let last_use = r.blocks[b as usize].last_use_ns;
+            let moved = self.move_to_host(id, s, e);
+            let bytes = moved.transferred as u64 * PAGE_SIZE;
+            let dur = CostModel::transfer_ns(bytes, self.cost.evict_d2h_rate_gbps)
+                + CostModel::transfer_ns(
+                    moved.dropped as u64 * PAGE_SIZE,
+                    self.cost.duplicate_drop_rate_gbps,
+                );
+            let (start, end) = self.occupy_link(Direction::D2H, earliest.max(last_use), dur);
+            done = done.max(end);
+            self.stats.evicted_bytes += bytes;
+            self.stats.driver_dropped_bytes += (moved.transferred + moved.dropped) as u64 * PAGE_SIZE;
+            self.stats.d2h_bytes += bytes;
+            self.emit_migration(
+                id,
+                s as u64 * PAGE_SIZE,
+                bytes,
+                Direction::D2H,
+                MigrationCause::Eviction,
+                (start, end),
+            );
+        }
+        done
+    }
+
+    pub(super) fn alloc_region(&mut self, id: RegionId, bytes: u64) -> Result<u64> {
+        self.host_timed(HostOp::Allocate, |this| {
+            crate::seam::check_new_region(id, bytes, this.regions.contains_key(&id))?;
+            let limit = this.cost.machine_memory_bytes();
+            if bytes > limit - this.allocated_bytes.min(limit) {
+                return Err(Error::Allocation {
+                    bytes,
+                    reason: format!(
+                        "the simulated machine holds at most {} of managed data ({} of device and {} of host \
+                         memory: `device_memory_bytes` and `host_memory_bytes` of the profile \"{}\"), and {} is \
+                         allocated",
+                        Bytes(limit),
+                        Bytes(this.cost.device_memory_bytes),
+                        Bytes(this.cost.host_memory_bytes),
+                        this.cost.name,
+                        Bytes(this.allocated_bytes)
+                    ),
+                });
+            }
+            this.allocated_bytes += bytes;
+            let pages = bytes.div_ceil(PAGE_SIZE) as usize;
+            let addr = this.next_addr;
+            this.next_addr += bytes.div_ceil(BLOCK_SIZE) * BLOCK_SIZE;
+            let mut region = SimRegion {
+                bytes,
+                pages,
+                on_device: PageSet::new(pages),
+                on_host: PageSet::new(pages),
+                prefetched: PageSet::new(pages),
+                staged: PageSet::new(pages),
+                blocks: vec![Block::default(); pages.div_ceil(PAGES_PER_BLOCK)],
+                host_data: PageStore::default(),
+                dev_data: PageStore::default(),
+                spare: vec![false; pages.div_ceil(PAGES_PER_BLOCK)],
+            };
+            // A pooled buffer's pages on the device are already mapped (zeroed for the user).
+            let mut pooled = Vec::new();
+            match this.budget.pool_mut().take(bytes) {
+                Some(entry) => {
+                    for b in (0..entry.resident.len()).filter(|&b| entry.resident[b]) {
+                        let (bs, be) = region.block_pages(b);
+                        region.on_device.insert(bs, be);
+                        pooled.push((b, be - bs));
+                    }
+                }
+                None => this.host_now += this.cost.alloc_ns(bytes),
+            }
+            this.regions.insert(id, region);
+            for (b, pages) in pooled {
+                this.note_device_added(pages);
+                this.restamp(id, b..b + 1);
+            }
+            Ok(addr)
+        })
+    }
+
+    pub(super) fn free_region(&mut self, id: RegionId) -> Result<()> {
+        let r = self.regions.remove(&id).ok_or(Error::UnknownRegion(id))?;
+        self.allocated_bytes -= r.bytes;
+        self.staged_bytes -= r.staged.count(0, r.pages) as u64 * PAGE_SIZE;
+        // The runtime pools managed memory: a free does not synchronise the device, and the
+        // buffer keeps its blocks on the device (whole ones, as the CUDA backend accounts
+        // them) for its next region.
+        let resident: Vec<bool> = (0..r.blocks.len())
+            .map(|b| {
+                let (bs, be) = r.block_pages(b);
+                r.spare[b] || r.on_device.count(bs, be) == be - bs
+            })
+            .collect();
+        self.note_device_released(r.on_device.count(0, r.pages));
+        self.budget.remove_spare(r.spare_pages_in(0, r.pages) as u64 * PAGE_SIZE);
+        self.budget.pool_mut().put(SimBuffer(r.bytes), resident, Vec::new(), None);
+        for (b, blk) in r.blocks.iter().enumerate() {
+            self.budget.unstamp(BlockId::new(id, b), blk.stamp);
+        }
+        Ok(())
+    }
+}

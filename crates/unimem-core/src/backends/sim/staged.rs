@@ -1,0 +1,228 @@
+//! Staged evictions: device-only pages copied into pinned staging buffers, and their way back
+//! (to the device before a prefetch or kernel uses them, to the host before a host access).
+
+use super::*;
+
+impl SimBackend {
+    pub(super) fn stage_ranges(&mut self, ranges: &[ByteRange]) -> Result<()> {
+        // What does not fit migrates as a prefetch to the host, after the stage-out's own
+        // calls, as the CUDA backend does (and counts it).
+        let migrate = self.host_timed(HostOp::StageOut, |this| {
+            for r in ranges {
+                this.checked(r.region, r.offset, r.len)?;
+            }
+            // Blocks that do not fit in the staging buffers, or hold no device-only data, migrate.
+            let mut migrate: Vec<ByteRange> = Vec::new();
+            let mut copies = 0u64;
+            for range in ranges {
+                let id = range.region;
+                let (s, e) = this.regions[&id].page_range(range.offset, range.len);
+                for b in this.regions[&id].block_range(s, e) {
+                    let r = &this.regions[&id];
+                    let (bs, be) = r.block_pages(b);
+                    let (bs, be) = (bs.max(s), be.min(e));
+                    let dev_only = r.on_device.count(bs, be) - r.on_device.count_and(&r.on_host, bs, be);
+                    let bytes = dev_only as u64 * PAGE_SIZE;
+                    if dev_only == 0 || this.staged_bytes + bytes > this.staging_capacity {
+                        let (offset, len) = (bs as u64 * PAGE_SIZE, (be - bs) as u64 * PAGE_SIZE);
+                        crate::seam::push_merged(
+                            &mut migrate,
+                            ByteRange { region: id, offset, len: len.min(r.bytes - offset) },
+                        );
+                        continue;
+                    }
+                    // The copy waits for the kernels using the block, on the copy engine's lane.
+                    let last_use = r.blocks[b].last_use_ns;
+                    let r = this.regions.get_mut(&id).expect("checked");
+                    let (staged, on_device, on_host) = (&mut r.staged, &r.on_device, &r.on_host);
+                    staged.insert_only_in(on_device, on_host, bs, be);
+                    r.device_bytes_to_host(bs, be);
+                    // Duplicates keep their host copy; every device page of the block is dropped.
+                    let dropped = r.on_device.remove(bs, be);
+                    r.prefetched.remove(bs, be);
+                    this.note_device_released(dropped);
+                    this.unstamp_empty(id, b..b + 1);
+                    this.staged_bytes += bytes;
+                    let start_at = this.host_now.max(last_use);
+                    let dur = CostModel::transfer_ns(bytes, this.cost.stage_d2h_rate_gbps);
+                    let (start, end) = this.occupy_link(Direction::D2H, start_at, dur);
+                    this.regions.get_mut(&id).expect("checked").blocks[b].staged_until = end;
+                    copies += 1;
+                    this.stats.d2h_bytes += bytes;
+                    this.stats.staged_out_bytes += bytes;
+                    let offset = bs as u64 * PAGE_SIZE;
+                    this.emit_migration(
+                        id,
+                        offset,
+                        bytes,
+                        Direction::D2H,
+                        MigrationCause::Staging,
+                        (start, end),
+                    );
+                }
+            }
+            if copies > 0 {
+                // The copies' calls and the discard of their device pages hold the host.
+                this.host_now += this.discard_host_ns(copies * BLOCK_SIZE);
+            }
+            Ok(migrate)
+        })?;
+        if migrate.is_empty() {
+            return Ok(());
+        }
+        self.prefetch_ranges(&migrate, Location::Host)
+    }
+
+    /// `ranges` less the blocks with staged pages whose stage-out has not ended by now: as the
+    /// CUDA backend, a prefetch leaves them to the kernel that needs them (restoring pages soon
+    /// after their discard is slow on the H200).
+    pub(super) fn settled(&self, ranges: &[ByteRange]) -> Vec<ByteRange> {
+        let mut out: Vec<ByteRange> = Vec::with_capacity(ranges.len());
+        for range in ranges {
+            let r = &self.regions[&range.region];
+            let (s, e) = r.page_range(range.offset, range.len);
+            for b in r.block_range(s, e) {
+                let (bs, be) = r.block_pages(b);
+                if r.blocks[b].staged_until > self.host_now && r.staged.count(bs, be) > 0 {
+                    continue;
+                }
+                let lo = (bs.max(s) as u64 * PAGE_SIZE).max(range.offset);
+                let hi = (be.min(e) as u64 * PAGE_SIZE).min(range.offset + range.len);
+                crate::seam::push_merged(
+                    &mut out,
+                    ByteRange { region: range.region, offset: lo, len: hi - lo },
+                );
+            }
+        }
+        out
+    }
+
+    /// Brings the staged pages of `s..e` back to the device, after making room (outside
+    /// `protect`) from `earliest` on: the pages are repopulated and copied from the staging
+    /// buffers over the link's H2D side. `prefetch`: a prefetch asked for them (they count in
+    /// its metrics). Returns (pages, when they are there).
+    pub(super) fn restore_to_device(
+        &mut self,
+        id: RegionId,
+        s: usize,
+        e: usize,
+        protect: &HashSet<BlockId>,
+        earliest: u64,
+        prefetch: bool,
+    ) -> (usize, u64) {
+        let runs = self.regions[&id].staged.runs(s, e);
+        self.relocate(id);
+        let mut pages = 0;
+        let mut done = earliest;
+        for (rs, re) in runs {
+            let n = re - rs;
+            let room_at = self.make_room(n as u64 * PAGE_SIZE, protect, earliest);
+            // Pages of a pooled buffer taken over (the region relocated into it) are on the
+            // device already: no repopulation, and the copy lands in resident pages.
+            let r = &self.regions[&id];
+            let spare_blocks = r.block_range(rs, re).filter(|&b| r.spare[b]).count();
+            let resident = r.spare_pages_in(rs, re);
+            self.budget.remove_spare(resident as u64 * PAGE_SIZE);
+            let r = self.regions.get_mut(&id).expect("checked by caller");
+            if !r.host_data.is_empty() {
+                let (host_data, dev_data) = (&mut r.host_data, &mut r.dev_data);
+                r.staged.for_each(rs, re, |p| dev_data.put(p, host_data.take(p)));
+            }
+            r.staged.remove(rs, re);
+            r.clear_spare_restored(rs, re);
+            r.on_device.insert(rs, re);
+            if prefetch {
+                // A prefetch's restore counts as prefetched (accuracy and timeliness).
+                r.prefetched.insert(rs, re);
+                self.stats.prefetch_arrived_bytes += (re - rs) as u64 * PAGE_SIZE;
+            }
+            let blocks = r.block_range(rs, re);
+            self.staged_bytes -= n as u64 * PAGE_SIZE;
+            self.note_device_added(n);
+            let bytes = n as u64 * PAGE_SIZE;
+            // A prefetch's own call cost is charged by the prefetch; a restore for a kernel
+            // makes its own call, which repopulates the discarded pages (per range, as any).
+            // Either way the CUDA backend repopulates one range per 2 MiB block, which the
+            // driver does behind the copies before it (the probe's "time per block", between
+            // two restores' copies on the H200), then copies the data in.
+            let call = if prefetch { 0 } else { self.cost.batch_range_ns };
+            let repopulated = blocks.len() - spare_blocks;
+            let per_block = repopulated as u64 * self.cost.stage_h2d_block_ns;
+            let resident_bytes = resident as u64 * PAGE_SIZE;
+            let dur = call
+                + per_block
+                + CostModel::transfer_ns(bytes - resident_bytes, self.cost.stage_h2d_rate_gbps)
+                + CostModel::transfer_ns(resident_bytes, self.cost.stage_h2d_resident_rate_gbps);
+            let (start, end) = self.occupy_link(Direction::H2D, room_at.max(self.host_now), dur);
+            let r = self.regions.get_mut(&id).expect("checked by caller");
+            for b in blocks.clone() {
+                r.blocks[b].ready_ns = r.blocks[b].ready_ns.max(end);
+            }
+            self.restamp(id, blocks);
+            self.stats.h2d_bytes += bytes;
+            self.stats.staged_in_bytes += bytes;
+            self.emit_migration(
+                id,
+                rs as u64 * PAGE_SIZE,
+                bytes,
+                Direction::H2D,
+                MigrationCause::Staging,
+                (start, end),
+            );
+            pages += n;
+            done = done.max(end);
+        }
+        (pages, done)
+    }
+
+    /// As a restore begins, when relocation is allowed: as the CUDA backend, a region whose
+    /// every page is staged moves into a pooled buffer of its size with pages on the device,
+    /// which need no repopulation, for this restore and the region's next ones (its blocks
+    /// become `spare`); its own buffer, its pages discarded, goes to the pool.
+    pub(super) fn relocate(&mut self, id: RegionId) {
+        let r = &self.regions[&id];
+        let staged = !r.spare.contains(&true) && r.staged.count(0, r.pages) == r.pages;
+        if !(self.relocate && staged) {
+            return;
+        }
+        let Some(entry) = self.budget.pool_mut().take_resident(r.bytes) else { return };
+        let r = self.regions.get_mut(&id).expect("checked by caller");
+        r.spare = entry.resident;
+        // Every page is staged: the spare blocks' pages, all of them.
+        self.budget.add_spare(r.spare_pages_in(0, r.pages) as u64 * PAGE_SIZE);
+        self.budget.pool_mut().put(SimBuffer(r.bytes), vec![false; r.blocks.len()], Vec::new(), None);
+    }
+
+    /// Brings the staged pages of `s..e` back to the host (the copy engine copies them into
+    /// the host's pages, over the link) from `at`; returns when the copy is done.
+    pub(super) fn restore_to_host(&mut self, id: RegionId, s: usize, e: usize, at: u64) -> u64 {
+        let r = self.regions.get_mut(&id).expect("checked by caller");
+        let (staged, on_host) = (&mut r.staged, &mut r.on_host);
+        on_host.union_from(staged, s, e);
+        let n = staged.remove(s, e);
+        if n == 0 {
+            return at;
+        }
+        let bytes = n as u64 * PAGE_SIZE;
+        self.staged_bytes -= bytes;
+        self.stats.staged_in_bytes += bytes;
+        let dur = CostModel::transfer_ns(bytes, self.cost.stage_host_rate_gbps);
+        self.occupy_link(Direction::H2D, at, dur).1
+    }
+
+    /// Drops the staged copies of `s..e` (dead data); returns how many pages had one.
+    pub(super) fn drop_staged(&mut self, id: RegionId, s: usize, e: usize) -> usize {
+        let r = self.regions.get_mut(&id).expect("checked by caller");
+        if !r.host_data.is_empty() {
+            let host_data = &mut r.host_data;
+            r.staged.for_each(s, e, |p| host_data.drop_page(p));
+        }
+        // Pages taken over for data now dead go back to the driver.
+        let spare = r.spare_pages_in(s, e);
+        let n = r.staged.remove(s, e);
+        r.clear_spare_restored(s, e);
+        self.budget.remove_spare(spare as u64 * PAGE_SIZE);
+        self.staged_bytes -= n as u64 * PAGE_SIZE;
+        n
+    }
+}
