@@ -24,7 +24,7 @@
 //!   its size coming back). Pooled pages count against the capacity: data that needs the room
 //!   first sheds the longest pooled buffers (a discard; they are not handed out again). Pages
 //!   discarded or dropped go back to the driver, and a new owner populates them afresh.
-
+//!
 //! Files: `region.rs` (a region's page and block state), `room.rs` (memory coming and going,
 //! the driver's room-making), `transfer.rs` (prefetch, discard, advice), `staged.rs` (staged
 //! evictions and their way back), `kernel.rs` (launches and faults), `host.rs` (the host's
