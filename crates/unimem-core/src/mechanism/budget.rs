@@ -9,22 +9,7 @@
 use std::collections::BTreeSet;
 
 use crate::mechanism::pool::{Buffer, BufferPool, Pooled};
-use crate::region::RegionId;
-
-/// A 2 MiB block of a region.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) struct BlockId {
-    /// The region.
-    pub region: RegionId,
-    /// The block's index in it.
-    pub block: u32,
-}
-
-impl BlockId {
-    pub(crate) fn new(region: RegionId, block: usize) -> Self {
-        Self { region, block: block as u32 }
-    }
-}
+pub(crate) use crate::seam::BlockId;
 
 /// The account of an emulated device's memory (see the module documentation). `T` is a pooled
 /// buffer, `E` what its next user waits for.
@@ -167,6 +152,7 @@ impl<T: Buffer, E> DeviceBudget<T, E> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::region::RegionId;
 
     struct Buf(u64);
     impl Buffer for Buf {

@@ -5,7 +5,7 @@ pub mod advisor;
 mod hints;
 mod none;
 mod oracle;
-mod units;
+pub(crate) mod units;
 
 pub use advisor::{Advisor, AdvisorSettings, HintBytes};
 pub use hints::Hints;

@@ -106,7 +106,7 @@ impl Oracle {
         match self.uses.get(&unit).and_then(|q| q.front()) {
             Some(u) if u.overwrite => (CLASS_DEAD, u.index),
             Some(u) => (CLASS_NEEDED, u.index),
-            None if self.freed.contains(&unit.0) => (CLASS_DEAD, NEVER),
+            None if self.freed.contains(&unit.region) => (CLASS_DEAD, NEVER),
             None => (CLASS_BEYOND_WINDOW, NEVER),
         }
     }
@@ -231,7 +231,7 @@ impl Policy for Oracle {
                 self.freed.insert(id);
                 let blocks = self.sizes.get(&id).copied().unwrap_or(0).div_ceil(BLOCK_SIZE);
                 for b in 0..blocks as u32 {
-                    self.rekey((id, b));
+                    self.rekey(Unit { region: id, block: b });
                 }
             }
             Op::Kernel { accesses, .. } => {
@@ -252,8 +252,8 @@ impl Policy for Oracle {
                 let id = *region;
                 let blocks = self.sizes.get(&id).copied().unwrap_or(0).div_ceil(BLOCK_SIZE);
                 for b in 0..blocks as u32 {
-                    self.remove_resident((id, b));
-                    self.uses.remove(&(id, b));
+                    self.remove_resident(Unit { region: id, block: b });
+                    self.uses.remove(&Unit { region: id, block: b });
                 }
                 self.sizes.remove(&id);
                 self.freed.remove(&id);
@@ -325,7 +325,7 @@ impl Policy for Oracle {
                 let bytes = self.unit_bytes(unit);
                 if self.resident.contains_key(&unit)
                     || bytes < self.min_prefetch_bytes
-                    || !self.allocated.contains(&unit.0)
+                    || !self.allocated.contains(&unit.region)
                 {
                     continue;
                 }
@@ -394,12 +394,12 @@ impl Policy for Oracle {
         self.allocated.insert(id);
         // Pages recycled from the pool are on the device already: count them as placed.
         for b in pooled_blocks(&self.sizes, hints, id)? {
-            self.add_resident((id, b));
+            self.add_resident(Unit { region: id, block: b });
         }
         // The scan skipped this region while it did not exist: rewind to its first use.
         let blocks = bytes.div_ceil(BLOCK_SIZE) as u32;
         let first = (0..blocks)
-            .filter_map(|b| self.uses.get(&(id, b)).and_then(|q| q.front()))
+            .filter_map(|b| self.uses.get(&Unit { region: id, block: b }).and_then(|q| q.front()))
             .map(|u| u.index)
             .min();
         if let Some(first) = first {

@@ -5,21 +5,23 @@ use rustc_hash::FxHashMap;
 
 use super::Hints;
 use crate::error::Result;
-use crate::policy::advisor::Unit;
 use crate::region::RegionId;
 use crate::seam::{page_round, ByteRange, BLOCK_SIZE};
+
+/// A unit of placement: a 2 MiB block of a region.
+pub type Unit = crate::seam::BlockId;
 
 /// Sizes of the live regions a policy knows.
 pub(super) type Sizes = FxHashMap<RegionId, u64>;
 
 /// Bytes `unit` occupies on the device (page-rounded; the last block of a region is partial).
-pub(super) fn unit_bytes(sizes: &Sizes, (id, b): Unit) -> u64 {
+pub(super) fn unit_bytes(sizes: &Sizes, Unit { region: id, block: b }: Unit) -> u64 {
     let size = sizes.get(&id).copied().unwrap_or(0);
     page_round(size.saturating_sub(b as u64 * BLOCK_SIZE).min(BLOCK_SIZE))
 }
 
 /// The byte range of `unit` (empty if the region is unknown).
-pub(super) fn unit_range(sizes: &Sizes, (id, b): Unit) -> ByteRange {
+pub(super) fn unit_range(sizes: &Sizes, Unit { region: id, block: b }: Unit) -> ByteRange {
     let size = sizes.get(&id).copied().unwrap_or(0);
     let lo = b as u64 * BLOCK_SIZE;
     ByteRange { region: id, offset: lo, len: size.min(lo + BLOCK_SIZE).saturating_sub(lo) }
@@ -43,7 +45,7 @@ pub(super) fn add_units(
     }
     for b in offset / BLOCK_SIZE..end.div_ceil(BLOCK_SIZE) {
         let (lo, hi) = (b * BLOCK_SIZE, ((b + 1) * BLOCK_SIZE).min(size));
-        out.push(((id, b as u32), writes_only && offset <= lo && end >= hi));
+        out.push((Unit { region: id, block: b as u32 }, writes_only && offset <= lo && end >= hi));
     }
 }
 
@@ -119,11 +121,18 @@ mod tests {
         add_units(&sizes, RegionId(1), 0, 4 * MIB, true, &mut out);
         add_units(&sizes, RegionId(1), 3 * MIB, 10, false, &mut out);
         merge_units(&mut out);
-        assert_eq!(out, vec![((RegionId(1), 0), true), ((RegionId(1), 1), false)]);
+        assert_eq!(out, vec![(Unit::new(RegionId(1), 0), true), (Unit::new(RegionId(1), 1), false)]);
         // The last block is partial: 1 MiB.
-        assert_eq!(unit_bytes(&sizes, (RegionId(1), 2)), MIB);
-        let ranges =
-            coalesce(&sizes, vec![(RegionId(1), 2), (RegionId(1), 0), (RegionId(1), 1), (RegionId(1), 0)]);
+        assert_eq!(unit_bytes(&sizes, Unit { region: RegionId(1), block: 2 }), MIB);
+        let ranges = coalesce(
+            &sizes,
+            vec![
+                Unit { region: RegionId(1), block: 2 },
+                Unit { region: RegionId(1), block: 0 },
+                Unit { region: RegionId(1), block: 1 },
+                Unit { region: RegionId(1), block: 0 },
+            ],
+        );
         assert_eq!(ranges, vec![ByteRange { region: RegionId(1), offset: 0, len: 5 * MIB }]);
         let mut none = Vec::new();
         add_units(&sizes, RegionId(9), 0, 10, false, &mut none);

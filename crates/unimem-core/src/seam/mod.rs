@@ -187,6 +187,23 @@ pub enum Advice {
     UnsetAccessedByDevice,
 }
 
+/// A 2 MiB block of a region: the unit of the driver's eviction and advice, and of the
+/// placing policies' plans.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BlockId {
+    /// The region.
+    pub region: RegionId,
+    /// The block's index in it.
+    pub block: u32,
+}
+
+impl BlockId {
+    /// Block `block` of `region`.
+    pub fn new(region: RegionId, block: usize) -> Self {
+        Self { region, block: block as u32 }
+    }
+}
+
 /// A byte range of a region, without an access mode (for prefetch and discard).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ByteRange {

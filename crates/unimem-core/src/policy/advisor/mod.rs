@@ -297,7 +297,7 @@ impl Advisor {
                 let r = super::units::unit_range(&self.sizes, u);
                 self.events.push(crate::seam::MemEvent::Hint {
                     hint,
-                    region: u.0,
+                    region: u.region,
                     offset: r.offset,
                     bytes: r.len,
                     reason: format!("{reason:?}"),
@@ -319,8 +319,8 @@ impl Advisor {
         for (u, reason) in p.discard.iter().chain(&p.evict) {
             self.resident.remove(u);
             if matches!(reason, Reason::FarthestNextUse(_)) && !self.read_mostly.contains(u) {
-                if let Some(key) = self.identity.key(u.0) {
-                    self.evicted_before_reuse.insert((key, u.1));
+                if let Some(key) = self.identity.key(u.region) {
+                    self.evicted_before_reuse.insert((key, u.block));
                 }
             }
         }
@@ -486,19 +486,23 @@ impl Advisor {
             .iter()
             .map(|u| u.0)
             .chain(predicted.iter().map(|u| u.unit))
-            .filter(|u| long_lived(u.0))
-            .filter(|u| self.identity.key(u.0).is_some_and(|k| self.evicted_before_reuse.contains(&(k, u.1))))
+            .filter(|u| long_lived(u.region))
+            .filter(|u| {
+                self.identity.key(u.region).is_some_and(|k| self.evicted_before_reuse.contains(&(k, u.block)))
+            })
             .collect();
         // Of those, the ones written last step (by step-stable identity): not worth duplicating.
         let written_last_step: FxHashSet<Unit> = evicted_before
             .iter()
             .copied()
-            .filter(|u| self.identity.key(u.0).is_some_and(|k| self.written_last_step.contains(&(k, u.1))))
+            .filter(|u| {
+                self.identity.key(u.region).is_some_and(|k| self.written_last_step.contains(&(k, u.block)))
+            })
             .collect();
         // Only programs with steps: without markers the set would grow without end.
         for &(u, _, writes) in units.iter().filter(|_| self.step > 0) {
-            if let (true, Some(key)) = (writes, self.identity.key(u.0)) {
-                self.written_this_step.insert((key, u.1));
+            if let (true, Some(key)) = (writes, self.identity.key(u.region)) {
+                self.written_this_step.insert((key, u.block));
             }
         }
         self.reconcile(hints)?;
@@ -599,7 +603,7 @@ impl Advisor {
         self.next_adopt = self.kernel + ADOPT_EVERY;
         for (&id, &bytes) in &self.sizes {
             for b in 0..bytes.div_ceil(BLOCK_SIZE) as u32 {
-                let u = (id, b);
+                let u = Unit { region: id, block: b };
                 if !self.resident.contains_key(&u)
                     && hints.residency(unit_range(&self.sizes, u))?.on_device() > 0
                 {
@@ -701,9 +705,9 @@ impl Advisor {
         }
         let blocks = self.sizes.remove(&id).unwrap_or(0).div_ceil(BLOCK_SIZE);
         for b in 0..blocks as u32 {
-            self.resident.remove(&(id, b));
-            self.read_mostly.remove(&(id, b));
-            self.remote.remove(&(id, b));
+            self.resident.remove(&Unit { region: id, block: b });
+            self.read_mostly.remove(&Unit { region: id, block: b });
+            self.remote.remove(&Unit { region: id, block: b });
         }
         self.by_key.retain(|_, r| *r != id);
         self.born.remove(&id);
@@ -885,7 +889,10 @@ impl Policy for Advisor {
                 self.by_key.insert(key, id);
                 // Pages recycled from the pool are on the device already.
                 for b in pooled_blocks(&self.sizes, hints, id)? {
-                    self.resident.insert((id, b), (unit_bytes(&self.sizes, (id, b)), self.kernel));
+                    self.resident.insert(
+                        Unit { region: id, block: b },
+                        (unit_bytes(&self.sizes, Unit { region: id, block: b }), self.kernel),
+                    );
                 }
                 Ok(())
             }

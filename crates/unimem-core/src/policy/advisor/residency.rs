@@ -140,7 +140,7 @@ mod tests {
 
     #[test]
     fn totals_and_age_order_follow_every_change() {
-        let u = |r: u64, b: u32| (RegionId(r), b);
+        let u = |r: u64, b: u32| Unit { region: RegionId(r), block: b };
         let mut r: Residency =
             [(u(1, 0), (10, 5)), (u(2, 0), (20, 3)), (u(3, 0), (30, 5))].into_iter().collect();
         assert_eq!(r.bytes(), 60);

@@ -12,6 +12,7 @@ use proptest::prelude::*;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::*;
+use crate::region::RegionId;
 
 const MB2: u64 = 2 << 20;
 
@@ -177,7 +178,7 @@ struct Case {
 }
 
 fn unit_of(r: u64, b: u32) -> Unit {
-    (RegionId(r), b)
+    Unit { region: RegionId(r), block: b }
 }
 
 fn case() -> impl Strategy<Value = Case> {
@@ -275,7 +276,7 @@ fn both(c: &Case, planner: &mut Planner) -> (Plan, Plan) {
         predicted: &predicted,
         resident: &resident,
         reserve: &reserve,
-        unit_bytes: &|u: Unit| if u.0 .0 == 6 { 4096 } else { MB2 },
+        unit_bytes: &|u: Unit| if u.region.0 == 6 { 4096 } else { MB2 },
         budget: c.budget_units * MB2,
         min_prefetch_bytes: 64 << 10,
         early_reach: c.early_reach,
