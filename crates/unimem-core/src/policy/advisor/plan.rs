@@ -21,6 +21,9 @@ use std::collections::BinaryHeap;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::residency::Residency;
+use pass::{Future, Pass};
+
+mod pass;
 
 pub use crate::policy::units::Unit;
 
@@ -239,6 +242,105 @@ fn place_current(
     }
 }
 
+/// The kernel about to run: its units must fit, whatever it evicts.
+fn bring_current<I: Iterator<Item = (Unit, u64)>>(pass: &mut Pass<'_, '_, I>, planned: &mut FxHashSet<Unit>) {
+    let input = pass.input;
+    for u in input.current {
+        if pass.is_resident(&u.unit) || input.remote.contains(&u.unit) || !planned.insert(u.unit) {
+            continue;
+        }
+        let bytes = (input.unit_bytes)(u.unit);
+        pass.make_room(bytes, None, None);
+        pass.bring(u.unit, bytes);
+        if bytes >= input.min_prefetch_bytes {
+            pass.out.prefetch.push((u.unit, u.overwrite, Reason::NeededNow));
+        }
+    }
+}
+
+/// Working sets of [`bring_forecast`], kept between plans.
+struct ForecastSets<'s> {
+    /// Units of the kernel about to run.
+    protect: &'s FxHashSet<Unit>,
+    /// Units that may not be evicted for the predicted kernel being placed.
+    guard: &'s mut FxHashSet<Unit>,
+    /// Units placed by this plan.
+    planned: &'s mut FxHashSet<Unit>,
+    /// Units predicted for the kernels before the one being placed.
+    between: &'s mut FxHashSet<Unit>,
+}
+
+/// Predicted units, soonest first, as early as Belady allows.
+fn bring_forecast<I: Iterator<Item = (Unit, u64)>>(
+    pass: &mut Pass<'_, '_, I>,
+    by_kernel: &[UnitUse],
+    future: Future<'_>,
+    sets: ForecastSets<'_>,
+) {
+    let ForecastSets { protect, guard, planned, between } = sets;
+    let input = pass.input;
+    let next_after = |unit: Unit, j: u64| -> u64 {
+        match future.of(unit).iter().find(|u| u.1 > j) {
+            Some(&(_, at, false)) => at,
+            _ => NEVER, // not predicted again, or overwritten first: dead until then
+        }
+    };
+    between.clear();
+    let mut pending = 0u64;
+    'kernels: for (j, kernel, due) in forecast_kernels(input, by_kernel) {
+        pending += due;
+        guard.clone_from(protect);
+        guard.extend(kernel.iter().map(|u| u.unit));
+        // The latest next use among the units in between (NEVER, the largest, if one has none),
+        // worked out only if something must make room for kernel j, and then once: a scan of
+        // every unit in between for every forecast kernel was most of a plan's work on long
+        // forecasts. The scan stops at NEVER.
+        let mut rival: Option<u64> = None;
+        let between_now = &*between;
+        let mut rival_of = || {
+            *rival.get_or_insert_with(|| {
+                let mut latest = 0;
+                for &u in between_now.iter() {
+                    latest = latest.max(next_after(u, j));
+                    if latest == NEVER {
+                        break;
+                    }
+                }
+                latest
+            })
+        };
+        for u in kernel {
+            let bytes = (input.unit_bytes)(u.unit);
+            if pass.is_resident(&u.unit)
+                || planned.contains(&u.unit)
+                || input.remote.contains(&u.unit)
+                || bytes < input.min_prefetch_bytes
+            {
+                continue;
+            }
+            let need = pending + bytes;
+            if pass.used + need > input.budget && !pass.make_room(need, Some(guard), Some((j, rival_of()))) {
+                break 'kernels;
+            }
+            planned.insert(u.unit);
+            pass.bring(u.unit, bytes);
+            // Only a declared overwrite may skip copying the old data in: a predicted one may be
+            // wrong, and populating instead of migrating would then lose the data.
+            let populate_only = u.overwrite && u.certain;
+            pass.out.prefetch.push((
+                u.unit,
+                populate_only,
+                Reason::Predicted { at: j, confidence: u.confidence },
+            ));
+        }
+        for u in kernel {
+            if between.insert(u.unit) && !pass.is_resident(&u.unit) {
+                pending += (input.unit_bytes)(u.unit);
+            }
+        }
+    }
+}
+
 /// Plans hints for the kernel about to run. See the module documentation. A caller that
 /// plans every kernel keeps a [`Planner`] instead, which reuses its working memory.
 pub fn plan(input: &PlanInput<'_>) -> Plan {
@@ -323,7 +425,6 @@ impl Planner {
         }
         let Planner { by_kernel, uses, future, added, removed, victims, protect, guard, planned, between } =
             self;
-        let mut out = Plan::default();
         // Future uses per unit, soonest first.
         by_kernel.clear();
         by_kernel.extend(input.predicted.iter().copied().filter(|u| u.at >= input.now));
@@ -337,181 +438,28 @@ impl Planner {
         for (i, u) in uses.iter().enumerate() {
             future.entry(u.0).or_insert((i as u32, 0)).1 += 1;
         }
-        let (future, uses) = (&*future, &uses[..]);
-        let next_after = |unit: Unit, j: u64| -> u64 {
-            match uses_of(future, uses, unit).iter().find(|u| u.1 > j) {
-                Some(&(_, at, false)) => at,
-                _ => NEVER, // not predicted again, or overwritten first: dead until then
-            }
-        };
-
-        added.clear();
-        removed.clear();
-        let base = input.resident;
-        let is_resident = |added: &FxHashMap<Unit, (u64, u64)>, removed: &FxHashSet<Unit>, u: &Unit| {
-            added.contains_key(u) || (base.contains_key(u) && !removed.contains(u))
-        };
-        let mut used: u64 = base.bytes();
+        let future = Future { uses, index: future };
         protect.clear();
         protect.extend(input.current.iter().map(|u| u.unit));
 
-        // Victims by priority. Priorities do not change during one plan, so the heap is built
-        // once, at the first eviction (many kernels need none); guarded units popped on the way
-        // are pushed back.
-        let unpredicted = base.by_age().filter(|(u, _)| !future.contains_key(u)).peekable();
-        let mut victims = Victims { heap: BinaryHeap::from(std::mem::take(victims)), unpredicted };
-        let mut built = false;
-        let mut skipped = Vec::new();
-        let mut evict_one = |added: &mut FxHashMap<Unit, (u64, u64)>,
-                             removed: &mut FxHashSet<Unit>,
-                             used: &mut u64,
-                             out: &mut Plan,
-                             guard: &FxHashSet<Unit>,
-                             early: Option<(u64, u64)>|
-         -> bool {
-            if !built {
-                for (&u, &(start, _)) in future {
-                    if let Some((_, last)) = base.get(&u) {
-                        let (_, at, dead) = uses[start as usize];
-                        victims.push((priority(Some(&(at, dead)), last), u));
-                    }
-                }
-                // What the plan brought in before its first eviction ranks with the rest (a
-                // unit it fetched for a certain overwrite is dead until then, and first).
-                for (&u, &(_, last)) in added.iter() {
-                    let first = uses_of(future, uses, u).first().map(|&(_, at, dead)| (at, dead));
-                    victims.push((priority(first.as_ref(), last), u));
-                }
-                built = true;
-            }
-            skipped.clear();
-            let victim = loop {
-                match victims.pop() {
-                    None => break None,
-                    Some(v) if removed.contains(&v.1) => continue, // evicted already
-                    // The kernel about to run is guarded throughout: not pushed back, or every
-                    // later call would pop it again.
-                    Some(v) if protect.contains(&v.1) => continue,
-                    Some(v) if guard.contains(&v.1) => skipped.push(v),
-                    Some(v) if too_small_to_move(input, &v) => continue,
-                    Some(v) => break Some(v),
-                }
-            };
-            for v in skipped.drain(..) {
-                victims.push(v);
-            }
-            let Some((p, unit)) = victim else { return false };
-            if early.is_some_and(|early| too_soon(input, p, early)) {
-                victims.push((p, unit));
-                return false;
-            }
-            if let Some((bytes, _)) = added.remove(&unit) {
-                *used -= bytes;
-            } else if removed.insert(unit) {
-                *used -= base.get(&unit).map_or(0, |v| v.0);
-            }
-            record_eviction(input, out, p, unit);
-            true
-        };
+        // Victims by priority: the predicted units in a heap, merged with the unpredicted ones
+        // streamed in the account's age order.
+        let unpredicted = input.resident.by_age().filter(move |(u, _)| !future.contains(u));
+        let heap = BinaryHeap::from(std::mem::take(victims));
+        let mut pass = Pass::new(input, future, added, removed, heap, unpredicted, protect);
 
         planned.clear();
-        place_current(input, |u| is_resident(added, removed, u), planned, &mut out);
-
+        let mut out = std::mem::take(&mut pass.out);
+        place_current(input, |u| pass.is_resident(u), planned, &mut out);
+        pass.out = out;
         // Over the budget already (a new region recycled device-resident memory from the pool):
         // back within it, or the driver makes the room, migrating behind the kernel (on the H200
         // 0.31 GB of ResNet's replay at 50%, instead of staging).
-        while used > input.budget {
-            if !evict_one(added, removed, &mut used, &mut out, protect, None) {
-                break;
-            }
-        }
-
-        // The kernel about to run: its units must fit, whatever it evicts.
-        for u in input.current {
-            if is_resident(added, removed, &u.unit)
-                || input.remote.contains(&u.unit)
-                || !planned.insert(u.unit)
-            {
-                continue;
-            }
-            let bytes = (input.unit_bytes)(u.unit);
-            while used + bytes > input.budget {
-                if !evict_one(added, removed, &mut used, &mut out, protect, None) {
-                    break;
-                }
-            }
-            added.insert(u.unit, (bytes, input.now));
-            used += bytes;
-            if bytes >= input.min_prefetch_bytes {
-                out.prefetch.push((u.unit, u.overwrite, Reason::NeededNow));
-            }
-        }
-
-        // Predicted units, soonest first, as early as Belady allows.
-        between.clear();
-        let mut pending = 0u64;
-        'kernels: for (j, kernel, due) in forecast_kernels(input, by_kernel) {
-            pending += due;
-            guard.clone_from(protect);
-            guard.extend(kernel.iter().map(|u| u.unit));
-            // The latest next use among the units in between (NEVER, the largest, if one has none),
-            // worked out only if something must make room for kernel j, and then once: a scan of
-            // every unit in between for every forecast kernel was most of a plan's work on long
-            // forecasts. The scan stops at NEVER.
-            let mut rival: Option<u64> = None;
-            let between_now = &*between;
-            let mut rival_of = || {
-                *rival.get_or_insert_with(|| {
-                    let mut latest = 0;
-                    for &u in between_now.iter() {
-                        latest = latest.max(next_after(u, j));
-                        if latest == NEVER {
-                            break;
-                        }
-                    }
-                    latest
-                })
-            };
-            for u in kernel {
-                let bytes = (input.unit_bytes)(u.unit);
-                if is_resident(added, removed, &u.unit)
-                    || planned.contains(&u.unit)
-                    || input.remote.contains(&u.unit)
-                    || bytes < input.min_prefetch_bytes
-                {
-                    continue;
-                }
-                let mut fits = true;
-                while used + pending + bytes > input.budget {
-                    if !evict_one(added, removed, &mut used, &mut out, guard, Some((j, rival_of()))) {
-                        fits = false;
-                        break;
-                    }
-                }
-                if !fits {
-                    break 'kernels;
-                }
-                planned.insert(u.unit);
-                added.insert(u.unit, (bytes, input.now));
-                used += bytes;
-                // Only a declared overwrite may skip copying the old data in: a predicted one may be
-                // wrong, and populating instead of migrating would then lose the data.
-                let populate_only = u.overwrite && u.certain;
-                out.prefetch.push((
-                    u.unit,
-                    populate_only,
-                    Reason::Predicted { at: j, confidence: u.confidence },
-                ));
-            }
-            for u in kernel {
-                if between.insert(u.unit) && !is_resident(added, removed, &u.unit) {
-                    pending += (input.unit_bytes)(u.unit);
-                }
-            }
-        }
-        let mut heap = victims.heap.into_vec();
-        heap.clear();
-        self.victims = heap;
+        pass.make_room(0, None, None);
+        bring_current(&mut pass, planned);
+        bring_forecast(&mut pass, by_kernel, future, ForecastSets { protect, guard, planned, between });
+        let (out, heap) = pass.finish();
+        *victims = heap;
         with_duplicates(out, input)
     }
 }
