@@ -17,12 +17,12 @@ use std::collections::{BTreeSet, VecDeque};
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
+use super::units::Unit;
 use super::units::{add_units, coalesce, fetch_needed, merge_units, pooled_blocks, unit_bytes, Sizes};
 use super::{Hints, Policy};
 use crate::access::RangeAccess;
 use crate::error::Result;
 use crate::op::Op;
-use crate::policy::advisor::Unit;
 use crate::region::RegionId;
 use crate::seam::BLOCK_SIZE;
 
@@ -68,6 +68,41 @@ pub struct Oracle {
 }
 
 /// Units a batch of accesses touches, with whether every touch of the unit overwrites it.
+/// The hints one kernel's planning decides, issued together (see [`Moves::issue`]).
+#[derive(Default)]
+struct Moves {
+    /// Dead data to drop.
+    discard: Vec<Unit>,
+    /// Live data to copy back.
+    to_host: Vec<Unit>,
+    /// Host data about to be overwritten by a unit coming in: dropped so the prefetch only
+    /// populates.
+    overwrite: Vec<Unit>,
+    /// Units to bring to the device.
+    fetch: Vec<Unit>,
+}
+
+impl Moves {
+    /// Dead data dropped, live data copied back, then the data coming in. The link serialises
+    /// them in this order, so the room exists before the prefetch lands.
+    fn issue(self, sizes: &Sizes, hints: &mut Hints<'_>) -> Result<()> {
+        if !self.discard.is_empty() {
+            hints.discard(&coalesce(sizes, self.discard))?;
+        }
+        if !self.to_host.is_empty() {
+            // Staged where the backend can: the same moves the advisor has.
+            hints.evict(&coalesce(sizes, self.to_host))?;
+        }
+        if !self.overwrite.is_empty() {
+            hints.discard(&coalesce(sizes, self.overwrite))?;
+        }
+        if !self.fetch.is_empty() {
+            hints.prefetch(&coalesce(sizes, self.fetch))?;
+        }
+        Ok(())
+    }
+}
+
 fn units_of(acc: &[RangeAccess], sizes: &Sizes) -> Vec<(Unit, bool)> {
     let mut out = Vec::new();
     for a in acc {
@@ -141,23 +176,16 @@ impl Oracle {
     /// Counts `unit` as on the device and decides how it gets there: nothing if the backend has
     /// it there already, a fault if it is too small for a prefetch call, otherwise a prefetch
     /// (after discarding host data that is about to be overwritten, so it is not copied in).
-    fn place(
-        &mut self,
-        unit: Unit,
-        overwrite: bool,
-        hints: &Hints<'_>,
-        discard_first: &mut Vec<Unit>,
-        fetch: &mut Vec<Unit>,
-    ) -> Result<()> {
+    fn place(&mut self, unit: Unit, overwrite: bool, hints: &Hints<'_>, moves: &mut Moves) -> Result<()> {
         self.add_resident(unit);
         if self.unit_bytes(unit) < self.min_prefetch_bytes {
             return Ok(());
         }
         if let Some(discard) = fetch_needed(&self.sizes, hints, unit, overwrite)? {
             if discard {
-                discard_first.push(unit);
+                moves.overwrite.push(unit);
             }
-            fetch.push(unit);
+            moves.fetch.push(unit);
         }
         Ok(())
     }
@@ -180,8 +208,7 @@ impl Oracle {
         need: u64,
         protect: &HashSet<Unit>,
         early: Option<(u64, u64)>,
-        discard: &mut Vec<Unit>,
-        to_host: &mut Vec<Unit>,
+        moves: &mut Moves,
     ) -> bool {
         while self.used + need > self.budget {
             // A live unit too small to prefetch back is not worth a migration out either: the
@@ -200,9 +227,9 @@ impl Oracle {
             }
             self.remove_resident(unit);
             if key.0 == CLASS_DEAD {
-                discard.push(unit);
+                moves.discard.push(unit);
             } else {
-                to_host.push(unit);
+                moves.to_host.push(unit);
                 if key.0 == CLASS_NEEDED {
                     self.cursor = self.cursor.min(key.1);
                 }
@@ -210,70 +237,23 @@ impl Oracle {
         }
         true
     }
-}
 
-impl Policy for Oracle {
-    fn name(&self) -> &'static str {
-        "oracle"
-    }
-
-    fn lookahead(&self) -> usize {
-        self.lookahead
-    }
-
-    fn on_future(&mut self, index: u64, op: &Op) {
-        match op {
-            Op::Alloc { region, bytes, .. } => {
-                self.sizes.insert(*region, *bytes);
-            }
-            Op::Free { region } => {
-                let id = *region;
-                self.freed.insert(id);
-                let blocks = self.sizes.get(&id).copied().unwrap_or(0).div_ceil(BLOCK_SIZE);
-                for b in 0..blocks as u32 {
-                    self.rekey(Unit { region: id, block: b });
-                }
-            }
-            Op::Kernel { accesses, .. } => {
-                let units = units_of(accesses, &self.sizes);
-                for &(unit, overwrite) in &units {
-                    self.uses.entry(unit).or_default().push_back(Use { index, overwrite });
-                    self.rekey(unit);
-                }
-                self.kernels.push_back((index, units));
-            }
-            _ => {}
+    /// Forgets a freed region.
+    fn forget(&mut self, id: RegionId) {
+        let blocks = self.sizes.get(&id).copied().unwrap_or(0).div_ceil(BLOCK_SIZE);
+        for b in 0..blocks as u32 {
+            self.remove_resident(Unit { region: id, block: b });
+            self.uses.remove(&Unit { region: id, block: b });
         }
+        self.sizes.remove(&id);
+        self.freed.remove(&id);
+        self.allocated.remove(&id);
     }
 
-    fn before(&mut self, index: u64, op: &Op, hints: &mut Hints<'_>) -> Result<()> {
-        match op {
-            Op::Free { region } => {
-                let id = *region;
-                let blocks = self.sizes.get(&id).copied().unwrap_or(0).div_ceil(BLOCK_SIZE);
-                for b in 0..blocks as u32 {
-                    self.remove_resident(Unit { region: id, block: b });
-                    self.uses.remove(&Unit { region: id, block: b });
-                }
-                self.sizes.remove(&id);
-                self.freed.remove(&id);
-                self.allocated.remove(&id);
-                return Ok(());
-            }
-            Op::Host { accesses, .. } => {
-                // The CPU pulls what it touches off the device.
-                for (unit, _) in units_of(accesses, &self.sizes) {
-                    self.remove_resident(unit);
-                }
-                return Ok(());
-            }
-            Op::Kernel { .. } => {}
-            _ => return Ok(()),
-        }
-
-        let Some((k, units)) = self.kernels.pop_front() else {
-            return Ok(());
-        };
+    /// Moves the window past kernel `index`: its uses are behind, and its units (with whether
+    /// it overwrites them) are returned. None when the window does not hold it.
+    fn advance_to(&mut self, index: u64) -> Option<Vec<(Unit, bool)>> {
+        let (k, units) = self.kernels.pop_front()?;
         debug_assert_eq!(k, index);
         self.cursor = self.cursor.max(index + 1);
         for &(unit, _) in &units {
@@ -287,26 +267,37 @@ impl Policy for Oracle {
             }
             self.rekey(unit);
         }
+        Some(units)
+    }
 
-        // Demand: this kernel's units must be on the device now.
+    /// Demand: the kernel's units must be on the device now, whatever that evicts. Returns
+    /// them, to be kept there while planning ahead.
+    fn demand(
+        &mut self,
+        units: &[(Unit, bool)],
+        hints: &Hints<'_>,
+        moves: &mut Moves,
+    ) -> Result<HashSet<Unit>> {
         let protect: HashSet<Unit> = units.iter().map(|(u, _)| *u).collect();
         let missing: Vec<(Unit, bool)> =
             units.iter().copied().filter(|(u, _)| !self.resident.contains_key(u)).collect();
         let need: u64 = missing.iter().map(|(u, _)| self.unit_bytes(*u)).sum();
-        let (mut discard, mut to_host) = (Vec::new(), Vec::new());
-        self.evict_for(need, &protect, None, &mut discard, &mut to_host);
-        let (mut overwrite, mut fetch) = (Vec::new(), Vec::new());
+        self.evict_for(need, &protect, None, moves);
         for &(unit, ow) in &missing {
-            self.place(unit, ow, hints, &mut overwrite, &mut fetch)?;
+            self.place(unit, ow, hints, moves)?;
         }
+        Ok(protect)
+    }
 
-        // Ahead: bring in the window's future units in order of need, as early as the Belady
-        // schedule allows, so early fetches never add fetches:
-        // - every unit used between now and j will be in the cache at j, so room is reserved
-        //   for those not resident yet (`pending`) before anything is fetched for j;
-        // - a victim must be one Belady would evict by j anyway: needed after j and after every
-        //   unit used in between (`rival`).
-        // The cursor makes this amortised: kernels before it were already placed.
+    /// Brings in the window's future units in order of need, as early as the Belady schedule
+    /// allows, so early fetches never add fetches:
+    /// - every unit used between now and j will be in the cache at j, so room is reserved
+    ///   for those not resident yet (`pending`) before anything is fetched for j;
+    /// - a victim must be one Belady would evict by j anyway: needed after j and after every
+    ///   unit used in between (`rival`).
+    ///
+    /// The cursor makes this amortised: kernels before it were already placed.
+    fn ahead(&mut self, protect: &HashSet<Unit>, hints: &Hints<'_>, moves: &mut Moves) -> Result<()> {
         let stop_at = self.kernels.len().min(MAX_SCAN_KERNELS);
         let mut p = self.kernels.partition_point(|(j, _)| *j < self.cursor).min(stop_at);
         // `between` (the units of the window's kernels before the one scanned) and `pending`
@@ -350,11 +341,11 @@ impl Policy for Oracle {
                     // Every unit used in between is in the cache at j, resident now or not.
                     between.iter().map(|&u| self.next_use_after(u, j)).max().unwrap_or(0)
                 });
-                if !self.evict_for(bytes + pending, &guard, Some((j, rival)), &mut discard, &mut to_host) {
+                if !self.evict_for(bytes + pending, &guard, Some((j, rival)), moves) {
                     self.cursor = j;
                     break 'scan;
                 }
-                self.place(unit, ow, hints, &mut overwrite, &mut fetch)?;
+                self.place(unit, ow, hints, moves)?;
             }
             if built {
                 for &(u, _) in &future {
@@ -366,23 +357,62 @@ impl Policy for Oracle {
             self.cursor = j + 1;
         }
         self.scratch = [between, guard];
+        Ok(())
+    }
+}
 
-        // Issue: dead data dropped, live data copied back, then the data coming in. The link
-        // serialises them in this order, so the room exists before the prefetch lands.
-        if !discard.is_empty() {
-            hints.discard(&coalesce(&self.sizes, discard))?;
+impl Policy for Oracle {
+    fn name(&self) -> &'static str {
+        "oracle"
+    }
+
+    fn lookahead(&self) -> usize {
+        self.lookahead
+    }
+
+    fn on_future(&mut self, index: u64, op: &Op) {
+        match op {
+            Op::Alloc { region, bytes, .. } => {
+                self.sizes.insert(*region, *bytes);
+            }
+            Op::Free { region } => {
+                let id = *region;
+                self.freed.insert(id);
+                let blocks = self.sizes.get(&id).copied().unwrap_or(0).div_ceil(BLOCK_SIZE);
+                for b in 0..blocks as u32 {
+                    self.rekey(Unit { region: id, block: b });
+                }
+            }
+            Op::Kernel { accesses, .. } => {
+                let units = units_of(accesses, &self.sizes);
+                for &(unit, overwrite) in &units {
+                    self.uses.entry(unit).or_default().push_back(Use { index, overwrite });
+                    self.rekey(unit);
+                }
+                self.kernels.push_back((index, units));
+            }
+            _ => {}
         }
-        if !to_host.is_empty() {
-            // Staged where the backend can: the same moves the advisor has.
-            hints.evict(&coalesce(&self.sizes, to_host))?;
-        }
-        if !overwrite.is_empty() {
-            // Whatever the host holds of a unit about to be overwritten is dead: drop it so
-            // the prefetch only populates.
-            hints.discard(&coalesce(&self.sizes, overwrite))?;
-        }
-        if !fetch.is_empty() {
-            hints.prefetch(&coalesce(&self.sizes, fetch))?;
+    }
+
+    fn before(&mut self, index: u64, op: &Op, hints: &mut Hints<'_>) -> Result<()> {
+        match op {
+            Op::Free { region } => self.forget(*region),
+            // The CPU pulls what it touches off the device.
+            Op::Host { accesses, .. } => {
+                for (unit, _) in units_of(accesses, &self.sizes) {
+                    self.remove_resident(unit);
+                }
+            }
+            Op::Kernel { .. } => {
+                if let Some(units) = self.advance_to(index) {
+                    let mut moves = Moves::default();
+                    let protect = self.demand(&units, hints, &mut moves)?;
+                    self.ahead(&protect, hints, &mut moves)?;
+                    moves.issue(&self.sizes, hints)?;
+                }
+            }
+            _ => {}
         }
         Ok(())
     }
