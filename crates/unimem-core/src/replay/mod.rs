@@ -227,6 +227,91 @@ pub fn run_with(
     })
 }
 
+/// An operation read ahead of the one running, with the part of it the policy sees where
+/// that differs.
+struct Ahead {
+    index: u64,
+    line: u64,
+    op: Op,
+    seen: Option<Op>,
+}
+
+/// Where a step began: its index, the completion time and the compute floor at its start.
+struct StepMark {
+    index: u64,
+    start_ns: u64,
+    floor_ns: u64,
+}
+
+/// What running the operations has added up.
+#[derive(Default)]
+struct Totals {
+    /// Sum of kernel durations: the time with every byte already on the device.
+    floor_ns: u64,
+    kernels: u64,
+    marks: Vec<StepMark>,
+}
+
+impl Totals {
+    /// Runs one operation on the backend.
+    fn apply(
+        &mut self,
+        op: &Op,
+        backend: &mut dyn MemoryBackend,
+        sink: Option<&mut (dyn EventSink + '_)>,
+        pre: &mut PreExisting<'_>,
+    ) -> Result<()> {
+        match op {
+            Op::Alloc { region, bytes, name } => {
+                let address = backend.allocate(*region, *bytes)?;
+                if let Some(sink) = sink {
+                    sink.region(*region, *bytes, name.as_deref(), address)?;
+                }
+                pre.on_alloc(region.0, *bytes, backend)?;
+            }
+            Op::Free { region } => {
+                pre.on_free(region.0);
+                backend.free(*region)?;
+                if let Some(sink) = sink {
+                    sink.freed(*region)?;
+                }
+            }
+            Op::Kernel { name, dur_ns, accesses } => {
+                backend.launch(&KernelLaunch { name, dur_ns: *dur_ns, accesses })?;
+                self.floor_ns += dur_ns;
+                self.kernels += 1;
+            }
+            Op::Host { accesses, .. } => backend.touch_on_host(accesses)?,
+            Op::Step { index } => self.marks.push(StepMark {
+                index: *index,
+                start_ns: backend.completion_ns(),
+                floor_ns: self.floor_ns,
+            }),
+        }
+        Ok(())
+    }
+
+    /// Time and compute floor of each step, ending at `end_ns`. Work before the first step
+    /// marker (or with no markers at all) forms a step of its own.
+    fn steps(mut self, end_ns: u64) -> Vec<StepReport> {
+        if self.marks.first().is_none_or(|m| m.start_ns > 0 || m.floor_ns > 0) {
+            let first = self.marks.first().map(|m| m.index.saturating_sub(1)).unwrap_or(0);
+            self.marks.insert(0, StepMark { index: first, start_ns: 0, floor_ns: 0 });
+        }
+        let end = StepMark { index: 0, start_ns: end_ns, floor_ns: self.floor_ns };
+        self.marks
+            .iter()
+            .zip(self.marks.iter().skip(1).chain(std::iter::once(&end)))
+            .map(|(m, next)| StepReport {
+                index: m.index,
+                time_ns: next.start_ns - m.start_ns,
+                compute_floor_ns: next.floor_ns - m.floor_ns,
+            })
+            .filter(|s| s.time_ns > 0 || s.compute_floor_ns > 0)
+            .collect()
+    }
+}
+
 fn replay_events(
     mut reader: Parsed,
     file: String,
@@ -239,57 +324,32 @@ fn replay_events(
     let Options { mut sink, undeclared_every, pre_existing } = options;
     let mut protocol = protocol::Protocol::new(policy, backend, sink.is_some());
     let lookahead = policy.lookahead();
-    // (index, line, the operation, the part of it the policy sees where that differs)
-    let mut window: VecDeque<(u64, u64, Op, Option<Op>)> = VecDeque::with_capacity(lookahead + 1);
+    let mut window: VecDeque<Ahead> = VecDeque::with_capacity(lookahead + 1);
     let mut read = 0u64;
     let mut exhausted = false;
     let mut pre = PreExisting::new(pre_existing);
-    let (mut floor, mut kernels) = (0u64, 0u64);
-    // (step index, completion time at its start, compute floor at its start)
-    let mut marks: Vec<(u64, u64, u64)> = Vec::new();
+    let mut totals = Totals::default();
 
     loop {
+        // The policy sees `lookahead` operations ahead of the one running.
         while !exhausted && window.len() <= lookahead {
             match reader.next_op()? {
                 Some((line, op)) => {
                     pre.on_read(&op, backend).map_err(|e| Error::at(&file, line, e))?;
                     let seen = declared_part(&op, undeclared_every);
                     policy.on_future(read, seen.as_ref().unwrap_or(&op));
-                    window.push_back((read, line, op, seen));
+                    window.push_back(Ahead { index: read, line, op, seen });
                     read += 1;
                 }
                 None => exhausted = true,
             }
         }
-        let Some((index, line, op, seen)) = window.pop_front() else {
+        let Some(Ahead { index, line, op, seen }) = window.pop_front() else {
             break;
         };
         let seen = seen.as_ref().unwrap_or(&op);
         let ran = protocol.run(index, seen, policy, backend, |backend| {
-            match &op {
-                Op::Alloc { region, bytes, name } => {
-                    let address = backend.allocate(*region, *bytes)?;
-                    if let Some(sink) = sink.as_deref_mut() {
-                        sink.region(*region, *bytes, name.as_deref(), address)?;
-                    }
-                    pre.on_alloc(region.0, *bytes, backend)?;
-                }
-                Op::Free { region } => {
-                    pre.on_free(region.0);
-                    backend.free(*region)?;
-                    if let Some(sink) = sink.as_deref_mut() {
-                        sink.freed(*region)?;
-                    }
-                }
-                Op::Kernel { name, dur_ns, accesses } => {
-                    backend.launch(&KernelLaunch { name, dur_ns: *dur_ns, accesses })?;
-                    floor += dur_ns;
-                    kernels += 1;
-                }
-                Op::Host { accesses, .. } => backend.touch_on_host(accesses)?,
-                Op::Step { index } => marks.push((*index, backend.completion_ns(), floor)),
-            }
-            Ok(())
+            totals.apply(&op, backend, sink.as_deref_mut(), &mut pre)
         });
         ran.map_err(|e| Error::at(&file, line, e))?;
         match sink.as_deref_mut() {
@@ -307,22 +367,8 @@ fn replay_events(
     }
     progress(read);
 
-    if marks.first().is_none_or(|m| m.1 > 0 || m.2 > 0) {
-        // Work before the first step marker (or no markers at all) forms a step of its own.
-        let first = marks.first().map(|m| m.0.saturating_sub(1)).unwrap_or(0);
-        marks.insert(0, (first, 0, 0));
-    }
-    let steps = marks
-        .iter()
-        .enumerate()
-        .map(|(i, &(index, start, floor_at))| {
-            let (next_start, next_floor) = marks.get(i + 1).map(|m| (m.1, m.2)).unwrap_or((end, floor));
-            StepReport { index, time_ns: next_start - start, compute_floor_ns: next_floor - floor_at }
-        })
-        .filter(|s| s.time_ns > 0 || s.compute_floor_ns > 0)
-        .collect();
-
     let stats = backend.stats();
+    let (compute_floor_ns, kernels) = (totals.floor_ns, totals.kernels);
     Ok(ReplayReport {
         trace: file,
         backend: backend.kind(),
@@ -330,7 +376,7 @@ fn replay_events(
         policy: policy.name().to_string(),
         budget_bytes: backend.device_capacity(),
         time_ns: end,
-        compute_floor_ns: floor,
+        compute_floor_ns,
         h2d_bytes: stats.h2d_bytes,
         d2h_bytes: stats.d2h_bytes,
         gpu_faults: stats.gpu_faults,
@@ -346,7 +392,7 @@ fn replay_events(
         placement: PlacementBytes::from_stats(&stats),
         events: read,
         kernels,
-        steps,
+        steps: totals.steps(end),
         wall_ns: wall.elapsed().as_nanos() as u64,
         policy_ns: protocol.policy_ns,
         backend_host: stats.host,
