@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::region::RegionId;
+use crate::ids::RegionId;
 
 /// Result alias used throughout unimem-core.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -15,6 +15,7 @@ pub mod backends;
 pub mod config;
 pub mod cost;
 pub mod error;
+mod ids;
 pub(crate) mod mechanism;
 pub mod op;
 pub mod output_file;

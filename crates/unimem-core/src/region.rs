@@ -1,7 +1,6 @@
 //! Regions (managed allocations) and the registry that finds them by id or by address.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -9,15 +8,7 @@ use dashmap::DashMap;
 
 use crate::error::{Error, Result};
 
-/// Stable identity of a region for the lifetime of a runtime. Never reused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
-pub struct RegionId(pub u64);
-
-impl fmt::Display for RegionId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "#{}", self.0)
-    }
-}
+pub use crate::ids::RegionId;
 
 /// One managed allocation: where it lives in the address space, how large it is, what it is called.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,15 +5,15 @@
 //! body computes on the declared views. It is the path that lets examples and tests run
 //! anywhere.
 
-use unimem_core::{AccessMode, KernelData, RangeAccess, Runtime};
+use unimem_core::{KernelData, RangeAccess, Runtime};
 
 use crate::element::Element;
 use crate::error::{Result, TensorError};
 use crate::shape::Layout;
-use crate::tensor::{gather, scatter, Tensor};
+use crate::shape::{gather, scatter};
 
 /// One declared access of a launch: a tensor view and how the kernel uses it. Made by
-/// [`Tensor::read`], [`Tensor::write`] and [`Tensor::read_write`].
+/// [`crate::Tensor::read`], [`crate::Tensor::write`] and [`crate::Tensor::read_write`].
 pub struct Arg<'a> {
     name: &'a str,
     dtype: &'static str,
@@ -25,15 +25,15 @@ pub struct Arg<'a> {
 }
 
 impl<'a> Arg<'a> {
-    pub(crate) fn new<T: Element>(t: &'a Tensor<T>, mode: AccessMode) -> Self {
-        Arg {
-            name: &t.storage.name,
-            dtype: T::NAME,
-            range: t.range(mode),
-            held: &t.storage.host_guards,
-            rt: &t.storage.rt,
-            layout: t.layout.clone(),
-        }
+    pub(crate) fn new(
+        name: &'a str,
+        dtype: &'static str,
+        range: RangeAccess,
+        held: &'a std::sync::atomic::AtomicU32,
+        rt: &'a unimem_core::WeakRuntime,
+        layout: Layout,
+    ) -> Self {
+        Arg { name, dtype, range, held, rt, layout }
     }
 
     /// The byte range and mode this argument declares.

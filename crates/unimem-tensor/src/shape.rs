@@ -1,5 +1,7 @@
 //! Shapes, strides and the bytes a view touches.
 
+use crate::element::Element;
+
 /// A shape that cannot be laid out as asked.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ShapeError {
@@ -126,6 +128,52 @@ impl Layout {
         }
         let last: u64 = self.shape.iter().zip(&self.strides).map(|(d, s)| (d - 1) * s).sum();
         (self.offset * elem_bytes, (last + 1) * elem_bytes)
+    }
+}
+
+/// The elements of a view (row-major order of the view) from the bytes of its span.
+pub(crate) fn gather<T: Element>(layout: &Layout, span: &[u8]) -> Vec<T> {
+    let base = layout.offset();
+    let mut out = Vec::with_capacity(layout.len() as usize);
+    for_each_index(layout.shape(), |idx| {
+        let at = ((layout.offset_of(idx) - base) as usize) * T::BYTES;
+        out.push(T::read_le(&span[at..at + T::BYTES]));
+    });
+    out
+}
+
+/// Writes the elements of a view (row-major order of the view) into the bytes of its span.
+pub(crate) fn scatter<T: Element>(layout: &Layout, values: &[T], span: &mut [u8]) {
+    let base = layout.offset();
+    let mut it = values.iter();
+    for_each_index(layout.shape(), |idx| {
+        let at = ((layout.offset_of(idx) - base) as usize) * T::BYTES;
+        if let Some(v) = it.next() {
+            v.write_le(&mut span[at..at + T::BYTES]);
+        }
+    });
+}
+
+/// Calls `f` with every index of `shape`, in row-major order.
+pub(crate) fn for_each_index(shape: &[u64], mut f: impl FnMut(&[u64])) {
+    if shape.contains(&0) {
+        return;
+    }
+    let mut idx = vec![0u64; shape.len()];
+    loop {
+        f(&idx);
+        let mut d = shape.len();
+        loop {
+            if d == 0 {
+                return;
+            }
+            d -= 1;
+            idx[d] += 1;
+            if idx[d] < shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
     }
 }
 

@@ -11,7 +11,7 @@ use unimem_core::{AccessMode, RangeAccess, RegionId, Runtime, WeakRuntime};
 use crate::element::Element;
 use crate::error::{Result, TensorError};
 use crate::launch::Arg;
-use crate::shape::Layout;
+use crate::shape::{for_each_index, gather, scatter, Layout};
 
 /// The managed region behind a tensor and its views.
 pub(crate) struct Storage {
@@ -209,22 +209,27 @@ impl<T: Element> Tensor<T> {
 
     /// Declares that a launch reads this view.
     pub fn read(&self) -> Arg<'_> {
-        Arg::new(self, AccessMode::Read)
+        self.arg(AccessMode::Read)
     }
 
     /// Declares that a launch overwrites this view (its old contents are not read).
     pub fn write(&self) -> Arg<'_> {
-        Arg::new(self, AccessMode::Write)
+        self.arg(AccessMode::Write)
     }
 
     /// Declares that a launch reads and writes this view.
     pub fn read_write(&self) -> Arg<'_> {
-        Arg::new(self, AccessMode::ReadWrite)
+        self.arg(AccessMode::ReadWrite)
     }
 
     pub(crate) fn range(&self, mode: AccessMode) -> RangeAccess {
         let (offset, len) = self.byte_range();
         RangeAccess { region: self.storage.id, offset, len, mode }
+    }
+
+    fn arg(&self, mode: AccessMode) -> Arg<'_> {
+        let s = &self.storage;
+        Arg::new(&s.name, T::NAME, self.range(mode), &s.host_guards, &s.rt, self.layout.clone())
     }
 
     pub(crate) fn gather(&self, span: &[u8]) -> Vec<T> {
@@ -287,52 +292,6 @@ impl<T: Element> Tensor<T> {
         let data = self.gather(&span);
         self.storage.host_guards.fetch_add(1, Ordering::AcqRel);
         Ok(HostMut { tensor: self, data, span, committed: false })
-    }
-}
-
-/// The elements of a view (row-major order of the view) from the bytes of its span.
-pub(crate) fn gather<T: Element>(layout: &Layout, span: &[u8]) -> Vec<T> {
-    let base = layout.offset();
-    let mut out = Vec::with_capacity(layout.len() as usize);
-    for_each_index(layout.shape(), |idx| {
-        let at = ((layout.offset_of(idx) - base) as usize) * T::BYTES;
-        out.push(T::read_le(&span[at..at + T::BYTES]));
-    });
-    out
-}
-
-/// Writes the elements of a view (row-major order of the view) into the bytes of its span.
-pub(crate) fn scatter<T: Element>(layout: &Layout, values: &[T], span: &mut [u8]) {
-    let base = layout.offset();
-    let mut it = values.iter();
-    for_each_index(layout.shape(), |idx| {
-        let at = ((layout.offset_of(idx) - base) as usize) * T::BYTES;
-        if let Some(v) = it.next() {
-            v.write_le(&mut span[at..at + T::BYTES]);
-        }
-    });
-}
-
-/// Calls `f` with every index of `shape`, in row-major order.
-pub(crate) fn for_each_index(shape: &[u64], mut f: impl FnMut(&[u64])) {
-    if shape.contains(&0) {
-        return;
-    }
-    let mut idx = vec![0u64; shape.len()];
-    loop {
-        f(&idx);
-        let mut d = shape.len();
-        loop {
-            if d == 0 {
-                return;
-            }
-            d -= 1;
-            idx[d] += 1;
-            if idx[d] < shape[d] {
-                break;
-            }
-            idx[d] = 0;
-        }
     }
 }
 

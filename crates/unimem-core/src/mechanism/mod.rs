@@ -3,4 +3,3 @@
 
 pub(crate) mod budget;
 pub(crate) mod pool;
-pub mod recorder;

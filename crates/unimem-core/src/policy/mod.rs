@@ -17,6 +17,23 @@ use crate::cost::CostModel;
 use crate::error::Result;
 use crate::op::Op;
 
+/// What a policy learned from faults (the advisor's `learn_from_faults`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct Learning {
+    /// Bytes of undeclared accesses learned from faults (counted each time they are learned).
+    pub learned_bytes: u64,
+    /// Times a learned access was observed at its place in a step (fed to the predictors).
+    pub observed: u64,
+    /// Kernels whose faults were reported late (a GPU's, through CUPTI).
+    pub late_kernels: u64,
+    /// Of those, kernels reported too late to place (their declared accesses forgotten).
+    pub late_too_old: u64,
+    /// How many kernels behind the host those reports came, on average.
+    pub late_lag_mean: f64,
+    /// And at most.
+    pub late_lag_max: u64,
+}
+
 /// Decides hints during a replay (or for a running program, through the runtime's engine).
 pub trait Policy: Send {
     /// Name in reports.
@@ -59,8 +76,8 @@ pub trait Policy: Send {
     fn observe_late(&mut self, _kernel: u64, _events: &[crate::seam::MemEvent]) {}
 
     /// What the policy learned from faults so far (for reports).
-    fn learning(&self) -> crate::replay::Learning {
-        crate::replay::Learning::default()
+    fn learning(&self) -> Learning {
+        Learning::default()
     }
 
     /// Called just after the operation at `index` ran (e.g. to see where a new region landed).

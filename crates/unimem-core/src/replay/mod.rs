@@ -9,7 +9,8 @@ use std::collections::VecDeque;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::time::Instant;
 
-pub use report::{Learning, PlacementBytes, PrefetchMetrics, ReplayReport, StepReport};
+pub use crate::policy::Learning;
+pub use report::{PlacementBytes, PrefetchMetrics, ReplayReport, StepReport};
 
 /// The driver's fault unit (64 KiB), for counting faults avoided.
 const FAULT_UNIT_BYTES: u64 = 64 << 10;

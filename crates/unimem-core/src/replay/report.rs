@@ -1,5 +1,6 @@
 //! What a replay reports.
 
+use crate::policy::Learning;
 use serde::Serialize;
 
 use crate::seam::{BackendKind, HostTime};
@@ -48,23 +49,6 @@ impl PrefetchMetrics {
             used_bytes: s.prefetch_used_bytes,
         }
     }
-}
-
-/// What a policy learned from faults (the advisor's `learn_from_faults`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-pub struct Learning {
-    /// Bytes of undeclared accesses learned from faults (counted each time they are learned).
-    pub learned_bytes: u64,
-    /// Times a learned access was observed at its place in a step (fed to the predictors).
-    pub observed: u64,
-    /// Kernels whose faults were reported late (a GPU's, through CUPTI).
-    pub late_kernels: u64,
-    /// Of those, kernels reported too late to place (their declared accesses forgotten).
-    pub late_too_old: u64,
-    /// How many kernels behind the host those reports came, on average.
-    pub late_lag_mean: f64,
-    /// And at most.
-    pub late_lag_max: u64,
 }
 
 /// Bytes by placement.

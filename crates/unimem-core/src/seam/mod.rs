@@ -4,13 +4,14 @@
 //! for every backend; nothing below it knows about policies or configuration.
 
 mod event;
+mod recorder;
 
 use std::fmt;
 
-pub use crate::mechanism::recorder::Recorder;
 pub use event::{
     BackendStats, Direction, HintKind, HostOp, HostTime, MemEvent, MigrationCause, RemoteMapCause,
 };
+pub use recorder::Recorder;
 
 use crate::access::RangeAccess;
 use crate::error::Result;

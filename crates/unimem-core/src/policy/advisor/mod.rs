@@ -50,7 +50,7 @@ pub struct HintBytes {
 
 /// Faults reported late to the advisor ([`Policy::observe_late`]): on a GPU the host runs
 /// ahead of the device, so what the advisor learns from them comes that many kernels later.
-/// Reported in [`crate::replay::Learning`].
+/// Reported in [`crate::policy::Learning`].
 #[derive(Debug, Clone, Copy, Default)]
 struct LateStats {
     /// Kernels whose late faults were reported.
@@ -287,8 +287,8 @@ impl Policy for Advisor {
         self.settings.learn_from_faults
     }
 
-    fn learning(&self) -> crate::replay::Learning {
-        crate::replay::Learning {
+    fn learning(&self) -> crate::policy::Learning {
+        crate::policy::Learning {
             learned_bytes: self.learned_bytes,
             observed: self.learned_observed,
             late_kernels: self.late.kernels,

@@ -1,9 +1,9 @@
 //! Per-event recording, as every backend keeps it: a switch and the events recorded since the
 //! caller last took them.
 
-use crate::seam::MemEvent;
+use super::MemEvent;
 
-/// A backend's recorded events (see [`crate::seam::MemoryBackend::events`]).
+/// A backend's recorded events (see [`super::MemoryBackend::events`]).
 #[derive(Debug, Default)]
 pub struct Recorder {
     on: bool,
