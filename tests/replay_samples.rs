@@ -4,11 +4,11 @@
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 
-use unimem::core::backends::sim::{CostModel, SimBackend};
-use unimem::core::config::{Config, PolicyName};
-use unimem::core::replay::{self, ReplayReport};
-use unimem::core::trace::{TraceEvent, TraceReader, TraceStats};
-use unimem::core::Budget;
+use unimem::backends::sim::{CostModel, SimBackend};
+use unimem::config::{Config, PolicyName};
+use unimem::replay::{self, ReplayReport};
+use unimem::trace::{TraceEvent, TraceReader, TraceStats};
+use unimem::Budget;
 
 fn trace(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("traces").join(name)
@@ -21,7 +21,7 @@ fn replay(name: &str, budget: Budget, policy: PolicyName) -> ReplayReport {
     let config = Config::default();
     // With the default staging memory, as `unimem replay` opens the simulator.
     let mut backend = SimBackend::new(cost.clone(), bytes).with_staging(config.staging.resolve(bytes));
-    let mut policy = unimem::core::policy::make_policy(policy, bytes, &config, &cost);
+    let mut policy = unimem::policy::make_policy(policy, bytes, &config, &cost);
     replay::run(TraceReader::open(&trace(name)).unwrap(), &mut backend, policy.as_mut(), &mut |_| {}).unwrap()
 }
 

@@ -300,6 +300,6 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
 fn device_memory(config: &Config) -> Result<Option<u64>> {
     Ok(match config.backend {
         BackendChoice::Sim => Some(backends::cost_model(config)?.device_memory_bytes),
-        BackendChoice::Auto | BackendChoice::Cuda => None,
+        _ => None,
     })
 }

@@ -10,6 +10,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Everything that can go wrong in unimem-core.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// A configuration value is missing, mistyped or out of range.
     #[error("config: {key}: {reason} (from {source_desc})")]
@@ -84,6 +85,10 @@ pub enum Error {
         call: String,
         /// The driver's error, with what was being done.
         detail: String,
+        /// The driver's own error value where there is one (`cudarc::driver::DriverError`
+        /// for driver calls: downcast it for the `CUresult`).
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
     },
 
     /// Invalid argument to an API call (documented precondition violated).
@@ -123,6 +128,11 @@ pub enum Error {
 }
 
 impl Error {
+    /// Builds a [`Error::Cuda`] error without a typed source.
+    pub fn cuda(call: impl Into<String>, detail: impl Into<String>) -> Self {
+        Error::Cuda { call: call.into(), detail: detail.into(), source: None }
+    }
+
     /// Builds a [`Error::Config`] error.
     pub fn config(key: impl Into<String>, reason: impl Into<String>, source_desc: impl Into<String>) -> Self {
         Error::Config { key: key.into(), reason: reason.into(), source_desc: source_desc.into() }

@@ -829,7 +829,7 @@ fn host_executed_kernels_on_the_gpu_keep_and_store_data() {
     use unimem_core::config::{Config, PolicyName};
     use unimem_core::{AccessMode, RangeAccess, Runtime};
     let gpu = CudaBackend::open(0, 64 << 20, false).unwrap();
-    let rt = Runtime::with_backend(Box::new(gpu), PolicyName::Advisor, &Config::default()).unwrap();
+    let rt = Runtime::builder().backend(Box::new(gpu)).policy(PolicyName::Advisor).build().unwrap();
     let r = rt.alloc("x", 8 << 20).unwrap();
     let data: Vec<u8> = (0..8u32 << 20).map(|i| (i * 7 + 3) as u8).collect();
     rt.write(r.id, 0, &data).unwrap();
@@ -861,7 +861,7 @@ fn native_kernels_run_through_the_runtime() {
     let dev = device();
     let kernels = Arc::new(Kernels::load(&dev).unwrap());
     let gpu = CudaBackend::open(0, 64 << 20, false).unwrap();
-    let rt = Runtime::with_backend(Box::new(gpu), PolicyName::Advisor, &Config::default()).unwrap();
+    let rt = Runtime::builder().backend(Box::new(gpu)).policy(PolicyName::Advisor).build().unwrap();
     let words = 4u64 << 20; // 16 MiB of u32
     let r = rt.alloc("w", words * 4).unwrap();
     let data: Vec<u8> = (0..words as u32).flat_map(|i| i.to_le_bytes()).collect();

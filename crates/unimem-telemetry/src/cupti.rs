@@ -50,7 +50,7 @@ fn cupti(call: &str, r: sys::CUptiResult) -> Result<()> {
     if r == sys::CUptiResult::CUPTI_SUCCESS {
         Ok(())
     } else {
-        Err(Error::Cuda { call: call.into(), detail: format!("{r:?}") })
+        Err(Error::cuda(call, format!("{r:?}")))
     }
 }
 

@@ -38,6 +38,7 @@ pub struct RegionInfo {
 /// Whether a log was written to its end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum LogEnd {
     /// It ends with its `end` record.
     Complete,

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use unimem_core::seam::{Direction, Location, MemEvent, MigrationCause, RemoteMapCause};
+use unimem_core::seam::{Direction, Location, MemEvent, MigrationCause};
 use unimem_core::{Accessor, RegionId};
 
 /// What happened to one region.
@@ -122,14 +122,7 @@ impl Summary {
                     r.stall_ns += end_ns - start_ns;
                 }
                 r.transfer_ns += end_ns - start_ns;
-                let name = match cause {
-                    MigrationCause::Fault => "fault",
-                    MigrationCause::Prefetch => "prefetch",
-                    MigrationCause::Eviction => "eviction",
-                    MigrationCause::Coherence => "coherence",
-                    MigrationCause::Staging => "staging",
-                };
-                *self.causes.entry(name).or_default() += bytes;
+                *self.causes.entry(cause.name()).or_default() += bytes;
             }
             MemEvent::Populate { bytes, on: Location::DEVICE, .. } => {
                 self.totals.populated_device_bytes += bytes
@@ -147,15 +140,7 @@ impl Summary {
             }
             MemEvent::RemoteMap { region, bytes, cause, .. } => {
                 self.regions.entry(region).or_default().remote_mapped_bytes += bytes;
-                let name = match cause {
-                    RemoteMapCause::Coherence => "coherence",
-                    RemoteMapCause::Thrashing => "thrashing",
-                    RemoteMapCause::Policy => "policy",
-                    RemoteMapCause::OutOfMemory => "out_of_memory",
-                    RemoteMapCause::Eviction => "eviction",
-                    RemoteMapCause::Unknown => "unknown",
-                };
-                *self.totals.remote_mapped.entry(name.to_string()).or_default() += bytes;
+                *self.totals.remote_mapped.entry(cause.name().to_string()).or_default() += bytes;
             }
             MemEvent::Kernel { stall_ns, .. } => {
                 self.totals.kernels += 1;

@@ -283,13 +283,12 @@ fn a_running_program_writes_its_telemetry_too() {
     let buf = SharedBuf::default();
     let log = EventLog::new(buf.clone(), "test program").unwrap();
     let budget = 8 << 20;
-    let rt = Runtime::with_telemetry(
-        Box::new(SimBackend::new(CostModel::h200(), budget)),
-        PolicyName::Advisor,
-        &Config::default(),
-        Some(Box::new(log)),
-    )
-    .unwrap();
+    let rt = Runtime::builder()
+        .backend(Box::new(SimBackend::new(CostModel::h200(), budget)))
+        .policy(PolicyName::Advisor)
+        .telemetry(Box::new(log))
+        .build()
+        .unwrap();
     let names = ["weights", "activations", "gradients"];
     let regions: Vec<_> = names.iter().map(|n| rt.alloc(n, 4 << 20).unwrap()).collect();
     for r in &regions {

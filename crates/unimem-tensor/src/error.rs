@@ -4,6 +4,7 @@ use crate::shape::ShapeError;
 
 /// A tensor operation that cannot be done.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum TensorError {
     /// A shape that cannot be laid out, or a view outside its tensor.
     #[error(transparent)]

@@ -169,6 +169,7 @@ pub unsafe fn launch_cuda(
         unsafe { b.launch(cfg) }.map(|_| ()).map_err(|e| unimem_core::Error::Cuda {
             call: "cuLaunchKernel".into(),
             detail: format!("{e:?} (kernel `{kernel}`)"),
+            source: Some(Box::new(e)),
         })
     })?;
     Ok(())

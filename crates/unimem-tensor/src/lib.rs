@@ -5,13 +5,11 @@
 //! what it reads and writes, which is what the prefetch advisor learns from.
 //!
 //! ```
-//! use unimem_core::{Runtime, SimBackend, CostModel};
-//! use unimem_core::config::{Config, PolicyName};
+//! use unimem_core::{Budget, Runtime};
 //! use unimem_tensor::{launch_cpu, Tensor};
 //!
-//! // A simulated GPU with 64 MiB, planned by the advisor.
-//! let gpu = SimBackend::new(CostModel::h200(), 64 << 20);
-//! let rt = Runtime::with_backend(Box::new(gpu), PolicyName::Advisor, &Config::default())?;
+//! // A simulated H200 whose working set may use 64 MiB, planned by the advisor.
+//! let rt = Runtime::builder().simulator().budget(Budget::Bytes(64 << 20)).build()?;
 //! let a = Tensor::<f32>::from_fn(&rt, "a", &[2, 3], |i| (i[0] * 3 + i[1]) as f32)?;
 //! let b = Tensor::<f32>::uninit(&rt, "b", &[3, 2])?;
 //! // b = transpose(a) * 2, as a kernel of 10 us that reads a and writes b.
@@ -47,9 +45,7 @@ pub mod cuda {
     /// Compiles CUDA C `source` with NVRTC, loads it into device `ordinal`'s primary context (the
     /// one the runtime's CUDA backend uses) and returns the functions `names`, in order.
     pub fn load_kernels(ordinal: usize, source: &str, names: &[&str]) -> crate::Result<Vec<CudaFunction>> {
-        let err = |call: &str, e: String| {
-            crate::TensorError::Core(unimem_core::Error::Cuda { call: call.into(), detail: e })
-        };
+        let err = |call: &str, e: String| crate::TensorError::Core(unimem_core::Error::cuda(call, e));
         let ptx = compile_ptx(source).map_err(|e| err("nvrtcCompileProgram", format!("{e:?}")))?;
         let ctx = CudaContext::new(ordinal).map_err(|e| err("cuDevicePrimaryCtxRetain", format!("{e:?}")))?;
         let module = ctx.load_module(ptx).map_err(|e| err("cuModuleLoadData", format!("{e:?}")))?;

@@ -4,6 +4,7 @@ use crate::element::Element;
 
 /// A shape that cannot be laid out as asked.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ShapeError {
     /// The element count overflows `u64` bytes.
     #[error("shape {0:?} is too large to address")]

@@ -172,9 +172,7 @@ impl<T: Element> Tensor<T> {
     /// Elements `start..end` of dimension `dim` (no copy).
     ///
     /// ```
-    /// # use unimem_core::{config::{Config, PolicyName}, CostModel, Runtime, SimBackend};
-    /// # let rt = Runtime::with_backend(Box::new(SimBackend::new(CostModel::h200(), 1 << 26)),
-    /// #     PolicyName::Advisor, &Config::default())?;
+    /// # let rt = unimem_core::Runtime::builder().simulator().budget(unimem_core::Budget::Bytes(1 << 26)).build()?;
     /// use unimem_tensor::Tensor;
     /// let t = Tensor::<i32>::from_fn(&rt, "t", &[3, 4], |i| (10 * i[0] + i[1]) as i32)?;
     /// let row = t.narrow(0, 1, 2)?; // row 1, sharing t's memory
@@ -270,9 +268,7 @@ impl<T: Element> Tensor<T> {
     /// view out at compile time; other views of the region are refused at run time.
     ///
     /// ```
-    /// # use unimem_core::{config::{Config, PolicyName}, CostModel, Runtime, SimBackend};
-    /// # let rt = Runtime::with_backend(Box::new(SimBackend::new(CostModel::h200(), 1 << 26)),
-    /// #     PolicyName::Advisor, &Config::default())?;
+    /// # let rt = unimem_core::Runtime::builder().simulator().budget(unimem_core::Budget::Bytes(1 << 26)).build()?;
     /// use unimem_tensor::{launch_cpu, Tensor, TensorError};
     /// let mut t = Tensor::<f32>::zeros(&rt, "t", &[4])?;
     /// {

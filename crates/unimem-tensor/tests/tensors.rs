@@ -2,13 +2,13 @@
 //! issue names giving a clear error.
 
 use proptest::prelude::*;
-use unimem_core::config::{Config, PolicyName};
+use unimem_core::config::PolicyName;
 use unimem_core::{CostModel, Runtime, SimBackend};
 use unimem_tensor::{assert_close, bf16, f16, launch, launch_cpu, Tensor, TensorError};
 
 fn runtime(budget: u64) -> Runtime {
     let gpu = SimBackend::new(CostModel::h200(), budget);
-    Runtime::with_backend(Box::new(gpu), PolicyName::Advisor, &Config::default()).unwrap()
+    Runtime::builder().backend(Box::new(gpu)).policy(PolicyName::Advisor).build().unwrap()
 }
 
 #[test]

@@ -9,24 +9,12 @@ use crate::cost::CostModel;
 use crate::error::Result;
 use crate::seam::{DeviceId, MemoryBackend};
 
-/// Which backend to open.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Which {
-    /// CUDA when a device is present, the simulator otherwise.
-    Auto,
-    /// The calibrated simulator.
-    Sim,
-    /// A real GPU.
-    Cuda,
-}
-
 /// Everything a backend is opened with. [`BackendSpec::from_config`] builds one from a
 /// configuration; nothing below the seam sees the configuration itself.
 #[derive(Debug, Clone)]
 pub struct BackendSpec {
     /// Which backend.
-    pub which: Which,
+    pub which: BackendChoice,
     /// The GPU (CUDA).
     pub device: DeviceId,
     /// The simulator's costs.
@@ -53,11 +41,7 @@ impl BackendSpec {
     /// of pinned memory, `pin_now` of them pinned up front.
     pub fn from_config(config: &Config, capacity: u64, staging: u64, pin_now: u64) -> Result<Self> {
         Ok(Self {
-            which: match config.backend {
-                BackendChoice::Auto => Which::Auto,
-                BackendChoice::Sim => Which::Sim,
-                BackendChoice::Cuda => Which::Cuda,
-            },
+            which: config.backend,
             device: DeviceId(0),
             cost: cost_model(config)?,
             capacity,
@@ -87,9 +71,9 @@ pub fn open(spec: &BackendSpec) -> Result<Box<dyn MemoryBackend>> {
         )
     };
     match spec.which {
-        Which::Sim => Ok(simulator()),
-        Which::Cuda => Ok(Box::new(gpu()?)),
-        Which::Auto => match gpu() {
+        BackendChoice::Sim => Ok(simulator()),
+        BackendChoice::Cuda => Ok(Box::new(gpu()?)),
+        BackendChoice::Auto => match gpu() {
             Ok(gpu) => Ok(Box::new(gpu)),
             Err(crate::Error::BackendUnavailable { reason, .. }) => {
                 tracing::info!(%reason, "backend auto: using the simulator");

@@ -24,6 +24,7 @@ use crate::error::{Error, Result};
 /// Which backend runs the work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum BackendChoice {
     /// CUDA when a device is present, the simulator otherwise.
     Auto,
@@ -47,6 +48,7 @@ pub enum Oversubscribe {
 /// A replay policy by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum PolicyName {
     /// No hints: the driver faults data in and evicts the least recently migrated.
     None,
@@ -127,6 +129,7 @@ pub struct ReplayConfig {
 /// A placement the advisor may use besides migrating data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum PlacementName {
     /// Drop dead data without copying it (`cuMemDiscardBatchAsync`).
     Discard,

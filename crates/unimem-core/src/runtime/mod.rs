@@ -10,7 +10,10 @@
 //! advisor's own transfers run on the backend's copy streams (side streams on CUDA, the
 //! simulated link on the simulator) and kernels wait for data in flight instead of faulting.
 
+mod builder;
 mod engine;
+
+pub use builder::RuntimeBuilder;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -18,8 +21,9 @@ use std::sync::{Arc, Mutex};
 use crossbeam_channel::{bounded, Sender};
 
 use crate::access::{Access, AccessHistory, Accessor, RangeAccess};
-use crate::config::{Config, PolicyName};
+use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::policy::Policy;
 use crate::region::{Region, RegionId, Registry};
 use crate::seam::{BackendKind, BackendStats, MemoryBackend, MemoryBackendExt};
 use engine::{Command, Engine};
@@ -132,34 +136,28 @@ impl std::fmt::Debug for Runtime {
 }
 
 impl Runtime {
-    /// A runtime on `backend`, planning with `policy` (settings from `config`) for a device of
-    /// the backend's capacity.
-    pub fn with_backend(
-        backend: Box<dyn MemoryBackend>,
-        policy: PolicyName,
-        config: &Config,
-    ) -> Result<Self> {
-        Self::with_telemetry(backend, policy, config, None)
+    /// A builder: the backend, budget, policy and telemetry of a new runtime.
+    pub fn builder() -> RuntimeBuilder {
+        RuntimeBuilder::default()
     }
 
-    /// [`Runtime::with_backend`], sending the program's telemetry to `sink` (the regions by
-    /// name, the backend's events, the policy's hints with their reasons), as a replay does
-    /// with `--telemetry`; the sink is closed when the last handle is dropped. The
-    /// `unimem-telemetry` crate has the log (`EventLog`) and, on a GPU, `cupti::CuptiSink`.
-    pub fn with_telemetry(
+    /// A runtime as `config` asks: its backend (`auto`: CUDA when present, else the simulator),
+    /// its budget (a percent is of the device) and the advisor.
+    pub fn from_config(config: &Config) -> Result<Self> {
+        Self::builder().config(config.clone()).build()
+    }
+
+    /// Starts the engine: `policy` plans for `backend`, within its capacity.
+    fn start(
         backend: Box<dyn MemoryBackend>,
-        policy: PolicyName,
-        config: &Config,
+        policy: Box<dyn Policy>,
         sink: Option<Box<dyn crate::protocol::EventSink + Send>>,
-    ) -> Result<Self> {
+    ) -> Self {
         let budget = backend.device_capacity();
         let kind = backend.kind();
-        // The cost model sets the advisor's smallest worthwhile prefetch.
-        let cost = crate::backends::cost_model(config)?;
-        let policy = crate::policy::make_policy(policy, budget, config, &cost);
         let (tx, rx) = bounded(1024);
         let engine = Engine::spawn(backend, policy, sink, rx);
-        Ok(Self {
+        Self {
             shared: Arc::new(Shared {
                 registry: Registry::new(),
                 history: Mutex::new(AccessHistory::with_capacity(HISTORY)),
@@ -169,18 +167,7 @@ impl Runtime {
                 budget,
                 backend: kind,
             }),
-        })
-    }
-
-    /// A runtime as `config` asks: its backend (`auto`: CUDA when present, else the simulator),
-    /// its budget (a percent is of the device) and the advisor.
-    pub fn from_config(config: &Config) -> Result<Self> {
-        let cost = crate::backends::cost_model(config)?;
-        let capacity = config.budget.resolve(cost.device_memory_bytes);
-        let staging = config.staging.resolve(capacity);
-        let backend =
-            crate::backends::open(&crate::backends::BackendSpec::from_config(config, capacity, staging, 0)?)?;
-        Self::with_backend(backend, PolicyName::Advisor, config)
+        }
     }
 
     /// Which backend runs the work.

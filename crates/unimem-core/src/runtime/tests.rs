@@ -2,13 +2,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::*;
 use crate::backends::sim::{CostModel, SimBackend};
+use crate::config::PolicyName;
 use crate::AccessMode;
 
 const MIB: u64 = 1 << 20;
 
 fn runtime(budget: u64) -> Runtime {
     let sim = SimBackend::new(CostModel::h200(), budget);
-    Runtime::with_backend(Box::new(sim), PolicyName::Advisor, &Config::default()).unwrap()
+    Runtime::builder().backend(Box::new(sim)).policy(PolicyName::Advisor).build().unwrap()
 }
 
 fn acc(region: RegionId, len: u64, mode: AccessMode) -> RangeAccess {
@@ -47,7 +48,7 @@ fn bytes_round_trip_through_kernels_and_eviction() {
 #[test]
 fn bytes_round_trip_through_staged_evictions() {
     let sim = SimBackend::new(CostModel::h200(), 4 * MIB).with_staging(8 * MIB);
-    let rt = Runtime::with_backend(Box::new(sim), PolicyName::Advisor, &Config::default()).unwrap();
+    let rt = Runtime::builder().backend(Box::new(sim)).policy(PolicyName::Advisor).build().unwrap();
     let regions: Vec<_> = (0..3).map(|i| rt.alloc(&format!("r{i}"), 3 * MIB).unwrap()).collect();
     let data: Vec<Vec<u8>> = (0..3u64).map(|k| (0..3 * MIB).map(|i| (i * 7 + k) as u8).collect()).collect();
     for (r, d) in regions.iter().zip(&data) {

@@ -16,6 +16,7 @@ pub enum Direction {
 /// Why bytes moved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum MigrationCause {
     /// A GPU or CPU page fault pulled the data.
     Fault,
@@ -30,9 +31,23 @@ pub enum MigrationCause {
     Staging,
 }
 
+impl MigrationCause {
+    /// The name the telemetry log gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            MigrationCause::Fault => "fault",
+            MigrationCause::Prefetch => "prefetch",
+            MigrationCause::Eviction => "eviction",
+            MigrationCause::Coherence => "coherence",
+            MigrationCause::Staging => "staging",
+        }
+    }
+}
+
 /// Why the driver mapped pages remotely instead of moving them (CUPTI's remote-map causes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum RemoteMapCause {
     /// To keep the processors' views coherent.
     Coherence,
@@ -48,9 +63,24 @@ pub enum RemoteMapCause {
     Unknown,
 }
 
+impl RemoteMapCause {
+    /// The name the telemetry log gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            RemoteMapCause::Coherence => "coherence",
+            RemoteMapCause::Thrashing => "thrashing",
+            RemoteMapCause::Policy => "policy",
+            RemoteMapCause::OutOfMemory => "out_of_memory",
+            RemoteMapCause::Eviction => "eviction",
+            RemoteMapCause::Unknown => "unknown",
+        }
+    }
+}
+
 /// What a hint asked the backend for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum HintKind {
     /// Read-mostly unset before a write (duplicates collapsed).
     Collapse,
@@ -87,6 +117,8 @@ impl std::fmt::Display for HintKind {
 }
 
 /// One thing that happened in the memory system, with its time on the backend clock.
+/// Exhaustive on purpose: every consumer (the telemetry log, its reports) handles every
+/// event, and a new one is a new log schema version.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum MemEvent {
@@ -291,6 +323,7 @@ impl serde::Serialize for Accessor {
 
 /// Kinds of backend call whose host time is accounted ([`HostTime`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum HostOp {
     /// Kernel launches, with the waits a backend puts before them and the room it makes for
     /// their data.
@@ -436,4 +469,22 @@ pub struct BackendStats {
     pub peak_footprint_bytes: u64,
     /// Host time the backend's calls held the calling thread.
     pub host: HostTime,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names reports use are the log's own.
+    #[test]
+    fn cause_names_are_the_serialized_ones() {
+        use MigrationCause as M;
+        for c in [M::Fault, M::Prefetch, M::Eviction, M::Coherence, M::Staging] {
+            assert_eq!(serde_json::to_string(&c).unwrap(), format!("\"{}\"", c.name()));
+        }
+        use RemoteMapCause as R;
+        for c in [R::Coherence, R::Thrashing, R::Policy, R::OutOfMemory, R::Eviction, R::Unknown] {
+            assert_eq!(serde_json::to_string(&c).unwrap(), format!("\"{}\"", c.name()));
+        }
+    }
 }

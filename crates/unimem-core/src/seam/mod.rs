@@ -173,6 +173,7 @@ pub struct BackendInfo {
 
 /// A usage hint for a range, as `cudaMemAdvise` takes them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Advice {
     /// Data is mostly read: reads create duplicates on the reader's side.
     SetReadMostly,
@@ -272,6 +273,7 @@ impl Residency {
 /// Which backend a report came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum BackendKind {
     /// The calibrated simulator.
     Sim,

@@ -19,6 +19,7 @@ pub struct TraceAccess {
 
 /// One trace event (every line after the header).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum TraceEvent {
     /// A region comes into existence.
     Alloc {

@@ -14,6 +14,7 @@ use crate::access::AccessMode;
 
 /// Which access pattern to generate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Pattern {
     /// Sweep all regions in order, again and again (streaming a dataset larger than memory).
     Streaming,

@@ -42,5 +42,9 @@ pub fn runtime(budget: u64, policy: PolicyName) -> unimem_core::Result<Runtime> 
             Some(unimem_telemetry::cupti::sink_for(log, backend.as_ref(), &Config::default().telemetry)?)
         }
     };
-    Runtime::with_telemetry(backend, policy, &Config::default(), sink)
+    let builder = Runtime::builder().backend(backend).policy(policy);
+    match sink {
+        Some(sink) => builder.telemetry(sink).build(),
+        None => builder.build(),
+    }
 }

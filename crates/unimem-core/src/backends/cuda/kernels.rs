@@ -149,7 +149,7 @@ impl Kernels {
             ..Default::default()
         };
         let ptx = compile_ptx_with_opts(SOURCE, opts)
-            .map_err(|e| Error::Cuda { call: "nvrtcCompileProgram".into(), detail: format!("{e:?}") })?;
+            .map_err(|e| Error::cuda("nvrtcCompileProgram", format!("{e:?}")))?;
         let ctx = dev.context().clone();
         let module = ctx.load_module(ptx).map_err(cuda_err("cuModuleLoadData", "unimem kernels"))?;
         let load = |name: &str| module.load_function(name).map_err(cuda_err("cuModuleGetFunction", name));

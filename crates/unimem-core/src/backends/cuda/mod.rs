@@ -32,7 +32,7 @@ pub(crate) fn cuda_err(
 ) -> impl FnOnce(cudarc::driver::DriverError) -> Error {
     let detail = what.to_string();
     let call = call.to_string();
-    move |e| Error::Cuda { call, detail: format!("{e:?} ({detail})") }
+    move |e| Error::Cuda { call, detail: format!("{e:?} ({detail})"), source: Some(Box::new(e)) }
 }
 
 #[cfg(test)]

@@ -48,6 +48,7 @@ pub struct UnitUse {
 
 /// Why a hint was chosen.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub enum Reason {
     /// The kernel about to run uses it.
     NeededNow,

@@ -308,10 +308,7 @@ pub(super) fn read_mostly(c: &Ctx<'_>, n: &mut Notes, a: &ManagedBuffer) -> Resu
     let attrs = a.attributes(0, bytes)?;
     a.advise(0, bytes, Advice::UnsetReadMostly)?;
     if !attrs.read_mostly {
-        return Err(Error::Cuda {
-            call: "cuMemRangeGetAttribute".into(),
-            detail: "read-mostly advice did not stick".into(),
-        });
+        return Err(Error::cuda("cuMemRangeGetAttribute", "read-mostly advice did not stick"));
     }
     // Collapsing duplicates: unsetting read-mostly while both copies exist, as the planner
     // does before a kernel writes read-mostly data. Host time of the call, then the device's

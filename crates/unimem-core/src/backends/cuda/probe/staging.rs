@@ -90,10 +90,7 @@ pub(super) fn check(a: &mut ManagedBuffer, what: &str) -> Result<()> {
     let bad =
         unsafe { a.host_bytes() }.iter().step_by(4096).enumerate().filter(|(i, &b)| b != pattern(*i)).count();
     if bad > 0 {
-        return Err(Error::Cuda {
-            call: "staging".into(),
-            detail: format!("{bad} pages wrong after {what}"),
-        });
+        return Err(Error::cuda("staging", format!("{bad} pages wrong after {what}")));
     }
     Ok(())
 }

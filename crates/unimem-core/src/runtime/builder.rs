@@ -1,0 +1,120 @@
+//! [`RuntimeBuilder`]: the one way a runtime is put together.
+
+use crate::config::{BackendChoice, Budget, Config, PolicyName};
+use crate::error::{Error, Result};
+use crate::protocol::EventSink;
+use crate::seam::{DeviceId, MemoryBackend, MemoryBackendExt};
+
+use super::Runtime;
+
+/// Builds a [`Runtime`] (see [`Runtime::builder`]). Unset, everything comes from
+/// [`Config::default`]: the backend `auto` (CUDA when present, else the simulator), the whole
+/// device as the budget, the advisor, no telemetry.
+///
+/// ```
+/// use unimem_core::{config::PolicyName, Budget, Runtime};
+///
+/// // A simulated H200 whose working set may use 64 MiB, planned by the advisor.
+/// let rt = Runtime::builder().simulator().budget(Budget::Bytes(64 << 20)).policy(PolicyName::Advisor).build()?;
+/// assert_eq!(rt.budget(), 64 << 20);
+/// # Ok::<(), unimem_core::Error>(())
+/// ```
+#[must_use = "a builder does nothing until `build`"]
+pub struct RuntimeBuilder {
+    config: Config,
+    policy: PolicyName,
+    device: DeviceId,
+    backend: Option<Box<dyn MemoryBackend>>,
+    budget_set: bool,
+    sink: Option<Box<dyn EventSink + Send>>,
+}
+
+impl Default for RuntimeBuilder {
+    fn default() -> Self {
+        Self {
+            config: Config::default(),
+            policy: PolicyName::Advisor,
+            device: DeviceId(0),
+            backend: None,
+            budget_set: false,
+            sink: None,
+        }
+    }
+}
+
+impl RuntimeBuilder {
+    /// Takes every setting from `config` (a loaded file: [`crate::LoadedConfig`]); the calls
+    /// after this one override it.
+    pub fn config(mut self, config: Config) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Device bytes the working set may use: bytes, or a percent of the device.
+    pub fn budget(mut self, budget: Budget) -> Self {
+        self.config.budget = budget;
+        self.budget_set = true;
+        self
+    }
+
+    /// The policy that plans the hints (the advisor unless set).
+    pub fn policy(mut self, policy: PolicyName) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Runs on the calibrated simulator (its device size from `sim.profile`, an H200 unless
+    /// set).
+    pub fn simulator(mut self) -> Self {
+        self.config.backend = BackendChoice::Sim;
+        self
+    }
+
+    /// Runs on the GPU `ordinal`; `build` fails if it cannot be opened.
+    pub fn cuda(mut self, ordinal: u32) -> Self {
+        self.config.backend = BackendChoice::Cuda;
+        self.device = DeviceId(ordinal);
+        self
+    }
+
+    /// Runs on a backend opened by the caller; its device capacity is the budget.
+    pub fn backend(mut self, backend: Box<dyn MemoryBackend>) -> Self {
+        self.backend = Some(backend);
+        self
+    }
+
+    /// Sends the program's telemetry to `sink` (the regions by name, the backend's events, the
+    /// policy's hints with their reasons), as a replay does with `--telemetry`; the sink is
+    /// closed when the last handle is dropped. The `unimem-telemetry` crate has the log
+    /// (`EventLog`) and, on a GPU, `cupti::CuptiSink`.
+    pub fn telemetry(mut self, sink: Box<dyn EventSink + Send>) -> Self {
+        self.sink = Some(sink);
+        self
+    }
+
+    /// The runtime, its backend opened (unless given) within the budget.
+    pub fn build(self) -> Result<Runtime> {
+        let RuntimeBuilder { config, policy, device, backend, budget_set, sink } = self;
+        // The cost model sets the advisor's smallest worthwhile prefetch.
+        let cost = crate::backends::cost_model(&config)?;
+        let backend = match backend {
+            Some(_) if budget_set => {
+                return Err(Error::config(
+                    "budget",
+                    "a backend given to the builder keeps its own capacity as the budget",
+                    "the runtime builder",
+                ))
+            }
+            Some(backend) => backend,
+            None => {
+                let capacity = config.budget.resolve(cost.device_memory_bytes);
+                let staging = config.staging.resolve(capacity);
+                let mut spec = crate::backends::BackendSpec::from_config(&config, capacity, staging, 0)?;
+                spec.device = device;
+                crate::backends::open(&spec)?
+            }
+        };
+        let policy = crate::policy::make_policy(policy, backend.device_capacity(), &config, &cost);
+        Ok(Runtime::start(backend, policy, sink))
+    }
+}
