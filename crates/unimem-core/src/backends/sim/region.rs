@@ -27,18 +27,24 @@ pub(super) struct Block {
     pub(super) advice: u8,
 }
 
-/// A pooled buffer: its length (which of its blocks are on the device, the pool keeps).
+/// A pooled buffer: its address and length (which of its blocks are on the device, the pool
+/// keeps).
 #[derive(Debug)]
-pub(super) struct SimBuffer(pub(super) u64);
+pub(super) struct SimBuffer {
+    pub(super) addr: u64,
+    pub(super) bytes: u64,
+}
 
 impl Buffer for SimBuffer {
     fn len(&self) -> u64 {
-        self.0
+        self.bytes
     }
 }
 
 #[derive(Debug)]
 pub(super) struct SimRegion {
+    /// Its (simulated) address: a pooled buffer's when it took one over.
+    pub(super) addr: u64,
     pub(super) bytes: u64,
     pub(super) pages: usize,
     pub(super) on_device: PageSet,

@@ -159,9 +159,8 @@ impl SimBackend {
             }
             this.allocated_bytes += bytes;
             let pages = bytes.div_ceil(PAGE_SIZE) as usize;
-            let addr = this.next_addr;
-            this.next_addr += bytes.div_ceil(BLOCK_SIZE) * BLOCK_SIZE;
             let mut region = SimRegion {
+                addr: 0,
                 bytes,
                 pages,
                 on_device: PageSet::new(pages),
@@ -177,14 +176,20 @@ impl SimBackend {
             let mut pooled = Vec::new();
             match this.budget.pool_mut().take(bytes) {
                 Some(entry) => {
+                    region.addr = entry.buf.addr;
                     for b in (0..entry.resident.len()).filter(|&b| entry.resident[b]) {
                         let (bs, be) = region.block_pages(b);
                         region.on_device.insert(bs, be);
                         pooled.push((b, be - bs));
                     }
                 }
-                None => this.host_now += this.cost.alloc_ns(bytes),
+                None => {
+                    region.addr = this.next_addr;
+                    this.next_addr += bytes.div_ceil(BLOCK_SIZE) * BLOCK_SIZE;
+                    this.host_now += this.cost.alloc_ns(bytes);
+                }
             }
+            let addr = region.addr;
             this.regions.insert(id, region);
             for (b, pages) in pooled {
                 this.note_device_added(pages);
@@ -209,7 +214,7 @@ impl SimBackend {
             .collect();
         self.note_device_released(r.on_device.count(0, r.pages));
         self.budget.remove_spare(r.spare_pages_in(0, r.pages) as u64 * PAGE_SIZE);
-        self.budget.pool_mut().put(SimBuffer(r.bytes), resident, Vec::new(), None);
+        self.budget.pool_mut().put(SimBuffer { addr: r.addr, bytes: r.bytes }, resident, Vec::new(), None);
         for (b, blk) in r.blocks.iter().enumerate() {
             self.budget.unstamp(BlockId::new(id, b), blk.stamp);
         }

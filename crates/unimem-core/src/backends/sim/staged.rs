@@ -188,9 +188,13 @@ impl SimBackend {
         let Some(entry) = self.budget.pool_mut().take_resident(r.bytes) else { return };
         let r = self.regions.get_mut(&id).expect("checked by caller");
         r.spare = entry.resident;
+        let from = std::mem::replace(&mut r.addr, entry.buf.addr);
         // Every page is staged: the spare blocks' pages, all of them.
         self.budget.add_spare(r.spare_pages_in(0, r.pages) as u64 * PAGE_SIZE);
-        self.budget.pool_mut().put(SimBuffer(r.bytes), vec![false; r.blocks.len()], Vec::new(), None);
+        let old = SimBuffer { addr: from, bytes: r.bytes };
+        let (blocks, to, at_ns) = (r.blocks.len(), r.addr, self.host_now);
+        self.budget.pool_mut().put(old, vec![false; blocks], Vec::new(), None);
+        self.emit(|| MemEvent::Relocated { region: id, from, to, at_ns });
     }
 
     /// Brings the staged pages of `s..e` back to the host (the copy engine copies them into

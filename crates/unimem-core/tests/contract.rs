@@ -1,0 +1,427 @@
+//! The backend contract: one body per test, run on the simulator everywhere and on CUDA with
+//! `--features gpu-tests` (on a machine with an NVIDIA GPU). Both backends must keep every
+//! byte through every placement, keep to the budget with pooled pages counted, and restore
+//! staged data every way back. Sizes are in units of [`Open::MIB`]: a mebibyte on the GPU,
+//! 1/32 of one on the simulator (which keeps the bytes in host memory), so each body checks
+//! the same shapes of work at a size each backend can afford.
+
+use unimem_core::seam::{
+    Advice, ByteRange, Direction, KernelLaunch, Location, MemEvent, MemoryBackend, MemoryBackendExt,
+    MigrationCause,
+};
+use unimem_core::{AccessMode, RangeAccess, RegionId};
+
+/// A backend the contract opens: `budget` bytes of device, `staging` bytes of pinned host
+/// memory, `pin_now` of them pinned up front.
+trait Open: MemoryBackend + Sized {
+    /// The size unit of the tests.
+    const MIB: u64;
+    fn open(budget: u64, staging: u64, pin_now: u64) -> Self;
+    /// Restores may bring a wholly staged region back at another address.
+    fn relocating(self) -> Self;
+}
+
+impl Open for unimem_core::SimBackend {
+    const MIB: u64 = 1 << 15;
+    fn open(budget: u64, staging: u64, _: u64) -> Self {
+        unimem_core::SimBackend::new(unimem_core::CostModel::h200(), budget).with_staging(staging)
+    }
+    fn relocating(self) -> Self {
+        self.with_relocation(true)
+    }
+}
+
+#[cfg(feature = "gpu-tests")]
+impl Open for unimem_core::backends::cuda::CudaBackend {
+    const MIB: u64 = 1 << 20;
+    fn open(budget: u64, staging: u64, pin_now: u64) -> Self {
+        let b = unimem_core::backends::cuda::CudaBackend::open(0, budget, false).unwrap();
+        if staging == 0 {
+            b
+        } else {
+            b.with_staging(staging, pin_now).unwrap()
+        }
+    }
+    fn relocating(self) -> Self {
+        self.with_relocation(true)
+    }
+}
+
+/// Each test body, instantiated once per backend.
+macro_rules! contract {
+    ($($test:ident),* $(,)?) => {
+        mod sim {
+            $(#[test]
+            fn $test() {
+                super::$test::<unimem_core::SimBackend>();
+            })*
+        }
+        #[cfg(feature = "gpu-tests")]
+        mod cuda {
+            $(#[test]
+            fn $test() {
+                super::$test::<unimem_core::backends::cuda::CudaBackend>();
+            })*
+        }
+    };
+}
+
+contract!(
+    data_survives_every_placement_within_the_software_budget,
+    staged_evictions_keep_data_through_prefetches_kernels_and_host_reads,
+    a_prefetch_right_behind_its_stage_out_leaves_it_to_the_kernel,
+    staged_data_survives_every_way_back,
+    pooled_pages_give_way_to_data_within_the_budget,
+    wholly_staged_regions_come_back_into_pooled_pages_with_their_data,
+);
+
+fn pattern(seed: u32, bytes: u64) -> Vec<u8> {
+    (0..bytes / 4)
+        .flat_map(|i| (i as u32).wrapping_mul(2654435761).wrapping_add(seed).to_le_bytes())
+        .collect()
+}
+
+fn read_kernel<B: MemoryBackend>(b: &mut B, id: RegionId, bytes: u64) {
+    let acc = [RangeAccess { region: id, offset: 0, len: bytes, mode: AccessMode::Read }];
+    b.launch(&KernelLaunch { name: "read", dur_ns: 1000, accesses: &acc }).unwrap();
+}
+
+/// A prefetch leaves out staged data whose stage-out the device is still running
+/// (repopulating and copying into pages soon after their discard falls to a slow path on
+/// the H200): the data stays staged; a prefetch after the stage-out ended brings it back,
+/// and so does a kernel; bytes intact.
+fn a_prefetch_right_behind_its_stage_out_leaves_it_to_the_kernel<B: Open>() {
+    let size = 256 * B::MIB;
+    let whole = ByteRange::whole(RegionId(1), size);
+    let mut b = B::open(1024 * B::MIB, 512 * B::MIB, 512 * B::MIB);
+    b.allocate(RegionId(1), size).unwrap();
+    let data = pattern(11, size);
+    b.prefetch(&[whole], Location::DEVICE).unwrap();
+    b.kernel_store(RegionId(1), 0, &data).unwrap();
+    b.synchronize().unwrap();
+    // A 200 ms kernel using it: the stage-out waits for it, so it is still running when
+    // the prefetch comes.
+    let acc = [RangeAccess { region: RegionId(1), offset: 0, len: size, mode: AccessMode::Read }];
+    let long = KernelLaunch { name: "long", dur_ns: 200_000_000, accesses: &acc };
+    b.launch(&long).unwrap();
+    b.stage_out(&[whole]).unwrap();
+    let arrived = b.stats().prefetch_arrived_bytes;
+    b.prefetch(&[whole], Location::DEVICE).unwrap();
+    assert_eq!(b.residency(whole).unwrap().staged, size, "left out behind its stage-out");
+    assert_eq!(b.stats().prefetch_arrived_bytes, arrived);
+    b.synchronize().unwrap();
+    b.prefetch(&[whole], Location::DEVICE).unwrap();
+    let r = b.residency(whole).unwrap();
+    assert_eq!((r.staged, r.device), (0, size), "restored once the stage-out ended: {r:?}");
+    assert_eq!(b.stats().prefetch_arrived_bytes - arrived, size, "as a prefetch");
+    // Again, and this time a kernel brings it back.
+    b.launch(&long).unwrap();
+    b.stage_out(&[whole]).unwrap();
+    b.prefetch(&[whole], Location::DEVICE).unwrap();
+    assert_eq!(b.residency(whole).unwrap().staged, size);
+    read_kernel(&mut b, RegionId(1), size);
+    assert_eq!(b.stats().staged_in_bytes, 2 * size);
+    b.synchronize().unwrap();
+    let mut seen = vec![0u8; size as usize];
+    b.read(RegionId(1), 0, &mut seen).unwrap();
+    assert!(seen == data, "the restores lost bytes");
+}
+
+/// 8 regions of 512 MiB (4 GiB) on a 1 GiB software budget: kernels force evictions, and
+/// prefetch both ways, read-mostly duplicates, remote mapping and the pool all happen;
+/// every region reads back as written, and the device account stays within the budget
+/// plus the running kernel.
+fn data_survives_every_placement_within_the_software_budget<B: Open>() {
+    let (n, size, budget) = (8u64, 512 * B::MIB, 1024 * B::MIB);
+    let mut b = B::open(budget, 0, 0);
+    let data: Vec<Vec<u8>> = (0..n).map(|i| pattern(i as u32, size)).collect();
+    let mut addrs = Vec::new();
+    for i in 0..n {
+        addrs.push(b.allocate(RegionId(i), size).unwrap());
+        b.write(RegionId(i), 0, &data[i as usize]).unwrap();
+    }
+    for round in 0..3u64 {
+        for i in 0..n {
+            let id = RegionId(i);
+            match (i + round) % 4 {
+                0 => b.prefetch(&[ByteRange::whole(id, size)], Location::DEVICE).unwrap(),
+                1 => b.advise(ByteRange::whole(id, size), Advice::SetReadMostly).unwrap(),
+                2 => {
+                    b.advise(ByteRange::whole(id, size), Advice::SetPreferredLocation(Location::Host))
+                        .unwrap();
+                    b.advise(ByteRange::whole(id, size), Advice::SetAccessedByDevice).unwrap();
+                }
+                _ => {}
+            }
+            read_kernel(&mut b, id, size);
+            assert!(b.device_resident_bytes() <= budget + size, "round {round}: over the budget");
+            if (i + round) % 4 == 1 {
+                b.advise(ByteRange::whole(id, size), Advice::UnsetReadMostly).unwrap();
+            }
+            if (i + round) % 4 == 2 {
+                b.advise(ByteRange::whole(id, size), Advice::UnsetPreferredLocation).unwrap();
+                b.advise(ByteRange::whole(id, size), Advice::UnsetAccessedByDevice).unwrap();
+            }
+        }
+        b.prefetch(&[ByteRange::whole(RegionId(round), size)], Location::Host).unwrap();
+    }
+    b.synchronize().unwrap();
+    for i in 0..n {
+        let mut seen = vec![0u8; size as usize];
+        b.read(RegionId(i), 0, &mut seen).unwrap();
+        assert!(seen == data[i as usize], "region {i} lost its bytes");
+    }
+    let s = b.stats();
+    assert!(s.evicted_bytes > 0 && s.prefetch_h2d_bytes > 0 && s.remote_bytes > 0, "{s:?}");
+    assert!(s.peak_device_bytes <= budget + size, "{s:?}");
+    assert!(s.peak_footprint_bytes <= budget + size, "pooled pages over the budget: {s:?}");
+    // Freed buffers are pooled and reused by size: no new managed allocation.
+    b.free(RegionId(0)).unwrap();
+    assert_eq!(b.allocate(RegionId(100), size).unwrap(), addrs[0]);
+}
+
+/// Freed buffers' pages on the device count against the budget: when new data needs the
+/// room, the longest pooled buffers give their pages back before any data is evicted,
+/// they are not handed out again, and every region keeps its bytes.
+fn pooled_pages_give_way_to_data_within_the_budget<B: Open>() {
+    let (size, budget) = (64 * B::MIB, 256 * B::MIB);
+    let mut b = B::open(budget, 0, 0);
+    // The region's address and data.
+    let put = |b: &mut B, id: u64, bytes: u64| {
+        let (id, data) = (RegionId(id), pattern(id as u32, bytes));
+        let addr = b.allocate(id, bytes).unwrap();
+        b.prefetch(&[ByteRange::whole(id, bytes)], Location::DEVICE).unwrap();
+        b.kernel_store(id, 0, &data).unwrap();
+        read_kernel(b, id, bytes);
+        (addr, data)
+    };
+    // Four regions fill the budget; two of them are freed into the pool, pages on the device.
+    let (addrs, kept): (Vec<u64>, Vec<Vec<u8>>) = (0..4).map(|i| put(&mut b, i, size)).unzip();
+    let shed = &addrs[2..4];
+    b.free(RegionId(2)).unwrap();
+    b.free(RegionId(3)).unwrap();
+    // Data of another size needs their room: the pool gives it, nothing is evicted.
+    let (_, big) = put(&mut b, 10, 2 * size);
+    let mut seen = vec![0u8; big.len()];
+    b.kernel_view(RegionId(10), 0, &mut seen).unwrap(); // in place, as a kernel reads it
+    assert!(seen == big, "the region in the pool's room lost its bytes");
+    // And a region of the freed size gets a new buffer, the big one's pooled pages giving way.
+    b.free(RegionId(10)).unwrap();
+    let (small_addr, small) = put(&mut b, 11, size);
+    assert!(!shed.contains(&small_addr), "a shed buffer came back");
+    b.synchronize().unwrap();
+    let s = b.stats();
+    assert_eq!(s.evicted_bytes, 0, "data evicted while pooled pages held the room: {s:?}");
+    assert!(s.peak_footprint_bytes <= budget, "pooled pages over the budget: {s:?}");
+    for (id, want) in [(0, &kept[0]), (1, &kept[1]), (11, &small)] {
+        let mut seen = vec![0u8; want.len()];
+        b.read(RegionId(id), 0, &mut seen).unwrap();
+        assert!(seen == *want, "region {id} lost its bytes");
+    }
+}
+
+/// Staged data comes back intact every way, four rounds each on recycled buffers: a kernel
+/// right behind its stage-out (queued behind a 100 ms kernel), a kernel after the device is
+/// idle, a prefetch of the whole region after it is idle (found losing every page in 6 of 8
+/// rounds while the prefetch went as one range), a kernel right behind a short stage-out,
+/// and three stage-out/restore cycles on the same pages.
+fn staged_data_survives_every_way_back<B: Open>() {
+    let size = 128 * B::MIB;
+    let mut b = B::open(2048 * B::MIB, 1024 * B::MIB, 1024 * B::MIB);
+    let mut wrong = Vec::new();
+    for way in 0..5u64 {
+        for round in 0..4u64 {
+            let id = RegionId(100 + way * 10 + round);
+            let whole = ByteRange::whole(id, size);
+            b.allocate(id, size).unwrap();
+            let data = pattern((way * 10 + round) as u32 + 7, size);
+            b.prefetch(&[whole], Location::DEVICE).unwrap();
+            b.kernel_store(id, 0, &data).unwrap();
+            b.synchronize().unwrap();
+            let acc = [RangeAccess { region: id, offset: 0, len: size, mode: AccessMode::Read }];
+            let long = KernelLaunch { name: "long", dur_ns: 100_000_000, accesses: &acc };
+            for _ in 0..if way == 4 { 3 } else { 1 } {
+                if way != 3 {
+                    b.launch(&long).unwrap();
+                }
+                b.stage_out(&[whole]).unwrap();
+                if way == 1 || way == 2 {
+                    b.synchronize().unwrap();
+                }
+                if way == 2 {
+                    b.prefetch(&[whole], Location::DEVICE).unwrap();
+                    assert_eq!(b.residency(whole).unwrap().device, size, "restored by the prefetch");
+                }
+                read_kernel(&mut b, id, size);
+            }
+            b.synchronize().unwrap();
+            let mut seen = vec![0u8; size as usize];
+            b.read(id, 0, &mut seen).unwrap();
+            let bad = seen.chunks(4096).zip(data.chunks(4096)).filter(|(a, b)| a != b).count();
+            if bad > 0 {
+                wrong.push(format!("way {way} round {round}: {bad} of {} pages", size / 4096));
+            }
+            b.free(id).unwrap();
+        }
+    }
+    assert!(wrong.is_empty(), "staged data lost: {wrong:?}");
+}
+
+/// Staged evictions: data the host wrote, and data written on the device, go to pinned
+/// slots (their managed pages discarded) and come back intact through a prefetch, a
+/// kernel, and a host read; a full staging pool falls back to migration; a freed staged
+/// region's buffer is reused safely.
+fn staged_evictions_keep_data_through_prefetches_kernels_and_host_reads<B: Open>() {
+    let (n, size, budget) = (6u64, 256 * B::MIB, 2048 * B::MIB);
+    let mut b = B::open(budget, 1024 * B::MIB, 512 * B::MIB);
+    assert_eq!(b.staging_capacity(), 1024 * B::MIB);
+    b.record_events(true); // staging copies are reported as events (CUPTI does not see them)
+    let data: Vec<Vec<u8>> = (0..n).map(|i| pattern(100 + i as u32, size)).collect();
+    for i in 0..n {
+        b.allocate(RegionId(i), size).unwrap();
+        if i % 2 == 0 {
+            b.write(RegionId(i), 0, &data[i as usize]).unwrap();
+            read_kernel(&mut b, RegionId(i), size);
+        } else {
+            // Written "by the device": a driver copy into device-resident pages.
+            b.prefetch(&[ByteRange::whole(RegionId(i), size)], Location::DEVICE).unwrap();
+            b.kernel_store(RegionId(i), 0, &data[i as usize]).unwrap();
+        }
+    }
+    // Stage out the first four (1 GiB: the whole pool), then two more that must migrate.
+    for i in 0..n {
+        b.stage_out(&[ByteRange::whole(RegionId(i), size)]).unwrap();
+    }
+    let s = b.stats();
+    assert_eq!(s.staged_out_bytes, 4 * size, "{s:?}");
+    assert!(s.prefetch_d2h_bytes >= 2 * size, "the rest migrated: {s:?}");
+    for i in 0..4 {
+        let r = b.residency(ByteRange::whole(RegionId(i), size)).unwrap();
+        assert_eq!(r.staged, size, "region {i}: {r:?}");
+    }
+    assert_eq!(b.device_resident_bytes(), 0);
+    // The stage-outs have ended: the prefetch restores at once (one right behind its
+    // stage-out is deferred, tested below).
+    b.synchronize().unwrap();
+    // Back by a prefetch, by a kernel, by a host read.
+    b.prefetch(&[ByteRange::whole(RegionId(0), size)], Location::DEVICE).unwrap();
+    read_kernel(&mut b, RegionId(1), size);
+    for i in 0..n {
+        let mut seen = vec![0u8; size as usize];
+        b.read(RegionId(i), 0, &mut seen).unwrap();
+        assert!(seen == data[i as usize], "region {i} lost its bytes");
+    }
+    assert_eq!(b.stats().staged_in_bytes, 4 * size);
+    b.synchronize().unwrap();
+    let mut events = Vec::new();
+    b.drain_events(&mut events);
+    let staged = |want: Direction| -> u64 {
+        events
+            .iter()
+            .filter_map(|e| match *e {
+                MemEvent::Migration {
+                    bytes, dir, cause: MigrationCause::Staging, start_ns, end_ns, ..
+                } if dir == want => {
+                    assert!(end_ns >= start_ns);
+                    Some(bytes)
+                }
+                _ => None,
+            })
+            .sum()
+    };
+    assert_eq!(staged(Direction::D2H), 4 * size, "staged out, as events");
+    // Two of the four came back through the device (a prefetch, a kernel); two by host reads.
+    assert_eq!(staged(Direction::H2D), 2 * size, "restored to the device, as events");
+    // Stage again, free while the copies may be in flight, reuse the buffer.
+    read_kernel(&mut b, RegionId(2), size);
+    b.stage_out(&[ByteRange::whole(RegionId(2), size)]).unwrap();
+    b.free(RegionId(2)).unwrap();
+    b.allocate(RegionId(50), size).unwrap();
+    let fresh = pattern(7, size);
+    b.prefetch(&[ByteRange::whole(RegionId(50), size)], Location::DEVICE).unwrap();
+    b.kernel_store(RegionId(50), 0, &fresh).unwrap();
+    read_kernel(&mut b, RegionId(50), size);
+    b.synchronize().unwrap();
+    let mut seen = vec![0u8; size as usize];
+    b.read(RegionId(50), 0, &mut seen).unwrap();
+    assert!(seen == fresh, "the reused buffer lost its new bytes");
+}
+
+/// With relocation allowed, a region whose every block is staged comes back into a pooled
+/// buffer of its size whose pages are on the device (a kernel's restore, and a prefetch's
+/// of half of it, the kernel bringing the rest), with its data, resident, and reported
+/// (`Relocated`); its old buffer, still being
+/// discarded, serves the next region of that size without losing that region's data; and
+/// the budget holds.
+fn wholly_staged_regions_come_back_into_pooled_pages_with_their_data<B: Open>() {
+    let size = 128 * B::MIB;
+    let budget = 512 * B::MIB;
+    let mut b = B::open(budget, 1024 * B::MIB, 1024 * B::MIB).relocating();
+    b.record_events(true);
+    let mut wrong = Vec::new();
+    let mut relocated = 0;
+    for round in 0..12u64 {
+        let (x, y, z) = (RegionId(1000 + round * 3), RegionId(1001 + round * 3), RegionId(1002 + round * 3));
+        let (wx, wy) = (ByteRange::whole(x, size), ByteRange::whole(y, size));
+        let data = pattern(round as u32 + 11, size);
+        let old = b.allocate(x, size).unwrap();
+        b.prefetch(&[wx], Location::DEVICE).unwrap();
+        b.kernel_store(x, 0, &data).unwrap();
+        // A buffer of the same size, on the device, freed into the pool.
+        let pooled = b.allocate(y, size).unwrap();
+        b.prefetch(&[wy], Location::DEVICE).unwrap();
+        read_kernel(&mut b, y, size);
+        b.free(y).unwrap();
+        if round % 2 == 0 {
+            b.launch(&KernelLaunch { name: "long", dur_ns: 20_000_000, accesses: &[] }).unwrap();
+        }
+        b.stage_out(&[wx]).unwrap();
+        if round % 3 == 0 {
+            // A prefetch of half of it moves it; the other half keeps its new pages.
+            b.synchronize().unwrap();
+            b.prefetch(&[ByteRange { region: x, offset: 0, len: size / 2 }], Location::DEVICE).unwrap();
+            let r = b.residency(wx).unwrap();
+            assert_eq!((r.device, r.staged), (size / 2, size / 2), "round {round}: half back");
+        }
+        read_kernel(&mut b, x, size); // a kernel's restore where no prefetch brought it
+        assert_eq!(b.residency(wx).unwrap().device, size, "round {round}: back on the device");
+        let mut events = Vec::new();
+        b.drain_events(&mut events);
+        let moved: Vec<(u64, u64)> = events
+            .iter()
+            .filter_map(|e| match *e {
+                MemEvent::Relocated { region, from, to, .. } if region == x => Some((from, to)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(moved.len(), 1, "round {round}: one Relocated event");
+        assert_eq!(moved[0].0, old, "round {round}: from its buffer");
+        if moved[0].1 == pooled {
+            relocated += 1;
+        }
+        // The old buffer goes to the next region of the size: its data must survive the
+        // old buffer's discard.
+        let other = pattern(round as u32 + 101, size);
+        b.allocate(z, size).unwrap();
+        b.kernel_store(z, 0, &other).unwrap();
+        read_kernel(&mut b, z, size);
+        b.synchronize().unwrap();
+        for (id, want) in [(x, &data), (z, &other)] {
+            let mut seen = vec![0u8; size as usize];
+            b.read(id, 0, &mut seen).unwrap();
+            let bad = seen.chunks(4096).zip(want.chunks(4096)).filter(|(a, b)| a != b).count();
+            if bad > 0 {
+                wrong.push(format!("round {round}, region {id}: {bad} of {} pages", size / 4096));
+            }
+        }
+        b.free(x).unwrap();
+        b.free(z).unwrap();
+    }
+    assert!(wrong.is_empty(), "data lost: {wrong:?}");
+    assert_eq!(relocated, 12, "every round relocated into the pooled buffer");
+    let s = b.stats();
+    assert!(s.peak_device_bytes <= budget, "{s:?}");
+    // Three regions' buffers are freed into the pool every round: the pool gives pages
+    // back as data needs the room, and never holds more than the data leaves free.
+    assert!(s.peak_footprint_bytes <= budget, "pooled pages over the budget: {s:?}");
+}
