@@ -47,9 +47,10 @@ replay-1m:
 docs:
     RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 
-# Build release and test binaries into .gpu/ for the GPU machine (see DEVELOPERS notes).
+# Build release and test binaries into .gpu/ for a GPU machine without cargo; there:
+# `bash .gpu/run.sh` runs every test, GPU tests included.
 gpu-build:
-    ../shared/gpu/pack.sh
+    scripts/gpu-pack.sh
 
 # The tensor examples on the simulator (append `cuda` on a GPU machine: just examples cuda).
 examples *ARGS:

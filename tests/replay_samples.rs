@@ -91,13 +91,7 @@ fn none_on_resnet_at_half_budget_is_within_2x_of_the_rough_estimate() {
 
 /// The placing policies against `none` and against each other, at every budget the issue
 /// names: never slower than `none`, within the budget, the advisor within 1.3x (50%) or 1.5x
-/// (25%) of the oracle's time, and at least 5x faster than `none` at 50%, as the issue asks.
-/// (The simulator's ResNet fell to 4.86x when restores of staged data were charged what the
-/// H200's data-safe restore costs, and this asked 4.5x; 5.08x since the planner stopped
-/// evicting unforecast data for uses far ahead (e229c28), 5.14x with the per-block cost on the
-/// host; 7.34x since a wholly staged region comes back into a pooled buffer's resident pages.
-/// On the H200, e229c28 ran 3.5-5.7x and 80c942b 4.6-5.3x: `none` itself took 2.3-3.7 s
-/// between runs.)
+/// (25%) of the oracle's time, and at least 5x faster than `none` at 50%.
 #[test]
 fn placing_policies_beat_none_hold_the_budget_and_the_advisor_tracks_the_oracle() {
     for name in ["resnet50-train.jsonl.gz", "transformer-decode.jsonl.gz"] {
@@ -135,8 +129,7 @@ fn placing_policies_beat_none_hold_the_budget_and_the_advisor_tracks_the_oracle(
 /// them (ResNet's steady steps 1.21-1.24x the floor on the embedded profile; the transformer
 /// frees almost nothing and runs at it). Prefetching policies stay within 1.3x of the floor and
 /// never behind `none`; the last step within 2x, since it ends with the closing
-/// synchronisation, which frees the buffers shed from the pool (ResNet's advisor: 1.78x
-/// simulated, 1.8-2.0x on the H200, where freeing them took 26-34 ms).
+/// synchronisation, which frees the buffers shed from the pool.
 #[test]
 fn at_full_budget_steps_after_the_first_pay_only_for_the_pool() {
     for name in ["resnet50-train.jsonl.gz", "transformer-decode.jsonl.gz"] {

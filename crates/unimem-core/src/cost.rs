@@ -205,7 +205,7 @@ impl CostModel {
     /// The field-by-field median of several profiles of one device (the mean of the middle two
     /// for an even count; the majority for a flag, ties to the first profile), named for them.
     /// One probe's figures for faults and population move by up to 30% between processes on
-    /// the H200 (docs/benchmarks.md, eleventh session); the median of a few probes does not.
+    /// the H200; the median of a few probes is steady enough to calibrate on.
     pub fn median(profiles: &[CostModel]) -> Result<Self> {
         let Some(first) = profiles.first() else {
             return Err(Error::InvalidArgument("a median of profiles needs at least one".into()));

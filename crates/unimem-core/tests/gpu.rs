@@ -1,5 +1,5 @@
 //! Tests on a real GPU: `cargo test -p unimem-core --features gpu-tests` on a machine with an
-//! NVIDIA GPU (the project runs them on the H200 through `shared/gpu/pack.sh`). They allocate
+//! NVIDIA GPU (the project runs them on the H200 through `scripts/gpu-pack.sh`). They allocate
 //! at most 4 GiB of managed memory, far below free device memory, and never write a range that
 //! holds read-mostly duplicates.
 #![cfg(feature = "gpu-tests")]
@@ -344,9 +344,8 @@ mod backend {
             if policy != PolicyName::None {
                 // The stream is read in order: what is prefetched is used, and what the kernels
                 // need comes by prefetch, not by faults. (On-time is only a share here: the host
-                // issues each kernel before its data lands on this link-bound stream, so on the
-                // H200 it read 0.0034 for the advisor before cb19ddc and 0 after, each prefetch
-                // now starting behind a 20 us kernel.)
+                // issues each kernel before its data lands on this link-bound stream, each
+                // prefetch starting behind a 20 us kernel.)
                 let m = r.prefetch;
                 assert!(m.used_bytes > 0 && m.accuracy > 0.9 && m.coverage > 0.99, "{policy}: {m:?}");
                 assert!((0.0..=1.0).contains(&m.timeliness), "{policy}: {m:?}");
@@ -431,7 +430,7 @@ mod backend {
 
 /// Fresh managed memory populated on the device by a prefetch is much cheaper than by a
 /// kernel's first-touch faults, and is as fast to use afterwards (the simulator's and the
-/// planners' premise; on the H200, 2026-11-30: 5 ms against 60-80 ms for 100 x 8 MiB).
+/// planners' premise).
 #[test]
 fn populating_by_prefetch_beats_faults_and_costs_nothing_later() {
     let dev = device();

@@ -116,8 +116,8 @@ impl CuptiSource {
     }
 
     /// Starts collecting the unified-memory counters `device` supports, GPU page faults only if
-    /// `gpu_faults`: the driver logs every fault group then, which cost a faulting replay on
-    /// the H200 13-14% in all, against 4-9% without them (docs/benchmarks.md).
+    /// `gpu_faults`: the driver logs every fault group then, which costs a faulting replay
+    /// another 6-7% (docs/decisions.md).
     pub fn start_with(device: u32, gpu_faults: bool) -> Result<Self> {
         // SAFETY: only tries to load the library.
         if !unsafe { sys::is_culib_present() } {

@@ -62,7 +62,7 @@ pub struct Oracle {
     /// Every window kernel before this index has all its prefetchable units resident.
     cursor: u64,
     /// Sets the scan fills for every kernel, kept so that their memory is reused (rebuilding
-    /// them took half the oracle's host time, which a GPU replay at full budget waits for).
+    /// them dominated the oracle's host time, which a GPU replay waits for).
     /// Only their capacity matters: the scan clears them before use.
     scratch: [HashSet<Unit>; 2],
 }

@@ -16,8 +16,8 @@ pub const RESERVE_BYTES: u64 = 1 << 30;
 const FREE_MEMORY_TTL: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Free device memory for the oversubscription guard of a caller that allocates often, without
-/// a `cuMemGetInfo` for every allocation (about 60 us of host time each on the H200: 48 ms
-/// over the 781 new buffers of a ResNet replay, on the host path that issues kernels). The
+/// a `cuMemGetInfo` for every allocation (about 60 us of host time each on the H200, on the
+/// host path that issues kernels). The
 /// estimate is the last reading less every byte allocated since, as if each allocation were
 /// on the device already; it is read again when it is older than 100 ms or when
 /// an allocation would not fit it, so a refusal always rests on a fresh reading.

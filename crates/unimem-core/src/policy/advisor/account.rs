@@ -9,8 +9,7 @@ impl Advisor {
     /// CUDA backend's emulated driver evicts without reporting it as events (the simulator
     /// reports them, and [`Policy::observe`] follows those), and a unit wrongly believed
     /// resident is never prefetched: the kernel faults it in, the driver evicts more to make
-    /// room, and the error spreads (on the H200, 5.9 GB of driver evictions in a ResNet replay
-    /// at 50%). The check is skipped while the driver has not moved anything: it walks the
+    /// room, and the error spreads. The check is skipped while the driver has not moved anything: it walks the
     /// whole account.
     pub(super) fn reconcile(&mut self, hints: &Hints<'_>) -> Result<()> {
         self.adopt_unknown(hints)?;

@@ -152,9 +152,8 @@ pub struct PlanInput<'a> {
 const NEVER: u64 = u64::MAX;
 
 /// Eviction priority: larger goes first. Dead data first, then units never predicted, then
-/// the farthest predicted use; ties go to the least recently used. (Preferring clean
-/// duplicates among the unpredicted was tried: it evicted data needed just past the horizon
-/// and moved more bytes on resnet50-train.)
+/// the farthest predicted use; ties go to the least recently used. (Clean duplicates are not
+/// preferred among the unpredicted: that evicts data needed just past the horizon.)
 fn priority(next: Option<&(u64, bool)>, last_use: u64) -> Priority {
     let age = u64::MAX - last_use;
     match next {
@@ -175,9 +174,8 @@ fn too_small_to_move(input: &PlanInput<'_>, &((class, _, _), unit): &(Priority, 
 /// Whether evicting a unit of priority `(class, next, _)` now, to make room for kernel `j`
 /// ahead of time, is too soon. Early, a victim must be needed after everything used in
 /// between (`rival`). One never predicted is needed beyond the forecast, if at all: it is
-/// evicted early only for a use within `early_reach`, which leaves it that margin (evicting it
-/// for any use in the forecast moved 4% more on resnet50-train at 50%, where it came back
-/// soon after).
+/// evicted early only for a use within `early_reach`, which leaves it that margin (evicted for
+/// any use in the forecast, it comes back soon after: docs/decisions.md).
 fn too_soon(input: &PlanInput<'_>, (class, next, _): Priority, (j, rival): (u64, u64)) -> bool {
     match class {
         1 => j > input.now.saturating_add(input.early_reach),
@@ -454,8 +452,8 @@ impl Planner {
         place_current(input, |u| pass.is_resident(u), planned, &mut out);
         pass.out = out;
         // Over the budget already (a new region recycled device-resident memory from the pool):
-        // back within it, or the driver makes the room, migrating behind the kernel (on the H200
-        // 0.31 GB of ResNet's replay at 50%, instead of staging).
+        // back within it, or the driver makes the room, migrating behind the kernel instead of
+        // staging.
         pass.make_room(0, None, None);
         bring_current(&mut pass, planned);
         bring_forecast(&mut pass, by_kernel, future, ForecastSets { protect, guard, planned, between });

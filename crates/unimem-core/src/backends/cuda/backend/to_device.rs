@@ -58,9 +58,8 @@ impl CudaBackend {
     /// A prefetch leaves out the staged blocks whose stage-out the device has not finished
     /// yet; the kernel that needs them restores them. On the H200, repopulating and copying
     /// into pages soon after their discard falls to a slow path (the copy in at 0.6-1 GB/s
-    /// instead of 40-46 in `unimem probe`; a ResNet replay's third step at 50% took 683-944 ms
-    /// instead of 250), and restoring them as soon as their stage-out was done was no better
-    /// (the transformer's second step at 50%: 2.4-2.7 s instead of 0.4).
+    /// instead of 40-46), and restoring them as soon as their stage-out is done is no better
+    /// (docs/decisions.md).
     pub(super) fn bring_to_device(
         &mut self,
         ranges: &[ByteRange],
@@ -107,8 +106,7 @@ impl CudaBackend {
             // On an idle stream the call does the repopulation on the spot, holding the host
             // (27 us per block on the H200); queued behind work still running it returns at
             // once and the driver does it when the stream gets there. A short kernel ahead of
-            // it on `remap` frees the host: ResNet's replay at 50% spent 244-276 ms in its
-            // policy with it, 370-408 without (one lending, two runs each).
+            // it on `remap` frees the host (docs/decisions.md).
             self.kernels.touch_with_blocks(&self.streams.remap, &[], 1, HOLD_NS, 1)?;
             prefetch_batch(&self.dev, repopulate, Location::DEVICE, &self.streams.remap)?;
             let there = self
@@ -263,11 +261,9 @@ impl CudaBackend {
 
     /// The prefetch of `ranges` restricted to `blocks`, as (the repopulation of the blocks of
     /// `staged`, the rest). Each staged block is a range of its own, whole: on the H200,
-    /// prefetching discarded pages as one larger range and then copying the staged data in lost
-    /// the data (a 128 MiB region read back wrong in 6 of 8 rounds, none of 8 with one range per
-    /// 2 MiB block, GPU test `staged_data_survives_every_way_back`; again 13 of 40 with the
-    /// repopulation on `remap` and the copy waiting for it); the copy also covers the whole
-    /// block.
+    /// prefetching discarded pages as one larger range and then copying the staged data in loses
+    /// the data (docs/decisions.md; the contract test `staged_data_survives_every_way_back`);
+    /// the copy also covers the whole block.
     /// Blocks in `in_place` (relocated into pages already on the device) need neither.
     pub(super) fn prefetch_lists(
         &self,

@@ -60,17 +60,16 @@ pub(super) fn host_costs(c: &Ctx<'_>, n: &mut Notes, a: &ManagedBuffer) -> Resul
         None,
     );
     // The backend's launch does more than the driver's call (its account of the blocks, the
-    // events a policy's feedback reads): replays paid 22-25 us a kernel where the row above
-    // reads 4-5. The profile takes the backend's.
+    // events a policy's feedback reads), several times the row above. The profile takes the
+    // backend's.
     let launch_ns = n.note(
         "kernel launch through the CUDA backend, 3 regions resident (host time, profile)",
         backend_launch_ns(dev.ordinal())?,
         "ns",
         Some(default.launch_host_ns as f64),
     );
-    // Managed allocations by size: replays paid about 100 us for each new buffer (ResNet's
-    // tensors run from 4 bytes to 256 MiB) where one of 4 MiB took 11-14 us here. The profile
-    // takes a line through these (host time = fixed + per GiB).
+    // Managed allocations by size (a program's tensors run from bytes to hundreds of MiB):
+    // the profile takes a line through these (host time = fixed + per GiB).
     let alloc_sizes: [(u64, u64, &str); 4] = [
         (64 << 10, 64, "cuMemAllocManaged of 64 KiB (host time)"),
         (2 << 20, 64, "cuMemAllocManaged of 2 MiB (host time)"),
@@ -109,9 +108,8 @@ pub(super) fn host_costs(c: &Ctx<'_>, n: &mut Notes, a: &ManagedBuffer) -> Resul
     );
     // Freeing buffers whose pages were populated on the device and then discarded, as the
     // backends free the buffers their pools shed. Not in the profile: freed at once after their
-    // discard, 32 MiB buffers took 286 us each on the H200 (8.9 ms per GiB), where a replay's
-    // closing synchronisation freed its shed buffers (18 MB on average) for 76-100 us each;
-    // the profile keeps the replays' figure (`free_retired_host_ns`, h200.toml).
+    // discard they cost several times what a replay's closing synchronisation pays for its
+    // shed buffers, and the profile keeps the replays' figure (`free_retired_host_ns`).
     for (size, count, name) in [
         (2u64 << 20, 64u64, "cuMemFree of 2 MiB populated on the device, then discarded (host time)"),
         (32 << 20, 16, "cuMemFree of 32 MiB populated on the device, then discarded (host time)"),

@@ -49,8 +49,7 @@ pub(super) fn fault_rates(c: &Ctx<'_>, n: &mut Notes, a: &ManagedBuffer) -> Resu
     // launches (the touch kernel, one byte per 4 KiB page, the whole grid), no hints. Its
     // threads fault on pages all over the range at once; the same kernel reading every 16
     // bytes (next row) faults on a narrow moving window, which the driver serves 1.4-2.2x
-    // faster. The simulator matches the replays with the first (docs/benchmarks.md, eleventh
-    // session).
+    // faster. The replays fault as the first does, so the profile takes it.
     let t = timed(s, || kernels.touch(s, &[(a.ptr(), bytes, TouchMode::Read)], 4096, 0))?;
     let fault_rate = n.note(
         "fault-driven H2D rate, one touch per 4 KiB page (replay kernel; profile)",
@@ -199,8 +198,8 @@ pub(super) fn prefetch_costs(c: &Ctx<'_>, n: &mut Notes, a: &ManagedBuffer) -> R
     );
 
     // Host time of a prefetch call as a replay issues them, 64 MiB a call: the stream idle, or
-    // still running a kernel. In replays on the H200 1289 prefetch ranges held the host 7.6 ms
-    // in all, far less than the share of the transfer measured above on an idle stream.
+    // still running a kernel (as the backend issues them: behind a short kernel, the call
+    // holds the host far less than on an idle stream).
     let piece = 64u64 << 20;
     let count = (bytes / piece).min(8);
     let rows: [(bool, bool, &str); 4] = [

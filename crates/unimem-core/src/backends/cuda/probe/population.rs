@@ -4,10 +4,9 @@ use super::*;
 
 /// The population row whose figure a probe's profile takes (`gpu_populate_latency_ns`): a
 /// fresh buffer's first touch on the device pages that another buffer's discard released, as
-/// a replay's new regions populate the pages its pool's discards released. On three lendings
-/// of 2026-12-01 (the median of each one's probes) it put the simulator within 0-2% of ResNet's
-/// replays at full budget with `none`, where fresh 2 MiB allocations (the figure before) put it
-/// at 1.19 and 1.21x on two of them.
+/// a replay's new regions populate the pages its pool's discards released (a fresh
+/// allocation's first touch is cheaper and made the simulator too fast on replays at full
+/// budget).
 pub const POPULATION_PROFILE_ROW: &str =
     "population per 64 KiB: a fresh buffer, on pages another's discard released";
 
@@ -17,7 +16,7 @@ pub const POPULATION_PROFILE_ROW: &str =
 /// kernel each. Each is the median of three passes (seven for the small allocations); buffers of
 /// `bytes` (at most two held at once).
 /// `unimem probe --population` runs it alone; the full probe runs it first, before its other
-/// rows (see docs/benchmarks.md, eleventh session).
+/// rows have touched the device (population is fastest in a fresh process).
 pub fn population(dev: &CudaDevice, bytes: u64) -> Result<Vec<Measurement>> {
     let bytes = buffer_bytes(bytes)?;
     let kernels = Kernels::load(dev)?;

@@ -88,8 +88,8 @@ fn reference_plan(input: &PlanInput<'_>) -> Plan {
     place_current(input, |u| resident.contains_key(u), &mut planned, &mut out);
 
     // Over the budget already (a new region recycled device-resident memory from the pool):
-    // back within it, or the driver makes the room, migrating behind the kernel (on the H200
-    // 0.31 GB of ResNet's replay at 50%, instead of staging).
+    // back within it, or the driver makes the room, migrating behind the kernel instead of
+    // staging.
     while used > input.budget {
         if !evict_one(&mut resident, &mut victims, &mut used, &mut out, &protect, None) {
             break;
