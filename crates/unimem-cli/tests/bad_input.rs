@@ -19,7 +19,7 @@ fn trace(dir: &Path, name: &str, body: &str) -> String {
 /// `unimem ARGS` under a virtual-memory limit of `kib`, through the shell's `ulimit`.
 fn unimem_limited(kib: u64, args: &[&str]) -> Output {
     let quoted: Vec<String> = args.iter().map(|a| format!("'{a}'")).collect();
-    let script = format!("ulimit -v {kib}; exec '{}' {}", env!("CARGO_BIN_EXE_unimem"), quoted.join(" "));
+    let script = format!("ulimit -v {kib}; exec '{}' {}", common::exe().display(), quoted.join(" "));
     Command::new("sh").arg("-c").arg(script).env_remove("UNIMEM_CONFIG").output().expect("runs")
 }
 
@@ -89,14 +89,9 @@ fn replay_memory_follows_what_the_trace_touches_not_what_it_declares() {
 fn variables_of_other_programs_never_matter_and_bad_unimem_ones_are_named() {
     use std::os::unix::ffi::OsStrExt;
     let bad = std::ffi::OsStr::from_bytes(b"\xff");
-    let o =
-        Command::new(env!("CARGO_BIN_EXE_unimem")).args(["config", "show"]).env("FOO", bad).output().unwrap();
+    let o = Command::new(common::exe()).args(["config", "show"]).env("FOO", bad).output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
-    let o = Command::new(env!("CARGO_BIN_EXE_unimem"))
-        .args(["config", "show"])
-        .env("UNIMEM_BUDGET", bad)
-        .output()
-        .unwrap();
+    let o = Command::new(common::exe()).args(["config", "show"]).env("UNIMEM_BUDGET", bad).output().unwrap();
     assert_clear_error(&o, &["UNIMEM_BUDGET", "not valid UTF-8"]);
 }
 
@@ -317,7 +312,7 @@ fn a_trace_from_a_pipe_replays_as_from_a_file() {
     let t = sample("transformer-decode.jsonl.gz");
     let file = unimem(&["replay", &t, "--budget", "50%", "--policy", "advisor", "--json"]);
     assert!(file.status.success(), "{}", stderr(&file));
-    let bin = env!("CARGO_BIN_EXE_unimem");
+    let bin = common::exe().display().to_string();
     for input in ["-", "/dev/stdin"] {
         let script = format!("cat '{t}' | '{bin}' replay {input} --budget 50% --policy advisor --json");
         let o = Command::new("sh").arg("-c").arg(script).output().unwrap();

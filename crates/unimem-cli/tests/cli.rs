@@ -186,8 +186,7 @@ fn undeclared_accesses_are_learned_from_faults() {
 
 #[test]
 fn a_probe_written_profile_drives_the_simulator() {
-    let profile =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../unimem-core/profiles/h200-probe-2026-11-30.toml");
+    let profile = common::repo("crates/unimem-core/profiles/h200-probe-2026-11-30.toml");
     let o = unimem_env(
         &["replay", &sample("transformer-decode.jsonl.gz"), "--budget", "50%", "--policy", "none", "--json"],
         &[("UNIMEM_SIM_PROFILE", profile.to_str().unwrap())],
@@ -200,10 +199,7 @@ fn a_probe_written_profile_drives_the_simulator() {
 #[test]
 fn probes_merge_into_their_median_without_a_gpu() {
     let d = tmp("merge");
-    let h200 = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../unimem-core/profiles/h200.toml"),
-    )
-    .unwrap();
+    let h200 = std::fs::read_to_string(common::repo("crates/unimem-core/profiles/h200.toml")).unwrap();
     let paths: Vec<String> = [("a", "5000"), ("b", "9000"), ("c", "6500")]
         .iter()
         .map(|(name, populate)| {

@@ -5,12 +5,22 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// The `unimem` binary: cargo's, or the one packed beside this test (a GPU machine without
+/// cargo runs the tests from `scripts/gpu-pack.sh`'s `.gpu/bin`, which holds both).
+pub fn exe() -> PathBuf {
+    let built = PathBuf::from(env!("CARGO_BIN_EXE_unimem"));
+    if built.exists() {
+        return built;
+    }
+    std::env::current_exe().expect("the test's path").parent().expect("a folder").join("unimem")
+}
+
 pub fn unimem(args: &[&str]) -> Output {
     unimem_env(args, &[])
 }
 
 pub fn unimem_env(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_unimem"));
+    let mut cmd = Command::new(exe());
     cmd.args(args).env_remove("UNIMEM_CONFIG");
     for (k, v) in env {
         cmd.env(k, v);
@@ -38,8 +48,19 @@ pub fn write(path: &Path, bytes: &[u8]) {
     std::fs::File::create(path).unwrap().write_all(bytes).unwrap();
 }
 
+/// A file of the repository, by its path from the root: where cargo built the test, or under
+/// the working directory (a GPU machine runs the packed tests from a copy of the repository).
+pub fn repo(rel: &str) -> PathBuf {
+    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(rel);
+    if built.exists() {
+        built
+    } else {
+        PathBuf::from(rel)
+    }
+}
+
 pub fn sample(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../traces").join(name).display().to_string()
+    repo(&format!("traces/{name}")).display().to_string()
 }
 
 /// Fails with a clear message: exit code 1, `error: ` + the expected words, no panic.
