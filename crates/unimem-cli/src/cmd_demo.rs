@@ -24,10 +24,15 @@ pub fn run(config_file: Option<&std::path::Path>) -> Result<()> {
         println!("unimem demo: real PyTorch traces recorded on an H200, replayed on this GPU (CUDA).");
         println!("The budget emulates a GPU with that much memory (in software);");
     }
-    println!("'x floor' is time over the compute floor (all data resident = 1.00).\n");
+    println!("'x floor' is time over the compute floor (all data resident = 1.00); 'x bound', over the");
+    println!(
+        "link-limit bound (only the bytes that must move, at {} GB/s each way, overlapped).\n",
+        cost.link_rate_gbps
+    );
     let mut table = output::report_table();
     for trace in &TRACES {
-        let stats = TraceStats::compute(trace.reader()?)?;
+        let mut program = unimem_core::bound::Program::new();
+        let stats = TraceStats::compute_with(trace.reader()?, |e| program.observe(&e.clone().into()))?;
         println!(
             "{}: {}; peak live {}, {} kernels, compute floor {}",
             trace.name,
@@ -39,7 +44,8 @@ pub fn run(config_file: Option<&std::path::Path>) -> Result<()> {
         for budget in [Budget::Percent(100.0), Budget::Percent(50.0)] {
             let (sizes, _) = Sizes::of(budget, &stats);
             for policy in PolicyName::ALL {
-                let report = replay_one(&|| trace.reader(), sizes, policy, &config, false, None, 0)?;
+                let mut report = replay_one(&|| trace.reader(), sizes, policy, &config, false, None, 0)?;
+                report.bound = Some(program.bound(sizes.budget, cost.link_rate_gbps));
                 table.row(output::report_row(trace.name, &budget.to_string(), &report));
             }
         }

@@ -237,13 +237,16 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
     let open = || input.reader();
     // A first streaming pass finds the peak live bytes a percent budget refers to, and checks
     // the whole trace before any replay starts.
+    // The same pass records the program for the link-limit bound.
+    let mut program = unimem_core::bound::Program::new();
     let stats = {
         let reader = open()?;
         let (consumed, total) = reader.progress();
         let _progress = output::Progress::start(consumed, total, args.json, "checking");
-        TraceStats::compute(reader)?
+        TraceStats::compute_with(reader, |event| program.observe(&event.clone().into()))?
     };
     let (sizes, warning) = Sizes::of(budget, &stats);
+    let bound = program.bound(sizes.budget, backends::cost_model(&config)?.link_rate_gbps);
     let mut warnings: Vec<String> = warning.into_iter().collect();
     let device = device_memory(&config)?;
     if let Some(device) = device.filter(|&d| sizes.budget > d) {
@@ -262,7 +265,8 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
     let mut table = output::report_table();
     let mut backend_ran = String::new();
     for (policy, log) in policies.into_iter().zip(logs) {
-        let report = replay_one(&open, sizes, policy, &config, !args.json, log, args.undeclared)?;
+        let mut report = replay_one(&open, sizes, policy, &config, !args.json, log, args.undeclared)?;
+        report.bound = Some(bound);
         backend_ran = format!("{} ({})", report.backend, report.backend_detail);
         if args.json {
             output::print_report_json(&report, &budget.to_string(), &warnings)
@@ -286,8 +290,12 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
     if !args.json {
         println!("{}", table.render());
         println!(
-            "compute floor {}; backend {}; peak RSS {}",
+            "compute floor {}; link-limit bound {} ({} in, {} out at {} GB/s each way); backend {}; peak RSS {}",
             unimem_core::units::Nanos(stats.compute_floor_ns),
+            unimem_core::units::Nanos(bound.bound_ns),
+            Bytes(bound.h2d_bytes),
+            Bytes(bound.d2h_bytes),
+            backends::cost_model(&config)?.link_rate_gbps,
             backend_ran,
             output::peak_rss_bytes().map(|b| Bytes(b).to_string()).unwrap_or("n/a".into())
         );

@@ -26,6 +26,11 @@ struct JsonRun<'a> {
     /// What the command warned of (a budget raised or capped).
     warnings: &'a [String],
     over_floor: f64,
+    /// The link-limit bound (`unimem_core::bound`) and the run's time over it.
+    bound_ns: Option<u64>,
+    bound_h2d_bytes: Option<u64>,
+    bound_d2h_bytes: Option<u64>,
+    over_bound: Option<f64>,
     events_per_sec: f64,
     peak_rss_bytes: Option<u64>,
 }
@@ -42,6 +47,10 @@ pub fn print_report_json(
         budget: budget_spec,
         warnings,
         over_floor: report.over_floor(),
+        bound_ns: report.bound.map(|b| b.bound_ns),
+        bound_h2d_bytes: report.bound.map(|b| b.h2d_bytes),
+        bound_d2h_bytes: report.bound.map(|b| b.d2h_bytes),
+        over_bound: report.over_bound(),
         events_per_sec: report.events_per_sec().round(),
         peak_rss_bytes: peak_rss_bytes(),
     };
@@ -105,6 +114,7 @@ pub fn report_table() -> Table {
         "policy",
         "time",
         "x floor",
+        "x bound",
         "H2D",
         "D2H",
         "GPU faults",
@@ -124,6 +134,7 @@ pub fn report_row(trace: &str, budget_spec: &str, r: &ReplayReport) -> Vec<Strin
         r.policy.clone(),
         Nanos(r.time_ns).to_string(),
         format!("{:.2}", r.over_floor()),
+        r.over_bound().map_or("-".into(), |x| format!("{x:.2}")),
         Bytes(r.h2d_bytes).to_string(),
         Bytes(r.d2h_bytes).to_string(),
         r.gpu_faults.to_string(),

@@ -49,6 +49,10 @@ fn replay_json_has_the_documented_keys() {
             "peak_footprint_bytes",
             "steps",
             "over_floor",
+            "bound_ns",
+            "bound_h2d_bytes",
+            "bound_d2h_bytes",
+            "over_bound",
             "policy_ns",
             "learning",
         ] {
@@ -56,6 +60,11 @@ fn replay_json_has_the_documented_keys() {
         }
         assert_eq!(run["policy"], policy);
         assert_eq!(run["backend"], "sim");
+        // The bound lies between the floor and every policy's time.
+        let (bound, floor) = (run["bound_ns"].as_u64().unwrap(), run["compute_floor_ns"].as_u64().unwrap());
+        assert!(floor <= bound && bound <= run["time_ns"].as_u64().unwrap(), "{run}");
+        let x = run["over_bound"].as_f64().unwrap();
+        assert!((x - run["time_ns"].as_f64().unwrap() / bound as f64).abs() < 1e-9);
         assert!(run["peak_resident_bytes"].as_u64() <= run["budget_bytes"].as_u64());
         assert!(run["peak_resident_bytes"].as_u64() <= run["peak_footprint_bytes"].as_u64());
         let host = &run["backend_host_ns"];

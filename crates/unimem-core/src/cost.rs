@@ -137,6 +137,15 @@ pub struct CostModel {
     /// Profiles written before it was measured take the H200 figure.
     #[serde(default = "h200_stage_h2d_resident")]
     pub stage_h2d_resident_rate_gbps: f64,
+    /// The link's rate each way for copies between device memory and pinned host memory: the
+    /// rate of the link-limit bound (`crate::bound`). Profiles written before it was
+    /// recorded take the H200 figure.
+    #[serde(default = "h200_link")]
+    pub link_rate_gbps: f64,
+}
+
+fn h200_link() -> f64 {
+    CostModel::h200().link_rate_gbps
 }
 
 fn h200_host_memory() -> u64 {
@@ -268,6 +277,7 @@ impl CostModel {
             ("stage_h2d_rate_gbps", self.stage_h2d_rate_gbps),
             ("stage_host_rate_gbps", self.stage_host_rate_gbps),
             ("stage_h2d_resident_rate_gbps", self.stage_h2d_resident_rate_gbps),
+            ("link_rate_gbps", self.link_rate_gbps),
         ];
         for (key, v) in rates {
             if !(v.is_finite() && (MIN_RATE_GBPS..=MAX_RATE_GBPS).contains(&v)) {

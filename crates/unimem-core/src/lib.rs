@@ -1,7 +1,7 @@
 //! # unimem-core
 //!
 //! The core of unimem, a unified-memory runtime for Rust programs on NVIDIA GPUs: managed
-//! regions and their registry, the [`backend::MemoryBackend`] seam with its calibrated
+//! regions and their registry, the [`seam::MemoryBackend`] seam with its calibrated
 //! simulator, the access history, configuration, the trace format and the replay engine.
 //!
 //! Data flow: an access (from a tensor launch or a trace) is recorded, a policy turns what it
@@ -12,6 +12,7 @@
 
 pub mod access;
 pub mod backends;
+pub mod bound;
 pub mod config;
 pub mod cost;
 pub mod error;

@@ -404,7 +404,7 @@ impl<S: EventSink> std::fmt::Debug for CuptiSink<'_, S> {
 
 impl<'a, S: EventSink> CuptiSink<'a, S> {
     /// A sink writing to `inner`, with CUPTI's records from `source`; `origin` is where the
-    /// backend's event clock starts ([`unimem_core::seam::MemoryBackend::event_clock_origin`]).
+    /// backend's event clock starts ([`unimem_core::seam::MemoryBackendExt::event_clock_origin`]).
     /// Records collected before this call are dropped.
     pub fn new(inner: S, source: &'a CuptiSource, origin: Instant) -> Result<Self> {
         source.drain()?;

@@ -398,6 +398,7 @@ fn replay_events(
         policy_ns: protocol.policy_ns,
         backend_host: stats.host,
         learning: policy.learning(),
+        bound: None,
     })
 }
 

@@ -1,5 +1,6 @@
 //! What a replay reports.
 
+use crate::bound::LinkBound;
 use crate::policy::Learning;
 use serde::Serialize;
 
@@ -143,9 +144,18 @@ pub struct ReplayReport {
     /// What the policy learned from faults on accesses it was not told of (zero for policies
     /// that do not learn).
     pub learning: Learning,
+    /// The link-limit bound at this budget ([`crate::bound`]), where the caller worked it out
+    /// (it needs the whole trace: `unimem replay` reads it once before replaying).
+    #[serde(skip)]
+    pub bound: Option<LinkBound>,
 }
 
 impl ReplayReport {
+    /// Time over the link-limit bound, where it is known.
+    pub fn over_bound(&self) -> Option<f64> {
+        self.bound.filter(|b| b.bound_ns > 0).map(|b| self.time_ns as f64 / b.bound_ns as f64)
+    }
+
     /// Time over the compute floor (1.0 = as fast as with everything resident).
     pub fn over_floor(&self) -> f64 {
         if self.compute_floor_ns == 0 {

@@ -259,7 +259,7 @@ pub struct Residency {
     /// Bytes never touched or discarded: no physical copy anywhere.
     pub unpopulated: u64,
     /// Bytes whose only copy is in the runtime's pinned staging buffers (evicted by a copy
-    /// instead of a migration; see [`MemoryBackend::stage_out`]).
+    /// instead of a migration; see [`MemoryBackendExt::stage_out`]).
     pub staged: u64,
 }
 

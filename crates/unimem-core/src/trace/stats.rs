@@ -103,7 +103,13 @@ pub fn footprint_bytes(acc: &[super::TraceAccess]) -> u64 {
 impl TraceStats {
     /// Reads the whole trace once. A sum that would not fit its counter is an error naming the
     /// line where it overflows, never a wrapped number.
-    pub fn compute(mut reader: TraceReader) -> Result<Self> {
+    pub fn compute(reader: TraceReader) -> Result<Self> {
+        Self::compute_with(reader, |_| {})
+    }
+
+    /// [`TraceStats::compute`], showing each event (once checked) to `each` on the way, so a
+    /// caller that needs the whole trace reads it once.
+    pub fn compute_with(mut reader: TraceReader, mut each: impl FnMut(&TraceEvent)) -> Result<Self> {
         let mut s = TraceStats::default();
         let (mut live, mut live_pages) = (0u64, 0u64);
         // Live regions only (size, touched yet?): memory stays bounded by what is live.
@@ -151,6 +157,7 @@ impl TraceStats {
                 TraceEvent::Host { .. } => s.host_events += 1,
                 TraceEvent::Step { .. } => s.steps += 1,
             }
+            each(&event);
             for a in event.accesses() {
                 accesses += 1;
                 if a.mode.reads() {

@@ -13,7 +13,7 @@
 //! - Eviction under capacity pressure takes the least-recently-migrated 2 MiB block that the
 //!   running kernel does not touch, as the driver does.
 //! - Device capacity is the configured budget: the simulator emulates a GPU of that size.
-//! - Staged evictions ([`MemoryBackend::stage_out`]) copy device-only data into pinned staging
+//! - Staged evictions ([`MemoryBackendExt::stage_out`](crate::seam::MemoryBackendExt::stage_out)) copy device-only data into pinned staging
 //!   buffers at the copy engine's rate instead of migrating it; the copies share the link with
 //!   migrations (on the H200 a staged eviction beside a prefetch took as long as both in turn).
 //!   Staged data comes back before a prefetch or kernel uses it (copied into the host's pages
@@ -177,7 +177,7 @@ impl SimBackend {
     }
 
     /// The same simulator with `bytes` of pinned staging memory for staged evictions (none by
-    /// default: [`MemoryBackend::stage_out`] then migrates).
+    /// default: [`MemoryBackendExt::stage_out`](crate::seam::MemoryBackendExt::stage_out) then migrates).
     pub fn with_staging(mut self, bytes: u64) -> Self {
         self.staging_capacity = bytes;
         self.info.staging_bytes = bytes;

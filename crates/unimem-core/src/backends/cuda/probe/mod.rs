@@ -186,6 +186,9 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
         stage_host_rate_gbps: stage.host,
         stage_h2d_block_ns: stage.h2d_block_ns,
         stage_h2d_resident_rate_gbps: stage.h2d_resident,
+        // Copies between device-resident memory and pinned memory, the faster way: the bound's
+        // rate (a bound takes the best the link has done).
+        link_rate_gbps: stage.d2h.max(stage.h2d_resident),
     };
     profile.validate("probe")?;
     Ok(ProbeReport {
