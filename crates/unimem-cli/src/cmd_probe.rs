@@ -30,6 +30,10 @@ pub struct Args {
     /// profile).
     #[arg(long, conflicts_with = "out")]
     pub population: bool,
+    /// Measure only the ways of moving data at the link's rate: CUDA virtual memory
+    /// management beside managed memory, copies each way and both at once (writes no profile).
+    #[arg(long, conflicts_with_all = ["out", "population"])]
+    pub transfers: bool,
     /// Needs no device: writes the field-by-field median of these calibration profiles (of one
     /// device, from several probes) to `--out`, and prints how far each figure spread.
     #[arg(long, num_args = 1.., value_name = "PROFILE", requires = "out", conflicts_with = "population")]
@@ -44,8 +48,9 @@ pub fn run(args: &Args) -> Result<()> {
     // A profile is written only whole, and never over a file the command reads.
     let out = args.out.as_deref().map(|p| OutputFile::create(p, &[])).transpose()?;
     let dev = CudaDevice::open(args.device)?;
-    if args.population {
-        let rows = probe::population(&dev, size)?;
+    if args.population || args.transfers {
+        let rows =
+            if args.population { probe::population(&dev, size)? } else { probe::transfers(&dev, size)? };
         if args.json {
             println!("{}", serde_json::to_string(&rows).expect("reports serialise"));
         } else {

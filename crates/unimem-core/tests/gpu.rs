@@ -185,6 +185,29 @@ fn probe_measures_and_writes_a_valid_profile() {
     assert!(streaming > 3.0 * r.profile.gpu_fault_rate_gbps, "pipelined prefetch {streaming} GB/s vs faults");
 }
 
+/// `unimem probe --transfers`: every row measured, the data intact through every move (the
+/// rows fail otherwise), copies at a plausible share of the link, and a chunk mapped to host
+/// memory still read by a kernel at its address.
+#[test]
+fn transfer_rows_move_data_intact() {
+    let dev = device();
+    let rows = probe::transfers(&dev, 1 << 30).unwrap();
+    let value = |name: &str| {
+        rows.iter()
+            .find(|m| m.name.starts_with(name))
+            .unwrap_or_else(|| panic!("no row {name}: {rows:?}"))
+            .value
+    };
+    for m in &rows {
+        assert!(m.value.is_finite() && m.value > 0.0, "{m:?}");
+        eprintln!("{:<80} {:>12.2} {}", m.name, m.value, m.unit);
+    }
+    assert!(value("VMM: pinned host -> device chunks") > 10.0);
+    assert!(value("VMM: device chunks -> pinned host") > 10.0);
+    assert!(value("VMM: kernel read of a chunk mapped to host memory") > 1.0);
+    assert!(value("managed: stage-out beside a restore") > 10.0);
+}
+
 /// `unimem probe --population`: every row a plausible time per 64 KiB, and a discarded buffer
 /// touched again slower than a fresh one (0.4 GB/s against 11-16 on the H200): why the pool
 /// hands out its most resident buffer first and sheds by freeing, never by reuse.

@@ -4,13 +4,15 @@
 //! other rows leave their buffers and the driver's state behind, as a replay starts in a process
 //! of its own): `population.rs`, `managed.rs` (faults, prefetches, duplex, advice, remote
 //! access, discards), `staging.rs` (staged evictions and their ways back), `host.rs` (launches
-//! and allocations); `measure.rs` has how each is timed.
+//! and allocations), `vmm.rs` (virtual memory management and copies both ways at once, the
+//! candidates for moving data at the link's rate); `measure.rs` has how each is timed.
 
 mod host;
 mod managed;
 mod measure;
 mod population;
 mod staging;
+mod vmm;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -90,6 +92,21 @@ impl Notes {
     }
 }
 
+/// The rows on moving data at the link's rate alone (`unimem probe --transfers`): CUDA virtual
+/// memory management (copies each way and both at once, map and unmap, a chunk moved to host
+/// memory at its address and read there by a kernel) and copies between managed and pinned
+/// memory both ways at once. Buffers of `bytes`, in 64 MiB chunks (16 at most).
+pub fn transfers(dev: &CudaDevice, bytes: u64) -> Result<Vec<Measurement>> {
+    let bytes = buffer_bytes(bytes)?;
+    let kernels = Kernels::load(dev)?;
+    let (s, s2) = (dev.new_stream()?, dev.new_stream()?);
+    let default = CostModel::h200();
+    let c = Ctx { dev, kernels: &kernels, s: &s, s2: &s2, bytes, default: &default };
+    let mut n = Notes::default();
+    vmm::rows(&c, &mut n)?;
+    Ok(n.0)
+}
+
 /// Runs every measurement on `dev` with buffers of `bytes` (rounded down to 2 MiB, at most
 /// [`MAX_PROBE_BYTES`]).
 pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
@@ -142,6 +159,10 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
         }
     };
     let populate_rate = managed::prefetch_population(&c, n)?;
+    // Not in the profile yet: measured beside the managed paths, for choosing between them.
+    if let Err(e) = vmm::rows(&c, n) {
+        tracing::warn!(error = %e, "the VMM and copy-duplex rows could not be measured");
+    }
     let host: HostCosts = host::host_costs(&c, n, &a)?;
 
     let (major, minor) = dev.capabilities().compute_capability;
