@@ -20,7 +20,8 @@ fn replay(name: &str, budget: Budget, policy: PolicyName) -> ReplayReport {
     let cost = CostModel::h200();
     let config = Config::default();
     // With the default staging memory, as `unimem replay` opens the simulator.
-    let mut backend = SimBackend::new(cost.clone(), bytes).with_staging(config.staging.resolve(bytes));
+    let mut backend = SimBackend::new(cost.clone(), bytes)
+        .with_staging(config.staging.resolve(bytes, Some(stats.peak_live_page_bytes)));
     let mut policy = unimem::policy::make_policy(policy, bytes, &config, &cost);
     replay::run(TraceReader::open(&trace(name)).unwrap(), &mut backend, policy.as_mut(), &mut |_| {}).unwrap()
 }

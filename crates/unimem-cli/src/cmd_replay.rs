@@ -118,9 +118,10 @@ pub fn replay_one(
     undeclared_every: u64,
 ) -> Result<ReplayReport> {
     let budget_bytes = sizes.budget;
-    // Staging memory is pinned before the timed work, as much as can be off the device at once.
-    let staging = config.staging.resolve(budget_bytes);
-    let pin_now = staging.min(sizes.peak.saturating_sub(budget_bytes));
+    // Staging memory is pinned before the timed work: the slots of what can be off the device
+    // at once, and of the clean copies kept of what was restored.
+    let staging = config.staging.resolve(budget_bytes, Some(sizes.peak));
+    let pin_now = staging.min(sizes.peak);
     let mut spec = backends::BackendSpec::from_config(config, budget_bytes, staging, pin_now)?;
     // A replay finds data by region, never by an address it kept: restores may relocate.
     spec.relocate = config.replay.relocate;

@@ -280,7 +280,7 @@ impl Default for Config {
             backend: BackendChoice::Auto,
             budget: Budget::Percent(100.0),
             oversubscribe: Oversubscribe::Deny,
-            staging: Staging::Percent(100.0),
+            staging: Staging::Auto,
             sim: SimConfig { profile: String::new(), policy_time: PolicyTime::Free },
             replay: ReplayConfig {
                 policies: vec![PolicyName::Advisor],

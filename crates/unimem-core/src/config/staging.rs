@@ -1,4 +1,4 @@
-//! The pinned staging memory for staged evictions: bytes, or a percent of the budget.
+//! The pinned staging memory for staged evictions: `auto`, bytes, or a percent of the budget.
 
 use std::fmt;
 
@@ -10,6 +10,9 @@ use crate::units::parse_bytes;
 /// How much pinned host memory evictions may be staged in (`0`: none, evictions migrate).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Staging {
+    /// As much as the program's data: a replay's peak live bytes (every byte off the device,
+    /// and a clean copy of every byte restored), else the budget.
+    Auto,
     /// An absolute number of bytes.
     Bytes(u64),
     /// A percent (0 to 1000) of the device budget.
@@ -17,9 +20,12 @@ pub enum Staging {
 }
 
 impl Staging {
-    /// Parses `"4GiB"`, `"0"` or `"100%"`.
+    /// Parses `"auto"`, `"4GiB"`, `"0"` or `"100%"`.
     pub fn parse(text: &str) -> Result<Self, String> {
         let t = text.trim();
+        if t == "auto" {
+            return Ok(Staging::Auto);
+        }
         if let Some(p) = t.strip_suffix('%') {
             let v: f64 =
                 p.trim().parse().map_err(|_| format!("`{text}` is not a percent; write e.g. \"100%\""))?;
@@ -30,12 +36,14 @@ impl Staging {
         }
         parse_bytes(t)
             .map(Staging::Bytes)
-            .map_err(|e| format!("{e}, or a percent of the budget such as \"100%\""))
+            .map_err(|e| format!("{e}, a percent of the budget such as \"100%\", or \"auto\""))
     }
 
-    /// The staging memory in bytes, given the budget in bytes.
-    pub fn resolve(&self, budget: u64) -> u64 {
+    /// The staging memory in bytes, given the budget and, where known, the data's peak live
+    /// bytes.
+    pub fn resolve(&self, budget: u64, peak: Option<u64>) -> u64 {
         match *self {
+            Staging::Auto => peak.unwrap_or(budget).max(budget),
             Staging::Bytes(b) => b,
             Staging::Percent(p) => (budget as f64 * p / 100.0).round() as u64,
         }
@@ -45,6 +53,7 @@ impl Staging {
 impl fmt::Display for Staging {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
+            Staging::Auto => write!(f, "auto"),
             Staging::Bytes(b) => write!(f, "{}", crate::units::Bytes(b)),
             Staging::Percent(p) => write!(f, "{p}%"),
         }
@@ -54,6 +63,7 @@ impl fmt::Display for Staging {
 impl Serialize for Staging {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match *self {
+            Staging::Auto => s.serialize_str("auto"),
             Staging::Bytes(b) => s.serialize_str(&b.to_string()),
             Staging::Percent(p) => s.serialize_str(&format!("{p}%")),
         }
@@ -64,7 +74,7 @@ impl<'de> Deserialize<'de> for Staging {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let raw = Raw::read(
             d,
-            "expected bytes (e.g. \"8GiB\", or 0 for none) or a percent of the budget (e.g. \"100%\")",
+            "expected \"auto\", bytes (e.g. \"8GiB\", or 0 for none) or a percent of the budget (e.g. \"100%\")",
         )?;
         match raw {
             Raw::Int(n) if n < 0 => {
@@ -84,12 +94,18 @@ mod tests {
     fn parses_and_resolves() {
         assert_eq!(Staging::parse("100%"), Ok(Staging::Percent(100.0)));
         assert_eq!(Staging::parse("0"), Ok(Staging::Bytes(0)));
-        assert_eq!(Staging::parse("4GiB").unwrap().resolve(1 << 30), 4 << 30);
-        assert_eq!(Staging::parse("150%").unwrap().resolve(2 << 30), 3 << 30);
+        assert_eq!(Staging::parse("4GiB").unwrap().resolve(1 << 30, None), 4 << 30);
+        assert_eq!(Staging::parse("150%").unwrap().resolve(2 << 30, Some(9 << 30)), 3 << 30);
+        // `auto`: the data's peak where known (never below the budget), else the budget.
+        assert_eq!(Staging::parse(" auto ").unwrap().resolve(2 << 30, Some(5 << 30)), 5 << 30);
+        assert_eq!(Staging::Auto.resolve(2 << 30, Some(1 << 30)), 2 << 30);
+        assert_eq!(Staging::Auto.resolve(2 << 30, None), 2 << 30);
         assert!(Staging::parse("2000%").unwrap_err().contains("[0, 1000]"));
         assert!(Staging::parse("-1%").unwrap_err().contains("[0, 1000]"));
         assert!(Staging::parse("lots").unwrap_err().contains("percent"));
-        let round_trip: Staging = toml::Value::try_from(Staging::Percent(50.0)).unwrap().try_into().unwrap();
-        assert_eq!(round_trip, Staging::Percent(50.0));
+        for s in [Staging::Percent(50.0), Staging::Auto] {
+            let round_trip: Staging = toml::Value::try_from(s).unwrap().try_into().unwrap();
+            assert_eq!(round_trip, s);
+        }
     }
 }

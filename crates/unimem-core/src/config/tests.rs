@@ -193,15 +193,15 @@ fn bad_advisor_values_are_clear_errors() {
 
 #[test]
 fn staging_takes_bytes_or_a_percent_of_the_budget_and_names_itself_when_wrong() {
-    assert_eq!(Config::default().staging, Staging::Percent(100.0));
+    assert_eq!(Config::default().staging, Staging::Auto);
     let f = file("staging = \"4GiB\"\n");
     let loaded = Config::load(Some(f.path()), env(&[])).unwrap();
     assert_eq!(loaded.config.staging, Staging::Bytes(4 << 30));
     let loaded = Config::load(None, env(&[("UNIMEM_STAGING", "0")])).unwrap();
-    assert_eq!(loaded.config.staging.resolve(1 << 30), 0, "0 turns staging off");
+    assert_eq!(loaded.config.staging.resolve(1 << 30, None), 0, "0 turns staging off");
     assert!(loaded.show().contains("staging = \"0\""), "{}", loaded.show());
     let loaded = Config::load(None, env(&[("UNIMEM_STAGING", "150%")])).unwrap();
-    assert_eq!(loaded.config.staging.resolve(2 << 30), 3 << 30);
+    assert_eq!(loaded.config.staging.resolve(2 << 30, None), 3 << 30);
     let e = Config::load(None, env(&[("UNIMEM_STAGING", "5000%")])).unwrap_err().to_string();
     assert!(e.contains("staging") && e.contains("[0, 1000]") && e.contains("UNIMEM_STAGING"), "{e}");
     let f = file("staging = \"plenty\"\n");

@@ -65,6 +65,8 @@ pub struct PlacementBytes {
     pub discarded: u64,
     /// Evicted by a copy into the pinned staging buffers instead of a migration.
     pub staged: u64,
+    /// Of those, evicted without a copy: the staging copy was still valid.
+    pub staged_clean: u64,
 }
 
 impl PlacementBytes {
@@ -76,6 +78,7 @@ impl PlacementBytes {
             remote: s.remote_bytes,
             discarded: s.discarded_bytes,
             staged: s.staged_out_bytes,
+            staged_clean: s.staged_clean_bytes,
         }
     }
 }

@@ -108,7 +108,7 @@ impl RuntimeBuilder {
             Some(backend) => backend,
             None => {
                 let capacity = config.budget.resolve(cost.device_memory_bytes);
-                let staging = config.staging.resolve(capacity);
+                let staging = config.staging.resolve(capacity, None);
                 let mut spec = crate::backends::BackendSpec::from_config(&config, capacity, staging, 0)?;
                 spec.device = device;
                 crate::backends::open(&spec)?

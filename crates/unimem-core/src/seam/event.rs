@@ -441,6 +441,9 @@ pub struct BackendStats {
     /// Bytes copied back from the staging buffers (to the device, or to the host on a host
     /// access).
     pub staged_in_bytes: u64,
+    /// Of the staged-out bytes, those evicted without a copy: their staging copy was still
+    /// valid (restored and not written since).
+    pub staged_clean_bytes: u64,
     /// Bytes dropped by discard.
     pub discarded_bytes: u64,
     /// Bytes a prefetch to the device brought (moved or populated there).

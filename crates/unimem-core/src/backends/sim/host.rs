@@ -119,6 +119,8 @@ impl SimBackend {
 
     /// Writes bytes where each page is valid now (the device copy if there is one).
     pub(super) fn store_bytes(&mut self, id: RegionId, offset: u64, data: &[u8]) -> Result<()> {
+        let (s, e) = self.region(id)?.page_range(offset, data.len() as u64);
+        self.forget_kept(id, s, e);
         let r = self.region_mut(id)?;
         let (on_device, dev_data, host_data) = (&r.on_device, &mut r.dev_data, &mut r.host_data);
         for_each_page_chunk(offset, data.len(), |p, at, lo, hi| {

@@ -253,8 +253,12 @@ impl SimBackend {
             self.restamp(id, blocks);
         }
         for a in kernel.accesses {
+            let (s, e) = self.regions[&a.region].page_range(a.offset, a.len);
+            if a.mode.writes() && self.kept_bytes > 0 {
+                // Written: the staging copies of its pages are stale.
+                self.forget_kept(a.region, s, e);
+            }
             let r = self.regions.get_mut(&a.region).expect("checked");
-            let (s, e) = r.page_range(a.offset, a.len);
             for b in r.block_range(s, e) {
                 r.blocks[b].last_use_ns = end;
             }

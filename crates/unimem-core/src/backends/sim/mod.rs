@@ -94,6 +94,11 @@ pub struct SimBackend {
     /// Pinned staging memory: capacity and bytes in use.
     staging_capacity: u64,
     staged_bytes: u64,
+    /// Bytes of staging copies kept for data restored and not written since (they hold
+    /// staging slots too, and give them up when a stage-out needs one).
+    kept_bytes: u64,
+    /// Blocks with kept copies, oldest first (entries may be stale).
+    kept_order: std::collections::VecDeque<BlockId>,
     /// The emulated device's memory: the data, the pooled buffers (freed regions' buffers with
     /// their blocks still on the device, as the CUDA backend pools them: a new region of a
     /// pooled size takes one without `cuMemAllocManaged` and its resident pages without
@@ -147,6 +152,8 @@ impl SimBackend {
             link_d2h: 0,
             staging_capacity: 0,
             staged_bytes: 0,
+            kept_bytes: 0,
+            kept_order: std::collections::VecDeque::new(),
             budget: DeviceBudget::new(capacity),
             relocate: false,
             stats: BackendStats::default(),

@@ -56,6 +56,10 @@ pub(super) struct SimRegion {
     pub(super) blocks: Vec<Block>,
     pub(super) host_data: PageStore,
     pub(super) dev_data: PageStore,
+    /// Device pages restored from staging whose staging copy is still valid (not written on
+    /// the device since): evicting them again needs no copy. Their bytes are in `kept_data`.
+    pub(super) kept: PageSet,
+    pub(super) kept_data: PageStore,
     /// Blocks whose pages are on the device although their data is staged: the region took
     /// over a pooled buffer (a relocation, see [`SimBackend::relocate`]) and no restore has
     /// used them yet.

@@ -82,6 +82,7 @@ impl SimBackend {
 
     /// Makes pages `s..e` host-valid and drops them from the device. Pages with no copy stay so.
     pub(super) fn move_to_host(&mut self, id: RegionId, s: usize, e: usize) -> Moved {
+        self.forget_kept(id, s, e);
         let r = self.regions.get_mut(&id).expect("checked by caller");
         let dup = r.on_device.count_and(&r.on_host, s, e);
         let dev_only = r.on_device.count(s, e) - dup;
@@ -170,6 +171,8 @@ impl SimBackend {
                 blocks: vec![Block::default(); pages.div_ceil(PAGES_PER_BLOCK)],
                 host_data: PageStore::default(),
                 dev_data: PageStore::default(),
+                kept: PageSet::new(pages),
+                kept_data: PageStore::default(),
                 spare: vec![false; pages.div_ceil(PAGES_PER_BLOCK)],
             };
             // A pooled buffer's pages on the device are already mapped (zeroed for the user).
@@ -203,6 +206,7 @@ impl SimBackend {
         let r = self.regions.remove(&id).ok_or(Error::UnknownRegion(id))?;
         self.allocated_bytes -= r.bytes;
         self.staged_bytes -= r.staged.count(0, r.pages) as u64 * PAGE_SIZE;
+        self.kept_bytes -= r.kept.count(0, r.pages) as u64 * PAGE_SIZE;
         // The runtime pools managed memory: a free does not synchronise the device, and the
         // buffer keeps its blocks on the device (whole ones, as the CUDA backend accounts
         // them) for its next region.

@@ -23,7 +23,16 @@ impl SimBackend {
                     let (bs, be) = (bs.max(s), be.min(e));
                     let dev_only = r.on_device.count(bs, be) - r.on_device.count_and(&r.on_host, bs, be);
                     let bytes = dev_only as u64 * PAGE_SIZE;
-                    if dev_only == 0 || this.staged_bytes + bytes > this.staging_capacity {
+                    // Kept copies give up their slots for data that has none.
+                    let kept = r.kept.count(bs, be) as u64 * PAGE_SIZE;
+                    this.reclaim_kept(
+                        (bytes - kept).saturating_sub(this.staging_free()),
+                        BlockId::new(id, b),
+                    );
+                    let r = &this.regions[&id];
+                    if dev_only == 0
+                        || this.staged_bytes + this.kept_bytes - kept + bytes > this.staging_capacity
+                    {
                         let (offset, len) = (bs as u64 * PAGE_SIZE, (be - bs) as u64 * PAGE_SIZE);
                         crate::seam::push_merged(
                             &mut migrate,
@@ -33,6 +42,8 @@ impl SimBackend {
                     }
                     // The copy waits for the kernels using the block, on the copy engine's lane.
                     let last_use = r.blocks[b].last_use_ns;
+                    // Pages whose staging copy is still valid are dropped, not copied.
+                    let clean = this.forget_kept(id, bs, be) as u64 * PAGE_SIZE;
                     let r = this.regions.get_mut(&id).expect("checked");
                     let (staged, on_device, on_host) = (&mut r.staged, &r.on_device, &r.on_host);
                     staged.insert_only_in(on_device, on_host, bs, be);
@@ -44,21 +55,33 @@ impl SimBackend {
                     this.unstamp_empty(id, b..b + 1);
                     this.staged_bytes += bytes;
                     let start_at = this.host_now.max(last_use);
-                    let dur = CostModel::transfer_ns(bytes, this.cost.stage_d2h_rate_gbps);
+                    let copied = bytes - clean;
+                    let dur = CostModel::transfer_ns(copied, this.cost.stage_d2h_rate_gbps);
                     let (start, end) = this.occupy_link(Direction::D2H, start_at, dur);
                     this.regions.get_mut(&id).expect("checked").blocks[b].staged_until = end;
                     copies += 1;
-                    this.stats.d2h_bytes += bytes;
+                    this.stats.d2h_bytes += copied;
                     this.stats.staged_out_bytes += bytes;
+                    this.stats.staged_clean_bytes += clean;
                     let offset = bs as u64 * PAGE_SIZE;
-                    this.emit_migration(
-                        id,
-                        offset,
-                        bytes,
-                        Direction::D2H,
-                        MigrationCause::Staging,
-                        (start, end),
-                    );
+                    if clean > 0 {
+                        this.emit(|| MemEvent::Drop {
+                            region: id,
+                            offset,
+                            bytes: clean,
+                            from: Location::DEVICE,
+                        });
+                    }
+                    if copied > 0 {
+                        this.emit_migration(
+                            id,
+                            offset,
+                            copied,
+                            Direction::D2H,
+                            MigrationCause::Staging,
+                            (start, end),
+                        );
+                    }
                 }
             }
             if copies > 0 {
@@ -124,11 +147,17 @@ impl SimBackend {
             let resident = r.spare_pages_in(rs, re);
             self.budget.remove_spare(resident as u64 * PAGE_SIZE);
             let r = self.regions.get_mut(&id).expect("checked by caller");
+            // The staging copy stays, valid until the device writes the pages.
             if !r.host_data.is_empty() {
-                let (host_data, dev_data) = (&mut r.host_data, &mut r.dev_data);
-                r.staged.for_each(rs, re, |p| dev_data.put(p, host_data.take(p)));
+                let (host_data, dev_data, kept_data) = (&mut r.host_data, &mut r.dev_data, &mut r.kept_data);
+                r.staged.for_each(rs, re, |p| {
+                    let page = host_data.take(p);
+                    dev_data.put(p, page.clone());
+                    kept_data.put(p, page);
+                });
             }
             r.staged.remove(rs, re);
+            r.kept.insert(rs, re);
             r.clear_spare_restored(rs, re);
             r.on_device.insert(rs, re);
             if prefetch {
@@ -138,6 +167,8 @@ impl SimBackend {
             }
             let blocks = r.block_range(rs, re);
             self.staged_bytes -= n as u64 * PAGE_SIZE;
+            self.kept_bytes += n as u64 * PAGE_SIZE;
+            self.kept_order.extend(blocks.clone().map(|b| BlockId::new(id, b)));
             self.note_device_added(n);
             let bytes = n as u64 * PAGE_SIZE;
             // A prefetch's own call cost is charged by the prefetch; a restore for a kernel
@@ -216,6 +247,7 @@ impl SimBackend {
 
     /// Drops the staged copies of `s..e` (dead data); returns how many pages had one.
     pub(super) fn drop_staged(&mut self, id: RegionId, s: usize, e: usize) -> usize {
+        self.forget_kept(id, s, e);
         let r = self.regions.get_mut(&id).expect("checked by caller");
         if !r.host_data.is_empty() {
             let host_data = &mut r.host_data;
@@ -228,5 +260,45 @@ impl SimBackend {
         self.budget.remove_spare(spare as u64 * PAGE_SIZE);
         self.staged_bytes -= n as u64 * PAGE_SIZE;
         n
+    }
+
+    /// Staging bytes neither staged nor kept.
+    pub(super) fn staging_free(&self) -> u64 {
+        self.staging_capacity.saturating_sub(self.staged_bytes + self.kept_bytes)
+    }
+
+    /// Forgets the kept staging copies of pages `s..e` of `id` (the device wrote them, or they
+    /// left the device another way); returns how many pages had one.
+    pub(super) fn forget_kept(&mut self, id: RegionId, s: usize, e: usize) -> usize {
+        let Some(r) = self.regions.get_mut(&id) else { return 0 };
+        if !r.kept_data.is_empty() {
+            let kept_data = &mut r.kept_data;
+            r.kept.for_each(s, e, |p| kept_data.drop_page(p));
+        }
+        let n = r.kept.remove(s, e);
+        self.kept_bytes -= n as u64 * PAGE_SIZE;
+        n
+    }
+
+    /// Gives up kept copies, oldest first, until `need` more staging bytes are free (or none
+    /// is left but those of `keep`, the block being staged).
+    fn reclaim_kept(&mut self, need: u64, keep: BlockId) {
+        let mut skipped = Vec::new();
+        while need > self.staging_free() {
+            let Some(b) = self.kept_order.pop_front() else { break };
+            if b == keep {
+                skipped.push(b);
+                continue;
+            }
+            let Some(r) = self.regions.get(&b.region) else { continue };
+            if b.block as usize >= r.blocks.len() {
+                continue;
+            }
+            let (s, e) = r.block_pages(b.block as usize);
+            self.forget_kept(b.region, s, e);
+        }
+        for b in skipped.into_iter().rev() {
+            self.kept_order.push_front(b);
+        }
     }
 }

@@ -447,6 +447,8 @@ enum Op {
     Prefetch(usize, bool),
     ReadMostly(usize, bool),
     Remote(usize),
+    StageOut(usize),
+    Discard(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -459,20 +461,23 @@ fn op() -> impl Strategy<Value = Op> {
         (any::<usize>(), any::<bool>()).prop_map(|(r, d)| Op::Prefetch(r, d)),
         (any::<usize>(), any::<bool>()).prop_map(|(r, on)| Op::ReadMostly(r, on)),
         any::<usize>().prop_map(Op::Remote),
+        any::<usize>().prop_map(Op::StageOut),
+        any::<usize>().prop_map(Op::Discard),
     ]
 }
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
-    /// Under any sequence of allocations, frees, writes on either side, prefetches, advice and
-    /// eviction pressure, every byte read (by the host or a kernel) equals the byte last
+    /// Under any sequence of allocations, frees, writes on either side, prefetches, advice,
+    /// staged evictions (through staging buffers smaller than the data, so that clean copies
+    /// kept after restores give up their slots), discards and eviction pressure, every byte read (by the host or a kernel) equals the byte last
     /// written there, and the device never holds more than its capacity plus what the one
     /// running kernel needs: neither its data nor the pages it keeps for reuse.
     #[test]
     fn bytes_are_never_lost_and_capacity_holds(ops in prop::collection::vec(op(), 1..60)) {
         let cap = 4 * MIB;
-        let mut s = sim(cap);
+        let mut s = sim(cap).with_staging(3 * MIB);
         let mut live: Vec<(RegionId, Vec<u8>)> = Vec::new();
         let mut next = 1;
         let mut largest = 0;
@@ -527,6 +532,17 @@ proptest! {
                     let r = ByteRange::whole(*id, data.len() as u64);
                     s.advise(r, Advice::SetPreferredLocation(Location::Host)).unwrap();
                     s.advise(r, Advice::SetAccessedByDevice).unwrap();
+                }
+                Op::StageOut(i) => {
+                    let (id, data) = &live[pick(i)];
+                    s.stage_out(&[ByteRange::whole(*id, data.len() as u64)]).unwrap();
+                }
+                Op::Discard(i) => {
+                    // The data is dead: what is read next is whatever was written after.
+                    let (id, data) = &mut live[pick(i)];
+                    s.discard(&[ByteRange::whole(*id, data.len() as u64)]).unwrap();
+                    data.fill(0);
+                    s.write(*id, 0, data).unwrap();
                 }
             }
         }

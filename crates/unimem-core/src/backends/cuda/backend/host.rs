@@ -113,6 +113,9 @@ impl CudaBackend {
 
     pub(super) fn store(&mut self, id: RegionId, offset: u64, data: &[u8]) -> Result<()> {
         self.checked(id, offset, data.len() as u64)?;
+        for b in self.regions[&id].blocks_of(offset, data.len() as u64) {
+            self.forget_kept(BlockId::new(id, b));
+        }
         self.streams.compute.synchronize().map_err(cuda_err("cuStreamSynchronize", "kernel store"))?;
         let ptr = self.regions[&id].buf.ptr() + offset;
         // SAFETY: as above.

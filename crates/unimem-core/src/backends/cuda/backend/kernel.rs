@@ -114,6 +114,12 @@ impl CudaBackend {
             let r = &self.regions[&a.region];
             writes.extend(r.blocks_of(a.offset, a.len).map(|b| BlockId::new(a.region, b)));
         }
+        // Written blocks' staging copies are stale.
+        if !self.kept.is_empty() {
+            for &block in &writes {
+                self.forget_kept(block);
+            }
+        }
         for block in blocks {
             let (id, b) = (block.region, block.block as usize);
             self.regions.get_mut(&id).expect("checked").blocks[b].last_kernel = seq;

@@ -139,6 +139,12 @@ pub struct CudaBackend {
     /// [`PendingDiscard`]).
     pending_discards: std::collections::VecDeque<PendingDiscard>,
     pending_blocks: FxHashSet<BlockId>,
+    /// Clean copies: the slot of each block restored from staging and not written since
+    /// (its data is still the slot's), with the event of the copy that read it, and the order
+    /// they were kept in (entries may be stale). A stage-out of such a block needs no copy;
+    /// a stage-out short of slots takes the oldest.
+    kept: FxHashMap<BlockId, (Slot, Arc<CudaEvent>)>,
+    kept_order: std::collections::VecDeque<BlockId>,
     /// An event after each recent kernel, by the backend's kernel count: a stage-out waits for
     /// the last kernel that touched its blocks, not for every kernel issued.
     kernel_marks: std::collections::VecDeque<(u64, Arc<CudaEvent>)>,
@@ -309,6 +315,8 @@ impl CudaBackend {
             staged_done: FxHashMap::default(),
             pending_discards: std::collections::VecDeque::new(),
             pending_blocks: FxHashSet::default(),
+            kept: FxHashMap::default(),
+            kept_order: std::collections::VecDeque::new(),
             kernel_marks: Default::default(),
             allow_oversubscription,
             free_memory: FreeMemory::default(),

@@ -31,6 +31,7 @@ impl CudaBackend {
 
     /// Drops block `b` of `id` from the device account.
     pub(super) fn leave_device(&mut self, id: RegionId, b: usize) {
+        self.forget_kept(BlockId::new(id, b));
         let r = self.regions.get_mut(&id).expect("checked");
         let bytes = r.block_bytes(b);
         let blk = &mut r.blocks[b];

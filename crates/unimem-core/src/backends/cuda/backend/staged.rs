@@ -29,6 +29,8 @@ impl CudaBackend {
             blocks.sort_unstable(); // slots in address order: copies coalesce
             let mut migrate: Vec<ByteRange> = Vec::new();
             let mut staged: Vec<StagedBlock> = Vec::new();
+            // Blocks whose slot holds their data already: discarded, not copied.
+            let mut clean: Vec<StagedBlock> = Vec::new();
             // The last kernel that touched a block staged here: the copies wait for it.
             let mut after = 0u64;
             for BlockId { region: id, block: b } in blocks {
@@ -46,28 +48,46 @@ impl CudaBackend {
                     continue;
                 }
                 after = after.max(blk.last_kernel);
-                let stage = this.streams.stage.clone();
-                let Some(slot) = this.staging.take(&stage)? else {
-                    this.log.stage_migrated_no_slot += len;
-                    crate::seam::push_merged(&mut migrate, ByteRange { region: id, offset, len });
-                    continue;
+                let key = BlockId { region: id, block: b };
+                let slot = if let Some((slot, _)) = this.kept.remove(&key) {
+                    clean.push(StagedBlock { block: key, slot });
+                    this.stats.staged_clean_bytes += len;
+                    this.recorder.emit(|| MemEvent::Drop {
+                        region: id,
+                        offset,
+                        bytes: len,
+                        from: Location::DEVICE,
+                    });
+                    slot
+                } else {
+                    let Some(slot) = this.take_slot(key)? else {
+                        this.log.stage_migrated_no_slot += len;
+                        crate::seam::push_merged(&mut migrate, ByteRange { region: id, offset, len });
+                        continue;
+                    };
+                    staged.push(StagedBlock { block: key, slot });
+                    this.stats.d2h_bytes += len;
+                    slot
                 };
-                staged.push(StagedBlock { block: BlockId { region: id, block: b }, slot });
                 this.leave_device(id, b as usize);
                 let blk = &mut this.regions.get_mut(&id).expect("checked").blocks[b as usize];
                 blk.staged = Some(slot);
                 blk.on_host = false;
-                this.stats.d2h_bytes += len;
                 this.stats.staged_out_bytes += len;
             }
-            if !staged.is_empty() {
+            if !staged.is_empty() || !clean.is_empty() {
                 this.stage_after_kernel(after)?;
                 let stage = this.streams.stage.clone();
                 let runs = this.staged_runs(&staged);
-                let discards = coalesce(runs.iter().map(|r| (RegionId(r.0), r.1, r.3)).collect());
-                this.timed_copies(&stage, crate::seam::Direction::D2H, &staged, |this| {
-                    this.staging.copy(runs, true, &stage)
-                })?;
+                let all: Vec<StagedBlock> = staged.iter().chain(&clean).copied().collect();
+                let discards =
+                    coalesce(this.staged_runs(&all).iter().map(|r| (RegionId(r.0), r.1, r.3)).collect());
+                if !staged.is_empty() {
+                    this.timed_copies(&stage, crate::seam::Direction::D2H, &staged, |this| {
+                        this.staging.copy(runs, true, &stage)
+                    })?;
+                }
+                let staged = all;
                 let copied = Arc::new(
                     this.streams
                         .stage
@@ -210,6 +230,7 @@ impl CudaBackend {
                 // A copy into the slot may be in flight; the next one is on the same stream.
                 self.staging.release(slot, None);
             }
+            self.forget_kept(BlockId::new(id, b));
             self.after_stage_out(id, b as u32, &writers, &mut waited, "write after staging")?;
         }
         Ok(())
@@ -236,5 +257,33 @@ impl CudaBackend {
             }
         }
         Ok(Some(ev))
+    }
+
+    /// Gives back the slot of block `key`'s clean copy, if it has one (the block was written,
+    /// or its data left the device another way).
+    pub(super) fn forget_kept(&mut self, key: BlockId) {
+        if let Some((slot, read)) = self.kept.remove(&key) {
+            self.staging.release(slot, Some(read));
+        }
+    }
+
+    /// A free slot for staging block `key`, giving up the oldest clean copy (of another
+    /// block) where none is free.
+    fn take_slot(&mut self, key: BlockId) -> Result<Option<Slot>> {
+        let stage = self.streams.stage.clone();
+        loop {
+            if let Some(slot) = self.staging.take(&stage)? {
+                return Ok(Some(slot));
+            }
+            let Some(oldest) = self.kept_order.pop_front() else { return Ok(None) };
+            if oldest != key {
+                self.forget_kept(oldest);
+            } else if self.kept.contains_key(&oldest) {
+                self.kept_order.push_back(oldest);
+                if self.kept.len() == 1 {
+                    return Ok(None);
+                }
+            }
+        }
     }
 }

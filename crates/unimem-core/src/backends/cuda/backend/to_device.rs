@@ -130,8 +130,10 @@ impl CudaBackend {
             self.streams.h2d.record_event(None).map_err(cuda_err("cuEventRecord", "prefetch done"))?,
         );
         for StagedBlock { block: BlockId { region: id, block: b }, slot } in staged {
-            // The slot is free once the copy out of it is done.
-            self.staging.release(slot, Some(event.clone()));
+            // The slot keeps a clean copy until the device writes the block (or its room is
+            // needed): evicting it again then needs no copy.
+            self.kept.insert(BlockId { region: id, block: b }, (slot, event.clone()));
+            self.kept_order.push_back(BlockId { region: id, block: b });
             let r = self.regions.get_mut(&id).expect("checked");
             r.blocks[b as usize].staged = None;
             let bytes = r.block_bytes(b as usize);
