@@ -104,11 +104,11 @@ impl CudaBackend {
 
     pub(super) fn view(&mut self, id: RegionId, offset: u64, buf: &mut [u8]) -> Result<()> {
         self.checked(id, offset, buf.len() as u64)?;
-        self.streams.compute.synchronize().map_err(cuda_err("cuStreamSynchronize", "kernel view"))?;
-        let ptr = self.regions[&id].buf.ptr() + offset;
+        let (compute, ptr) = self.as_a_kernel(id, offset)?;
         // SAFETY: the range lies inside a live managed buffer; a driver copy moves no pages.
-        unsafe { cudarc::driver::result::memcpy_dtoh_sync(buf, ptr) }
-            .map_err(cuda_err("cuMemcpyDtoH", format!("{} bytes of {id}", buf.len())))
+        unsafe { cudarc::driver::result::memcpy_dtoh_async(buf, ptr, compute.cu_stream()) }
+            .map_err(cuda_err("cuMemcpyDtoHAsync", format!("{} bytes of {id}", buf.len())))?;
+        compute.synchronize().map_err(cuda_err("cuStreamSynchronize", "kernel view"))
     }
 
     pub(super) fn store(&mut self, id: RegionId, offset: u64, data: &[u8]) -> Result<()> {
@@ -116,11 +116,25 @@ impl CudaBackend {
         for b in self.regions[&id].blocks_of(offset, data.len() as u64) {
             self.forget_kept(BlockId::new(id, b));
         }
-        self.streams.compute.synchronize().map_err(cuda_err("cuStreamSynchronize", "kernel store"))?;
-        let ptr = self.regions[&id].buf.ptr() + offset;
+        let (compute, ptr) = self.as_a_kernel(id, offset)?;
         // SAFETY: as above.
-        unsafe { cudarc::driver::result::memcpy_htod_sync(ptr, data) }
-            .map_err(cuda_err("cuMemcpyHtoD", format!("{} bytes of {id}", data.len())))
+        unsafe { cudarc::driver::result::memcpy_htod_async(ptr, data, compute.cu_stream()) }
+            .map_err(cuda_err("cuMemcpyHtoDAsync", format!("{} bytes of {id}", data.len())))?;
+        // Done when this returns: a synchronous cuMemcpyHtoD from pageable memory may return
+        // before its bytes land, and the copy streams are not ordered after the null stream.
+        compute.synchronize().map_err(cuda_err("cuStreamSynchronize", "kernel store"))
+    }
+
+    /// The compute stream, ordered as a kernel of region `id` would be (after the region's
+    /// data arrives), and the device address of `offset` in it: the kernel views and stores
+    /// of the contract run there, never on the null stream, which the backend's non-blocking
+    /// streams do not wait for.
+    fn as_a_kernel(&mut self, id: RegionId, offset: u64) -> Result<(Arc<CudaStream>, u64)> {
+        let compute = self.streams.compute.clone();
+        if let Some(ev) = self.regions[&id].ready.clone().filter(|ev| !ev.is_complete()) {
+            compute.wait(&ev).map_err(cuda_err("cuStreamWaitEvent", "kernel view after its data"))?;
+        }
+        Ok((compute, self.regions[&id].buf.ptr() + offset))
     }
 
     pub(super) fn host_write(&mut self, id: RegionId, offset: u64, data: &[u8]) -> Result<()> {

@@ -189,9 +189,9 @@ impl CudaBackend {
     }
 
     /// Copies the staged blocks of a range back into the managed pages on the host (callers
-    /// synchronise first). The copy engine's copy into the discarded pages lands them on the
-    /// host at 51 GB/s on the H200; the CPU copying them ran at 0.6 GB/s (populating page by
-    /// page), 2.8 GB/s after the driver populated them.
+    /// synchronise first): a prefetch populates the pages on the host, then the copy engine
+    /// fills them (64 MiB in 77-88 ms on the H200, host read included; the CPU copying them
+    /// took 165-220 ms, populating page by page; docs/decisions.md).
     pub(super) fn restore_to_host(&mut self, id: RegionId, offset: u64, len: u64) -> Result<()> {
         let r = &self.regions[&id];
         let staged: Vec<StagedBlock> = r
@@ -201,10 +201,16 @@ impl CudaBackend {
         if staged.is_empty() {
             return Ok(());
         }
-        self.staging.copy(self.staged_runs(&staged), false, &self.streams.d2h)?;
+        let runs = self.staged_runs(&staged);
+        // The pages go to the host first: a copy straight into pages discarded after device
+        // use landed nowhere on the H200 (the host then read zeros) unless some other work
+        // ran on the device in between; populated on the host, the copy lands there.
+        let pages = coalesce(runs.iter().map(|r| (RegionId(r.0), r.1, r.3)).collect());
+        prefetch_batch(&self.dev, &pages, Location::Host, &self.streams.d2h)?;
+        self.staging.copy(runs, false, &self.streams.d2h)?;
         self.streams.d2h.synchronize().map_err(cuda_err("cuStreamSynchronize", "restore to the host"))?;
         for StagedBlock { block: BlockId { region: id, block: b }, slot } in staged {
-            self.take_spare(id, b as usize); // the copy lands in the pages wherever they are
+            self.take_spare(id, b as usize); // its pages hold the data now
             let r = self.regions.get_mut(&id).expect("checked");
             let bytes = r.block_bytes(b as usize);
             let blk = &mut r.blocks[b as usize];
