@@ -56,8 +56,15 @@ impl SimBackend {
                     this.staged_bytes += bytes;
                     let start_at = this.host_now.max(last_use);
                     let copied = bytes - clean;
-                    let dur = CostModel::transfer_ns(copied, this.cost.stage_d2h_rate_gbps);
-                    let (start, end) = this.occupy_link(Direction::D2H, start_at, dur);
+                    // Clean pages copy nothing: their stage-out is the discard, which waits for
+                    // the block's kernels only, never for the link (the CUDA backend issues it
+                    // on its own stream).
+                    let (start, end) = if copied > 0 {
+                        let dur = CostModel::transfer_ns(copied, this.cost.stage_d2h_rate_gbps);
+                        this.occupy_link(Direction::D2H, start_at, dur)
+                    } else {
+                        (start_at, start_at)
+                    };
                     this.regions.get_mut(&id).expect("checked").blocks[b].staged_until = end;
                     copies += 1;
                     this.stats.d2h_bytes += copied;
