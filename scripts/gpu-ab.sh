@@ -4,6 +4,8 @@
 # Usage: bash scripts/gpu-ab.sh A_EXE B_EXE ROUNDS OUT.jsonl TRACE:BUDGET:POLICIES...
 #   e.g. bash scripts/gpu-ab.sh .gpu/bin/unimem-base .gpu/bin/unimem 3 $OUT/ab.jsonl \
 #          resnet50-train:50%:advisor,oracle transformer-decode:50%:advisor
+# A build may carry environment for its runs: PATH,KEY=VALUE[,KEY=VALUE...]
+#   (e.g. .gpu/bin/unimem,UNIMEM_STAGING=100% to A/B a setting on one build).
 # The builds take turns in each round, A first in odd rounds and B first in even ones.
 set -euo pipefail
 a=$1 b=$2 rounds=$3 out=$4
@@ -16,9 +18,10 @@ for r in $(seq 1 "$rounds"); do
   for case in "$@"; do
     IFS=: read -r trace budget policies <<< "$case"
     for build in $order; do
-      exe=$a
-      [ "$build" = B ] && exe=$b
-      "$exe" replay "traces/$trace.jsonl.gz" --backend cuda --budget "$budget" --policy "$policies" --json \
+      spec=$a
+      [ "$build" = B ] && spec=$b
+      IFS=, read -r exe envs <<< "$spec"
+      env ${envs//,/ } "$exe" replay "traces/$trace.jsonl.gz" --backend cuda --budget "$budget" --policy "$policies" --json \
         | python3 -c 'import json,sys
 build, rnd, out = sys.argv[1], int(sys.argv[2]), open(sys.argv[3], "a")
 for l in sys.stdin:
