@@ -159,5 +159,50 @@ fn replay_resnet(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, replay_none, replay_oracle, sim_launch, advisor_observe, replay_resnet);
+/// The planners' host time per kernel with 10,000 live regions at half the memory they need:
+/// a random pattern over 10,000 regions of 64 KiB, replayed on the simulator with each policy.
+/// The difference to `none` is the policy's time (learning, planning, hint bookkeeping), which
+/// on a GPU sits between kernel launches.
+fn plan_many_regions(c: &mut Criterion) {
+    let spec = SynthSpec {
+        pattern: Pattern::Random,
+        events: 60_000,
+        regions: 10_000,
+        region_bytes: 64 << 10,
+        kernel_ns: 20_000,
+        ..Default::default()
+    };
+    let bytes: &'static [u8] = Box::leak(Synth::encode(spec).unwrap().into_boxed_slice());
+    let stats = TraceStats::compute(TraceReader::from_bytes("bench", bytes).unwrap()).unwrap();
+    let budget = stats.peak_live_page_bytes / 2;
+    let mut g = c.benchmark_group("plan_10k_regions_50pct");
+    g.sample_size(10).throughput(Throughput::Elements(stats.kernels));
+    for policy in [PolicyName::None, PolicyName::Oracle, PolicyName::Advisor] {
+        g.bench_function(format!("{policy}_per_kernel"), |b| {
+            b.iter_batched(
+                || {
+                    let sim = SimBackend::new(CostModel::h200(), budget).with_staging(budget);
+                    (TraceReader::from_bytes("bench", bytes).unwrap(), sim)
+                },
+                |(reader, mut sim)| {
+                    let cost = CostModel::h200();
+                    let mut p = unimem_core::policy::make_policy(policy, budget, &Config::default(), &cost);
+                    replay::run(reader, &mut sim, p.as_mut(), &mut |_| {}).unwrap()
+                },
+                BatchSize::PerIteration,
+            )
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    replay_none,
+    replay_oracle,
+    sim_launch,
+    advisor_observe,
+    replay_resnet,
+    plan_many_regions
+);
 criterion_main!(benches);

@@ -9,19 +9,27 @@ impl Advisor {
     /// CUDA backend's emulated driver evicts without reporting it as events (the simulator
     /// reports them, and [`Policy::observe`] follows those), and a unit wrongly believed
     /// resident is never prefetched: the kernel faults it in, the driver evicts more to make
-    /// room, and the error spreads. The check is skipped while the driver has not moved anything: it walks the
-    /// whole account.
+    /// room, and the error spreads. What events showed is not looked for again; the rest is
+    /// looked for least recently used first (the driver evicts the oldest), until stale units
+    /// as large as the bytes dropped are found, else through the whole account.
     pub(super) fn reconcile(&mut self, hints: &Hints<'_>) -> Result<()> {
         self.adopt_unknown(hints)?;
         let dropped = hints.driver_dropped_bytes();
-        if dropped == self.driver_dropped_seen {
+        let unseen = dropped.saturating_sub(self.driver_dropped_seen);
+        let observed = std::mem::take(&mut self.driver_dropped_observed);
+        self.driver_dropped_seen = dropped;
+        if unseen <= observed {
             return Ok(());
         }
-        self.driver_dropped_seen = dropped;
-        let mut stale = Vec::new();
-        for u in self.resident.units() {
+        let missing = unseen - observed;
+        let (mut stale, mut found) = (Vec::new(), 0u64);
+        for (u, _) in self.resident.by_age() {
             if hints.residency(unit_range(&self.sizes, u))?.on_device() == 0 {
                 stale.push(u);
+                found += unit_bytes(&self.sizes, u);
+                if found >= missing {
+                    break;
+                }
             }
         }
         for u in stale {

@@ -148,8 +148,14 @@ impl Advisor {
                     self.resident.insert(u, (unit_bytes(&self.sizes, u), self.kernel));
                 }
             } else {
+                let mut removed = false;
                 for (u, _) in &units {
-                    self.resident.remove(u);
+                    removed |= self.resident.remove(u).is_some();
+                }
+                // What the driver took off and the account followed: `reconcile` need not
+                // look for it.
+                if removed && matches!(e, MemEvent::Migration { .. }) {
+                    self.driver_dropped_observed += bytes;
                 }
             }
         }

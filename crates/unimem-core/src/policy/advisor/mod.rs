@@ -127,6 +127,9 @@ pub struct Advisor {
     written_last_step: FxHashSet<(RegionKey, u32)>,
     /// The backend's `driver_dropped_bytes` when the account was last checked against it.
     driver_dropped_seen: u64,
+    /// Bytes of the driver's evictions the account followed from events since `reconcile`
+    /// last looked.
+    driver_dropped_observed: u64,
     /// The next kernel at which the account may adopt residency it does not know of.
     next_adopt: u64,
     kernel: u64,
@@ -239,6 +242,7 @@ impl Advisor {
             written_this_step: FxHashSet::default(),
             written_last_step: FxHashSet::default(),
             driver_dropped_seen: 0,
+            driver_dropped_observed: 0,
             next_adopt: 0,
             kernel: 0,
             predictions: Vec::new(),
