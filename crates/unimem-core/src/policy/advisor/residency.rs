@@ -65,8 +65,18 @@ impl Residency {
             return; // its entry stands
         }
         let sorted = self.log.last().is_none_or(|&(last, _)| last <= v.1);
-        self.log.push((v.1, u));
-        if !sorted {
+        if sorted {
+            // Sorted by unit within the newest age too, so that `by_age` reads each age in
+            // order without sorting a copy; an older age's entries are all smaller, so the
+            // walk back stops at the newest age's start.
+            let entry = (v.1, u);
+            let mut at = self.log.len();
+            while at > 0 && self.log[at - 1] > entry {
+                at -= 1;
+            }
+            self.log.insert(at, entry);
+        } else {
+            self.log.push((v.1, u));
             // Only callers that record an older use than the last land here (tests): order
             // the log again.
             self.log.sort_unstable();
@@ -111,14 +121,17 @@ impl Residency {
     }
 
     /// The units with their kernel of last use, least recently used first, and among equals
-    /// the larger unit first (the planner's tie-break).
+    /// the larger unit first (the planner's tie-break). The log is sorted by (last use, unit),
+    /// so each age is read backwards, skipping stale and repeated entries, without copying.
     pub fn by_age(&self) -> impl Iterator<Item = (Unit, u64)> + '_ {
         self.log.chunk_by(|a, b| a.0 == b.0).flat_map(move |same_age| {
-            let mut units: Vec<Unit> = same_age.iter().filter(|e| self.live(e)).map(|e| e.1).collect();
-            units.sort_unstable_by(|a, b| b.cmp(a));
-            units.dedup();
-            let last = same_age[0].0;
-            units.into_iter().map(move |u| (u, last))
+            let before = std::iter::once(None).chain(same_age.iter().rev().map(Some));
+            same_age
+                .iter()
+                .rev()
+                .zip(before)
+                .filter(move |&(e, prev)| prev != Some(e) && self.live(e))
+                .map(|(&(last, u), _)| (u, last))
         })
     }
 }
