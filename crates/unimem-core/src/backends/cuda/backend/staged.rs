@@ -80,8 +80,7 @@ impl CudaBackend {
                 let stage = this.streams.stage.clone();
                 let runs = this.staged_runs(&staged);
                 let all: Vec<StagedBlock> = staged.iter().chain(&clean).copied().collect();
-                let discards =
-                    coalesce(this.staged_runs(&all).iter().map(|r| (RegionId(r.0), r.1, r.3)).collect());
+                let discards = managed_pages(&this.staged_runs(&all));
                 if !staged.is_empty() {
                     this.timed_copies(&stage, crate::seam::Direction::D2H, &staged, |this| {
                         this.staging.copy(runs, true, &stage)
@@ -205,8 +204,7 @@ impl CudaBackend {
         // The pages go to the host first: a copy straight into pages discarded after device
         // use landed nowhere on the H200 (the host then read zeros) unless some other work
         // ran on the device in between; populated on the host, the copy lands there.
-        let pages = coalesce(runs.iter().map(|r| (RegionId(r.0), r.1, r.3)).collect());
-        prefetch_batch(&self.dev, &pages, Location::Host, &self.streams.d2h)?;
+        prefetch_batch(&self.dev, &managed_pages(&runs), Location::Host, &self.streams.d2h)?;
         self.staging.copy(runs, false, &self.streams.d2h)?;
         self.streams.d2h.synchronize().map_err(cuda_err("cuStreamSynchronize", "restore to the host"))?;
         for StagedBlock { block: BlockId { region: id, block: b }, slot } in staged {
@@ -292,4 +290,10 @@ impl CudaBackend {
             }
         }
     }
+}
+
+/// The managed pages of staging runs, as (address, bytes) ranges merged where they continue
+/// each other within one allocation.
+fn managed_pages(runs: &[Run]) -> Vec<(u64, u64)> {
+    coalesce(runs.iter().map(|r| (RegionId(r.0), r.1, r.3)).collect())
 }
