@@ -250,8 +250,26 @@ pub struct Config {
     pub advisor: AdvisorConfig,
     /// Telemetry settings.
     pub telemetry: TelemetryConfig,
+    /// Trace recording settings.
+    pub trace: TraceConfig,
     /// Logging settings.
     pub log: LogConfig,
+}
+
+/// Trace recording settings.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TraceConfig {
+    /// Every runtime writes its program's trace (trace v1, gzip when the name ends in `.gz`)
+    /// to this file as it runs; empty records nothing.
+    pub record: String,
+}
+
+impl TraceConfig {
+    /// The file to record to, if any.
+    pub fn record_path(&self) -> Option<PathBuf> {
+        (!self.record.trim().is_empty()).then(|| PathBuf::from(&self.record))
+    }
 }
 
 /// Telemetry settings.
@@ -289,6 +307,7 @@ impl Default for Config {
             },
             advisor: AdvisorConfig::default(),
             telemetry: TelemetryConfig::default(),
+            trace: TraceConfig::default(),
             log: LogConfig { level: "warn".into() },
         }
     }

@@ -27,6 +27,7 @@ pub struct RuntimeBuilder {
     backend: Option<Box<dyn MemoryBackend>>,
     budget_set: bool,
     sink: Option<Box<dyn EventSink + Send>>,
+    record: Option<std::path::PathBuf>,
 }
 
 impl Default for RuntimeBuilder {
@@ -38,6 +39,7 @@ impl Default for RuntimeBuilder {
             backend: None,
             budget_set: false,
             sink: None,
+            record: None,
         }
     }
 }
@@ -92,9 +94,22 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Records the program's trace to `path` as it runs (trace v1; gzip when the name ends in
+    /// `.gz`), as `trace.record` or `UNIMEM_TRACE_RECORD` ask of any runtime. The file is
+    /// complete when the last handle is dropped; a second runtime of the process recording to
+    /// the same path writes `NAME.2.EXT` beside it.
+    pub fn record_trace(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.record = Some(path.into());
+        self
+    }
+
     /// The runtime, its backend opened (unless given) within the budget.
     pub fn build(self) -> Result<Runtime> {
-        let RuntimeBuilder { config, policy, device, backend, budget_set, sink } = self;
+        let RuntimeBuilder { config, policy, device, backend, budget_set, sink, record } = self;
+        let record = match record.or_else(|| config.trace.record_path()) {
+            Some(path) => Some(path),
+            None => record_from_env()?,
+        };
         // The cost model sets the advisor's smallest worthwhile prefetch.
         let cost = crate::backends::cost_model(&config)?;
         let backend = match backend {
@@ -114,7 +129,50 @@ impl RuntimeBuilder {
                 crate::backends::open(&spec)?
             }
         };
+        let trace = match record {
+            Some(path) => Some(recording(&path, backend.as_ref(), policy)?),
+            None => None,
+        };
         let policy = crate::policy::make_policy(policy, backend.device_capacity(), &config, &cost);
-        Ok(Runtime::start(backend, policy, sink))
+        Ok(Runtime::start(backend, policy, sink, trace))
     }
+}
+
+/// `UNIMEM_TRACE_RECORD`, read by every runtime (a configuration given to the builder may
+/// have been loaded without the environment).
+fn record_from_env() -> Result<Option<std::path::PathBuf>> {
+    const VAR: &str = "UNIMEM_TRACE_RECORD";
+    match std::env::var_os(VAR) {
+        None => Ok(None),
+        Some(v) => match v.into_string() {
+            Ok(s) if s.trim().is_empty() => Ok(None),
+            Ok(s) => Ok(Some(s.into())),
+            Err(_) => Err(Error::config(
+                VAR,
+                "is not valid UTF-8; unimem variables take UTF-8 text",
+                format!("env {VAR}"),
+            )),
+        },
+    }
+}
+
+/// A recording of this program on `backend`: its header says what ran it.
+fn recording(
+    path: &std::path::Path,
+    backend: &dyn MemoryBackend,
+    policy: PolicyName,
+) -> Result<crate::trace::TraceRecording> {
+    use crate::trace::{KernelTimes, TraceHeader, TraceRecording};
+    let program = std::env::args().next().unwrap_or_else(|| "a program".into());
+    let mut header =
+        TraceHeader::new(&format!("recorded by unimem {} from {program}", env!("CARGO_PKG_VERSION")));
+    header.meta.insert("device".into(), backend.describe().into());
+    header.meta.insert("budget_bytes".into(), backend.device_capacity().into());
+    header.meta.insert("staging_bytes".into(), backend.staging_capacity().into());
+    header.meta.insert("policy".into(), policy.as_str().into());
+    let times = match backend.kind() {
+        crate::seam::BackendKind::Sim => KernelTimes::Declared,
+        _ => KernelTimes::Measured,
+    };
+    TraceRecording::create(path, &header, times)
 }

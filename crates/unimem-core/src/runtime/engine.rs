@@ -15,6 +15,7 @@ use crate::op::Op;
 use crate::protocol::Protocol;
 use crate::region::RegionId;
 use crate::seam::{BackendStats, KernelLaunch, MemoryBackend, MemoryBackendExt, NativeLaunch};
+use crate::trace::{KernelTimes, TraceRecording};
 use crate::{policy::Policy, protocol::EventSink};
 
 /// What the backend looked like at a synchronize.
@@ -89,10 +90,27 @@ impl Engine {
         mut backend: Box<dyn MemoryBackend>,
         mut policy: Box<dyn Policy>,
         sink: Option<Box<dyn EventSink + Send>>,
+        trace: Option<TraceRecording>,
         rx: Receiver<Command>,
     ) -> Self {
         let protocol = Protocol::new(policy.as_mut(), backend.as_mut(), sink.is_some());
-        let mut worker = Worker { backend, policy, sink, protocol, index: 0, step: 0, failure: None };
+        // Measured kernel times come with the backend's kernel events.
+        let timed = trace.as_ref().is_some_and(|t| t.times() == KernelTimes::Measured);
+        if timed {
+            backend.record_events(true);
+        }
+        let mut worker = Worker {
+            backend,
+            policy,
+            sink,
+            trace,
+            timed,
+            scratch: Vec::new(),
+            protocol,
+            index: 0,
+            step: 0,
+            failure: None,
+        };
         let handle = std::thread::Builder::new()
             .name("unimem-engine".into())
             .spawn(move || worker.run(rx))
@@ -110,6 +128,12 @@ struct Worker {
     policy: Box<dyn Policy>,
     /// Where the telemetry goes, if anywhere.
     sink: Option<Box<dyn EventSink + Send>>,
+    /// The program's trace, if recorded.
+    trace: Option<TraceRecording>,
+    /// The trace takes the kernels' measured times from the backend's events.
+    timed: bool,
+    /// The backend's events without a sink (for the kernel times).
+    scratch: Vec<crate::seam::MemEvent>,
     /// Each operation runs between the policy's hooks, as in a replay; its events wait there
     /// for the sink.
     protocol: Protocol,
@@ -212,7 +236,7 @@ impl Worker {
                 Command::Shutdown => break,
             }
             // After the command (and, for an allocation, its region record): its events.
-            if self.sink.is_some() {
+            if self.sink.is_some() || self.timed {
                 let r = self.drain();
                 self.keep(r);
             }
@@ -221,22 +245,61 @@ impl Worker {
         if let Err(e) = self.drain().and_then(|()| self.sink.as_mut().map_or(Ok(()), |sink| sink.close())) {
             tracing::warn!(error = %e, "writing the runtime's telemetry failed");
         }
+        if let Some(trace) = self.trace.take() {
+            let kernels = trace.kernels();
+            match trace.finish() {
+                Ok(path) => tracing::info!(kernels, path = %path.display(), "recorded the program's trace"),
+                Err(e) => tracing::error!(error = %e, "recording the program's trace failed"),
+            }
+        }
     }
 
     /// Hands the operations' events, and whatever the policy and the backend recorded since,
-    /// to the sink.
+    /// to the sink, the kernels' measured times to the trace.
     fn drain(&mut self) -> Result<()> {
-        let Some(sink) = self.sink.as_mut() else { return Ok(()) };
+        let Some(sink) = self.sink.as_mut() else {
+            if self.timed {
+                self.backend.drain_events(&mut self.scratch);
+                let timed = Self::kernel_times(self.trace.as_mut(), &self.scratch);
+                self.scratch.clear();
+                return timed;
+            }
+            return Ok(());
+        };
         self.policy.drain_events(&mut self.protocol.events);
         self.backend.drain_events(&mut self.protocol.events);
+        if self.timed {
+            Self::kernel_times(self.trace.as_mut(), &self.protocol.events)?;
+        }
         self.protocol.hand_to_sink(sink.as_mut(), self.policy.as_mut())
     }
 
-    /// Runs one operation between the policy's `before` and `after`, as a replay does.
+    /// Gives the trace the device time of each kernel among `events` (a GPU times them in
+    /// launch order).
+    fn kernel_times(trace: Option<&mut TraceRecording>, events: &[crate::seam::MemEvent]) -> Result<()> {
+        let Some(trace) = trace else { return Ok(()) };
+        for e in events {
+            if let crate::seam::MemEvent::Kernel { start_ns, end_ns, .. } = *e {
+                trace.kernel_time(end_ns.saturating_sub(start_ns))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs one operation between the policy's `before` and `after`, as a replay does, and
+    /// records it in the trace once it ran.
     fn around<T>(&mut self, op: &Op, execute: impl FnOnce(&mut dyn MemoryBackend) -> Result<T>) -> Result<T> {
         let index = self.index;
         self.index += 1;
-        self.protocol.run(index, op, self.policy.as_mut(), self.backend.as_mut(), execute)
+        let out = self.protocol.run(index, op, self.policy.as_mut(), self.backend.as_mut(), execute)?;
+        if let Some(trace) = self.trace.as_mut() {
+            if let Err(e) = trace.op(op) {
+                // The program goes on; its trace is incomplete, so it is not kept.
+                tracing::error!(error = %e, path = %trace.path().display(), "recording the program's trace failed; recording stops");
+                self.trace = None;
+            }
+        }
+        Ok(out)
     }
 
     fn keep(&mut self, r: Result<()>) {

@@ -152,11 +152,12 @@ impl Runtime {
         backend: Box<dyn MemoryBackend>,
         policy: Box<dyn Policy>,
         sink: Option<Box<dyn crate::protocol::EventSink + Send>>,
+        trace: Option<crate::trace::TraceRecording>,
     ) -> Self {
         let budget = backend.device_capacity();
         let kind = backend.kind();
         let (tx, rx) = bounded(1024);
-        let engine = Engine::spawn(backend, policy, sink, rx);
+        let engine = Engine::spawn(backend, policy, sink, trace, rx);
         Self {
             shared: Arc::new(Shared {
                 registry: Registry::new(),

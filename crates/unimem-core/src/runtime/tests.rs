@@ -169,3 +169,83 @@ fn dropping_the_last_handle_stops_the_engine_cleanly() {
     clone.synchronize().unwrap();
     drop(clone); // joins the worker after the queued work
 }
+
+/// A training-loop-shaped program: weights written by the host, activations allocated and
+/// freed each step, a scalar read back; `rt` records it where built to.
+fn small_training_program(rt: &Runtime) {
+    let weights: Vec<_> = (0..3).map(|l| rt.alloc(&format!("w{l}"), 4 * MIB).unwrap()).collect();
+    for w in &weights {
+        rt.write(w.id, 0, &vec![1u8; (4 * MIB) as usize]).unwrap();
+    }
+    let loss = rt.alloc("loss", 4096).unwrap();
+    for _ in 0..3 {
+        rt.step().unwrap();
+        let mut acts = Vec::new();
+        for (l, w) in weights.iter().enumerate() {
+            let act = rt.alloc(&format!("act{l}"), 6 * MIB).unwrap();
+            let mut acc_list =
+                vec![acc(w.id, 4 * MIB, AccessMode::Read), acc(act.id, 6 * MIB, AccessMode::Write)];
+            if let Some(prev) = acts.last() {
+                acc_list.push(acc(*prev, 6 * MIB, AccessMode::Read));
+            }
+            rt.launch(&format!("forward{l}"), 20_000, &acc_list).unwrap();
+            acts.push(act.id);
+        }
+        rt.launch(
+            "loss",
+            5_000,
+            &[acc(*acts.last().unwrap(), 6 * MIB, AccessMode::Read), acc(loss.id, 4096, AccessMode::Write)],
+        )
+        .unwrap();
+        let mut scalar = [0u8; 8];
+        rt.read(loss.id, 0, &mut scalar).unwrap();
+        for (l, w) in weights.iter().enumerate().rev() {
+            rt.launch(
+                &format!("backward{l}"),
+                30_000,
+                &[acc(acts[l], 6 * MIB, AccessMode::Read), acc(w.id, 4 * MIB, AccessMode::ReadWrite)],
+            )
+            .unwrap();
+            rt.free(acts[l]).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_recorded_program_replays_on_the_simulator_with_the_same_totals() {
+    let dir = std::env::temp_dir().join(format!("unimem-rt-record-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("program.jsonl.gz");
+    let budget = 20 * MIB;
+    let sim = SimBackend::new(CostModel::h200(), budget);
+    let rt = Runtime::builder()
+        .backend(Box::new(sim))
+        .policy(PolicyName::Advisor)
+        .record_trace(&path)
+        .build()
+        .unwrap();
+    small_training_program(&rt);
+    let live = rt.synchronize().unwrap();
+    drop(rt);
+
+    let stats = crate::trace::TraceStats::compute(crate::trace::TraceReader::open(&path).unwrap()).unwrap();
+    assert_eq!(stats.kernels, live.backend_stats.kernels, "every kernel of the run is in the trace");
+    assert_eq!(stats.kernels, 3 * 7);
+    let mut backend = SimBackend::new(CostModel::h200(), budget);
+    let cost = CostModel::h200();
+    let mut policy =
+        crate::policy::make_policy(PolicyName::Advisor, budget, &crate::Config::default(), &cost);
+    let report = crate::replay::run(
+        crate::trace::TraceReader::open(&path).unwrap(),
+        &mut backend,
+        policy.as_mut(),
+        &mut |_| {},
+    )
+    .unwrap();
+    let b = &live.backend_stats;
+    assert_eq!(report.kernels, b.kernels);
+    assert_eq!((report.h2d_bytes, report.d2h_bytes), (b.h2d_bytes, b.d2h_bytes));
+    assert_eq!(report.gpu_faults, b.gpu_faults);
+    assert_eq!(report.time_ns, live.elapsed_ns, "the replay takes the program's simulated time");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

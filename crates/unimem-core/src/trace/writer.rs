@@ -3,8 +3,6 @@
 use std::io::{BufWriter, Write};
 use std::path::Path;
 
-use serde::Serialize;
-
 use super::event::{TraceEvent, TraceHeader};
 use crate::error::{Error, Result};
 use crate::output_file::OutputFile;
@@ -18,23 +16,8 @@ enum Sink<W: Write> {
 pub struct TraceWriter<W: Write = OutputFile> {
     sink: Sink<W>,
     what: String,
-}
-
-#[derive(Serialize)]
-struct RawOut<'a> {
-    ev: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    id: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    bytes: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    name: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    dur_ns: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    acc: Option<Vec<(u64, u64, u64, &'static str)>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    index: Option<u64>,
+    /// The line being encoded (kept: one allocation for the whole trace).
+    line: Vec<u8>,
 }
 
 impl TraceWriter<OutputFile> {
@@ -61,7 +44,7 @@ impl<W: Write> TraceWriter<W> {
         } else {
             Sink::Plain(buf)
         };
-        let mut w = Self { sink, what: what.to_string() };
+        let mut w = Self { sink, what: what.to_string(), line: Vec::with_capacity(256) };
         let line = serde_json::to_string(&header.meta).map_err(|e| Error::InvalidArgument(e.to_string()))?;
         w.write_line(line.as_bytes())?;
         Ok(w)
@@ -81,23 +64,12 @@ impl<W: Write> TraceWriter<W> {
 
     /// Appends one event.
     pub fn write(&mut self, event: &TraceEvent) -> Result<()> {
-        let acc = |acc: &[super::TraceAccess]| {
-            Some(acc.iter().map(|a| (a.id, a.offset, a.len, a.mode.as_str())).collect())
-        };
-        let none = RawOut { ev: "", id: None, bytes: None, name: None, dur_ns: None, acc: None, index: None };
-        let raw = match event {
-            TraceEvent::Alloc { id, bytes, name } => {
-                RawOut { ev: "alloc", id: Some(*id), bytes: Some(*bytes), name: name.as_deref(), ..none }
-            }
-            TraceEvent::Free { id } => RawOut { ev: "free", id: Some(*id), ..none },
-            TraceEvent::Kernel { name, dur_ns, acc: a } => {
-                RawOut { ev: "kernel", name: Some(name), dur_ns: Some(*dur_ns), acc: acc(a), ..none }
-            }
-            TraceEvent::Host { name, acc: a } => RawOut { ev: "host", name: Some(name), acc: acc(a), ..none },
-            TraceEvent::Step { index } => RawOut { ev: "step", index: Some(*index), ..none },
-        };
-        let line = serde_json::to_vec(&raw).map_err(|e| Error::InvalidArgument(e.to_string()))?;
-        self.write_line(&line)
+        let mut line = std::mem::take(&mut self.line);
+        line.clear();
+        encode(event, &mut line);
+        let r = self.write_line(&line);
+        self.line = line;
+        r
     }
 
     /// Flushes (and finishes the gzip stream); returns the inner writer.
@@ -109,4 +81,47 @@ impl<W: Write> TraceWriter<W> {
         };
         buf.into_inner().map_err(|e| Error::io(&what, e.into_error()))
     }
+}
+
+/// One event as its JSON line (without the newline), fields in the order of the spec. Written
+/// by hand: it is on the path of every recorded operation, and serde's derive built a vector of
+/// tuples for each event's accesses.
+fn encode(event: &TraceEvent, out: &mut Vec<u8>) {
+    // Writing into a Vec cannot fail.
+    let string = |out: &mut Vec<u8>, s: &str| serde_json::to_writer(&mut *out, s).expect("a string encodes");
+    let acc = |out: &mut Vec<u8>, acc: &[super::TraceAccess]| {
+        out.extend_from_slice(b",\"acc\":[");
+        for (i, a) in acc.iter().enumerate() {
+            let sep = if i == 0 { "" } else { "," };
+            let _ = write!(out, "{sep}[{},{},{},\"{}\"]", a.id, a.offset, a.len, a.mode.as_str());
+        }
+        out.push(b']');
+    };
+    match event {
+        TraceEvent::Alloc { id, bytes, name } => {
+            let _ = write!(out, "{{\"ev\":\"alloc\",\"id\":{id},\"bytes\":{bytes}");
+            if let Some(name) = name {
+                out.extend_from_slice(b",\"name\":");
+                string(out, name);
+            }
+        }
+        TraceEvent::Free { id } => {
+            let _ = write!(out, "{{\"ev\":\"free\",\"id\":{id}");
+        }
+        TraceEvent::Kernel { name, dur_ns, acc: a } => {
+            out.extend_from_slice(b"{\"ev\":\"kernel\",\"name\":");
+            string(out, name);
+            let _ = write!(out, ",\"dur_ns\":{dur_ns}");
+            acc(out, a);
+        }
+        TraceEvent::Host { name, acc: a } => {
+            out.extend_from_slice(b"{\"ev\":\"host\",\"name\":");
+            string(out, name);
+            acc(out, a);
+        }
+        TraceEvent::Step { index } => {
+            let _ = write!(out, "{{\"ev\":\"step\",\"index\":{index}");
+        }
+    }
+    out.push(b'}');
 }

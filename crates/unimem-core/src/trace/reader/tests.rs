@@ -272,3 +272,30 @@ fn a_byte_order_mark_before_the_header_is_skipped() {
     let events = read_all(&format!("\u{feff}{HEADER}\n{GOOD}")).unwrap();
     assert_eq!(events.len(), 6);
 }
+
+proptest! {
+    /// Any event the writer encodes reads back as itself: names with quotes, backslashes,
+    /// control characters and any Unicode; every mode; numbers up to the format's limits.
+    #[test]
+    fn written_events_read_back_as_themselves(
+        name in "\\PC*|[\"\\\\\u{0}-\u{1f}]{0,8}",
+        id in 1u64..1 << 40,
+        bytes in 1u64..MAX_REGION_BYTES,
+        dur in 0u64..MAX_TRACE_NS,
+        mode in prop_oneof![Just(AccessMode::Read), Just(AccessMode::Write), Just(AccessMode::ReadWrite)],
+    ) {
+        let acc = vec![crate::trace::TraceAccess { id, offset: 0, len: bytes, mode }];
+        let events = vec![
+            TraceEvent::Alloc { id, bytes, name: Some(name.clone()) },
+            TraceEvent::Kernel { name: name.as_str().into(), dur_ns: dur, acc: acc.clone() },
+            TraceEvent::Host { name: name.as_str().into(), acc },
+            TraceEvent::Step { index: dur },
+            TraceEvent::Free { id },
+        ];
+        let mut w = TraceWriter::new(Vec::new(), false, "mem", &TraceHeader::new("p")).unwrap();
+        events.iter().for_each(|e| w.write(e).unwrap());
+        let bytes: &'static [u8] = Box::leak(w.finish().unwrap().into_boxed_slice());
+        let back = TraceReader::from_bytes("mem", bytes).unwrap().collect::<Result<Vec<_>>>().unwrap();
+        prop_assert_eq!(back, events);
+    }
+}
