@@ -10,7 +10,16 @@ use crate::bundled::TRACES;
 use crate::cmd_replay::{replay_one, Sizes};
 use crate::output;
 
-pub fn run(config_file: Option<&std::path::Path>) -> Result<()> {
+/// Arguments of `unimem demo`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Show every column (where the data went: faults, peak resident, prefetch quality,
+    /// placements), however wide.
+    #[arg(long)]
+    pub wide: bool,
+}
+
+pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
     let mut config = crate::load_config(config_file)?.config;
     // The demo is the simulator's unless CUDA is asked for by name (`auto` would pick a GPU).
     if config.backend == unimem_core::config::BackendChoice::Auto {
@@ -19,22 +28,22 @@ pub fn run(config_file: Option<&std::path::Path>) -> Result<()> {
     let cost = unimem_core::backends::cost_model(&config)?;
     if config.backend == unimem_core::config::BackendChoice::Sim {
         println!("unimem demo: real PyTorch traces recorded on an H200, replayed on the simulator");
-        println!("(profile \"{}\"). The budget emulates a GPU with that much memory;", cost.name);
+        println!("(profile: {}). The budget emulates a GPU with that much", cost.name);
     } else {
         println!("unimem demo: real PyTorch traces recorded on an H200, replayed on this GPU (CUDA).");
-        println!("The budget emulates a GPU with that much memory (in software);");
+        println!("The budget emulates a GPU with that much");
     }
-    println!("'x floor' is time over the compute floor (all data resident = 1.00); 'x bound', over the");
+    println!("memory; 'x floor' is time over the compute floor (all data resident = 1.00); 'x bound',");
     println!(
-        "link-limit bound (only the bytes that must move, at {} GB/s each way, overlapped).\n",
+        "over the link-limit bound (only the bytes that must move, at {} GB/s each way, overlapped).\n",
         cost.link_rate_gbps
     );
-    let mut table = output::report_table();
+    let mut table = output::report_table(false);
     for trace in &TRACES {
         let mut program = unimem_core::bound::Program::new();
         let stats = TraceStats::compute_with(trace.reader()?, |e| program.observe(&e.clone().into()))?;
         println!(
-            "{}: {}; peak live {}, {} kernels, compute floor {}",
+            "{}: {};\n    peak live {}, {} kernels, compute floor {}",
             trace.name,
             trace.about,
             unimem_core::units::Bytes(stats.peak_live_bytes),
@@ -50,14 +59,18 @@ pub fn run(config_file: Option<&std::path::Path>) -> Result<()> {
             }
         }
     }
-    println!("\n{}", table.render());
+    println!("\n{}", table.render_with(args.wide));
     println!("\nnone: the driver alone (fault on access, evict least recently migrated).");
     println!("oracle: clairvoyant reference (just-in-time prefetch, farthest-next-use eviction).");
     println!("advisor: unimem's prefetch advisor (learns the access history as the trace runs;");
     println!("         migrates, stages evictions in pinned host memory, and duplicates or writes");
     println!("         remotely long-lived data it keeps evicting).");
-    println!("prefetch acc/cov/on-time: prefetched bytes used / needed bytes that came by prefetch /");
-    println!("         used prefetched bytes that were there in time. staged: bytes evicted through");
-    println!("         pinned staging buffers (`staging` in the config); dup, remote: bytes so placed.");
+    if args.wide {
+        println!("prefetch acc/cov/on-time: prefetched bytes used / needed bytes that came by prefetch /");
+        println!("         used prefetched bytes that were there in time. staged: bytes evicted through");
+        println!("         pinned staging buffers (`staging` in the config); dup, remote: bytes so placed.");
+    } else {
+        println!("`unimem demo --wide` adds faults, peak resident bytes, prefetch quality and placements.");
+    }
     Ok(())
 }

@@ -41,6 +41,9 @@ pub struct Args {
     /// advisor learns from faults (`advisor.learn_from_faults`).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub undeclared: u64,
+    /// Show every column (peak resident bytes, prefetch quality, placements), however wide.
+    #[arg(long)]
+    pub wide: bool,
 }
 
 /// Resolves a budget against a trace: a percent refers to its peak live (page-rounded) bytes.
@@ -181,6 +184,26 @@ pub fn replay_one(
     Ok(report)
 }
 
+/// The policies `--policy` names (comma-separated), each once in the order given, or
+/// `default`.
+pub fn policies(names: Option<&[String]>, default: &[PolicyName]) -> Result<Vec<PolicyName>> {
+    let mut policies: Vec<PolicyName> = match names {
+        Some(names) => names
+            .iter()
+            .map(|n| n.parse().map_err(|e| Error::InvalidArgument(format!("--policy: {e}"))))
+            .collect::<Result<_>>()?,
+        None => default.to_vec(),
+    };
+    let mut seen = Vec::new();
+    policies.retain(|p| {
+        !seen.contains(p) && {
+            seen.push(*p);
+            true
+        }
+    });
+    Ok(policies)
+}
+
 pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
     let loaded = crate::load_config(config_file)?;
     let mut config = loaded.config;
@@ -200,21 +223,7 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
         Some(text) => Budget::parse(text).map_err(|e| Error::InvalidArgument(format!("--budget: {e}")))?,
         None => config.budget,
     };
-    let mut policies: Vec<PolicyName> = match &args.policy {
-        Some(names) => names
-            .iter()
-            .map(|n| n.parse().map_err(|e| Error::InvalidArgument(format!("--policy: {e}"))))
-            .collect::<Result<_>>()?,
-        None => config.replay.policies.clone(),
-    };
-    // Each policy once, in the order given.
-    let mut seen = Vec::new();
-    policies.retain(|p| {
-        !seen.contains(p) && {
-            seen.push(*p);
-            true
-        }
-    });
+    let policies = policies(args.policy.as_deref(), &config.replay.policies)?;
     let input = TraceInput::open(&args.trace)?;
     // Outputs are refused up front where they are one of the inputs (the trace, the config
     // file, the calibration profile): nothing is replayed, and nothing is lost.
@@ -263,7 +272,7 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
     }
     let name =
         Path::new(input.name()).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let mut table = output::report_table();
+    let mut table = output::report_table(true);
     let mut backend_ran = String::new();
     for (policy, log) in policies.into_iter().zip(logs) {
         let mut report = replay_one(&open, sizes, policy, &config, !args.json, log, args.undeclared)?;
@@ -277,11 +286,10 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
             let host = report.backend_host;
             let ms = |ns: u64| ns as f64 / 1e6;
             eprintln!(
-                "{}: {} events in {:.2} s ({:.2} M events/s); the backend held the host {:.1} ms for launches, {:.1} ms for allocations, {:.1} ms for hints",
+                "{}: {} events in {:.2} s; backend host time: launch {:.1} ms, alloc {:.1} ms, hints {:.1} ms",
                 report.policy,
                 report.events,
                 report.wall_ns as f64 / 1e9,
-                report.events_per_sec() / 1e6,
                 ms(host.launch),
                 ms(host.allocate),
                 ms(host.hints()),
@@ -289,9 +297,10 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
         }
     }
     if !args.json {
-        println!("{}", table.render());
+        println!("{name}: {} kernels, peak live {}", stats.kernels, Bytes(stats.peak_live_page_bytes));
+        println!("{}", table.render_with(args.wide));
         println!(
-            "compute floor {}; link-limit bound {} ({} in, {} out at {} GB/s each way); backend {}; peak RSS {}",
+            "compute floor {}; link-limit bound {}: {} in, {} out at {} GB/s each way\nbackend: {}; peak RSS {}",
             unimem_core::units::Nanos(stats.compute_floor_ns),
             unimem_core::units::Nanos(bound.bound_ns),
             Bytes(bound.h2d_bytes),

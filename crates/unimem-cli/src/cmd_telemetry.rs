@@ -64,7 +64,7 @@ pub fn run(cmd: &Command) -> Result<()> {
                     path.display()
                 );
             }
-            let s = Summary::of(&log.events);
+            let s = Summary::of_log(&log);
             if *json {
                 let regions: Vec<serde_json::Value> = s
                     .by_cost()
@@ -78,11 +78,15 @@ pub fn run(cmd: &Command) -> Result<()> {
             let t = &s.totals;
             println!("{}", log.source);
             println!(
-                "GPU faults {}, CPU faults {}; H2D {}, D2H {}; populated on the device {}; dropped {}; {} kernels stalled {} in all",
+                "GPU faults {}, CPU faults {}; H2D {}, D2H {}; peak resident {}",
                 t.gpu_faults,
                 t.cpu_faults,
                 Bytes(t.h2d_bytes),
                 Bytes(t.d2h_bytes),
+                Bytes(t.peak_resident_bytes),
+            );
+            println!(
+                "populated on the device {}; dropped {}; {} kernels stalled {} in all",
                 Bytes(t.populated_device_bytes),
                 Bytes(t.dropped_bytes),
                 t.kernels,
@@ -169,7 +173,9 @@ pub fn run(cmd: &Command) -> Result<()> {
         }
         Command::Plot { log, out } => {
             let file = OutputFile::create(out, &[log])?;
-            write_whole(file, svg(&read(log)?).as_bytes())
+            let plot = svg(&read(log)?)
+                .map_err(|e| Error::InvalidArgument(format!("drawing {}: {e}", out.display())))?;
+            write_whole(file, plot.as_bytes())
         }
     }
 }

@@ -108,7 +108,21 @@ pub fn run(cmd: &Command) -> Result<()> {
                 seed: *seed,
                 write_every: *write_every,
             };
-            let header = TraceHeader::new(&format!("unimem trace gen: {spec:?}"));
+            let mut header = TraceHeader::new(&format!("unimem trace gen --pattern {pattern}"));
+            // The generator's settings, one field each, so the trace says how to make it again.
+            header.meta.insert(
+                "generator".into(),
+                serde_json::json!({
+                    "pattern": spec.pattern.to_string(),
+                    "events": spec.events,
+                    "regions": spec.regions,
+                    "region_bytes": spec.region_bytes,
+                    "kernel_ns": spec.kernel_ns,
+                    "kernels_per_step": spec.kernels_per_step,
+                    "seed": spec.seed,
+                    "write_every": spec.write_every,
+                }),
+            );
             let mut w = TraceWriter::create(out, &[], &header)?;
             for event in Synth::new(spec) {
                 w.write(&event)?;

@@ -4,6 +4,7 @@
 mod bundled;
 mod cmd_config;
 mod cmd_demo;
+mod cmd_plan;
 mod cmd_probe;
 mod cmd_replay;
 mod cmd_telemetry;
@@ -36,9 +37,12 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Replay the bundled real traces at 100% and 50% budget with every policy.
-    Demo,
+    Demo(cmd_demo::Args),
     /// Replay a trace through one or more policies and report time against the compute floor.
     Replay(cmd_replay::Args),
+    /// The smallest budget at which a trace stays within a slowdown over its compute floor
+    /// (replays on the simulator), with the curve of time against budget
+    Plan(cmd_plan::Args),
     /// Inspect or generate traces.
     #[command(subcommand)]
     Trace(cmd_trace::Command),
@@ -60,8 +64,9 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     let result = match &cli.command {
-        Command::Demo => cmd_demo::run(cli.config.as_deref()),
+        Command::Demo(args) => cmd_demo::run(args, cli.config.as_deref()),
         Command::Replay(args) => cmd_replay::run(args, cli.config.as_deref()),
+        Command::Plan(args) => cmd_plan::run(args, cli.config.as_deref()),
         Command::Trace(cmd) => cmd_trace::run(cmd),
         Command::Config(cmd) => cmd_config::run(cmd, cli.config.as_deref()),
         Command::Probe(args) => cmd_probe::run(args),

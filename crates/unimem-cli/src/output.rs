@@ -59,16 +59,31 @@ pub fn print_report_json(
     writeln!(out)
 }
 
-/// A plain-text table with right-aligned numeric columns.
+/// Most columns a table takes by default (`--wide` lifts it): a terminal of 100 columns shows
+/// it whole, and a narrower terminal wraps cells rather than lines.
+pub const MAX_WIDTH: u16 = 100;
+
+/// A plain-text table (drawn by `comfy-table`, sized to the terminal): the first column left-
+/// aligned, the rest right-aligned; columns marked wide-only are left out unless asked for.
 pub struct Table {
     header: Vec<&'static str>,
+    wide_only: Vec<bool>,
     rows: Vec<Vec<String>>,
 }
 
 impl Table {
-    /// A table with these column titles.
+    /// A table with these column titles, all shown by default.
     pub fn new(header: Vec<&'static str>) -> Self {
-        Self { header, rows: Vec::new() }
+        let wide_only = vec![false; header.len()];
+        Self { header, wide_only, rows: Vec::new() }
+    }
+
+    /// Marks the columns titled `titles` as shown only when rendered wide ([`Table::render_with`]).
+    pub fn wide_only(mut self, titles: &[&str]) -> Self {
+        for (h, w) in self.header.iter().zip(&mut self.wide_only) {
+            *w |= titles.contains(h);
+        }
+        self
     }
 
     /// Adds a row.
@@ -76,39 +91,41 @@ impl Table {
         self.rows.push(cells);
     }
 
-    /// Renders it; the first column is left-aligned, the rest right-aligned.
+    /// Renders the default columns within [`MAX_WIDTH`] (or the terminal, if narrower).
     pub fn render(&self) -> String {
-        let mut width: Vec<usize> = self.header.iter().map(|h| h.len()).collect();
+        self.render_with(false)
+    }
+
+    /// Every column, as wide as they are, where `wide`; else [`Table::render`].
+    pub fn render_with(&self, wide: bool) -> String {
+        use comfy_table::{CellAlignment, ContentArrangement};
+        let shown: Vec<usize> = (0..self.header.len()).filter(|&i| wide || !self.wide_only[i]).collect();
+        let mut t = comfy_table::Table::new();
+        // No borders; a line of dashes under the header; two spaces between columns.
+        t.load_preset("     -              ");
+        t.set_header(shown.iter().map(|&i| self.header[i]));
         for r in &self.rows {
-            for (i, c) in r.iter().enumerate() {
-                width[i] = width[i].max(c.chars().count());
-            }
+            t.add_row(shown.iter().map(|&i| r.get(i).map_or("", String::as_str)));
         }
-        let line =
-            |cells: Vec<&str>| {
-                cells
-                    .iter()
-                    .enumerate()
-                    .map(|(i, c)| {
-                        if i == 0 {
-                            format!("{c:<w$}", w = width[i])
-                        } else {
-                            format!("{c:>w$}", w = width[i])
-                        }
-                    })
-                    .collect::<Vec<_>>()
-                    .join("  ")
-            };
-        let mut out = vec![line(self.header.clone())];
-        out.push(width.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>().join("  "));
-        out.extend(self.rows.iter().map(|r| line(r.iter().map(String::as_str).collect())));
-        out.join("\n")
+        for (n, column) in t.column_iter_mut().enumerate() {
+            column.set_cell_alignment(if n == 0 { CellAlignment::Left } else { CellAlignment::Right });
+            column.set_padding((0, 2));
+        }
+        if !wide {
+            let terminal = t.width().unwrap_or(MAX_WIDTH);
+            t.set_width(terminal.min(MAX_WIDTH)).set_content_arrangement(ContentArrangement::Dynamic);
+        }
+        // The header cells are aligned as their columns.
+        let lines: Vec<String> = t.lines().map(|l| l.trim_end().to_string()).collect();
+        lines.join("\n")
     }
 }
 
-/// The standard report columns.
-pub fn report_table() -> Table {
-    Table::new(vec![
+/// The standard report columns. By default a table shows how fast each run was and what it
+/// moved; `--wide` adds where the data went. A table of one trace (`one_trace`) leaves the
+/// trace out (its title names it) and shows the GPU faults instead.
+pub fn report_table(one_trace: bool) -> Table {
+    let t = Table::new(vec![
         "trace",
         "budget",
         "policy",
@@ -124,12 +141,24 @@ pub fn report_table() -> Table {
         "dup",
         "remote",
     ])
+    .wide_only(&["peak resident", "prefetch acc/cov/on-time", "staged", "dup", "remote"]);
+    if one_trace {
+        t.wide_only(&["trace"])
+    } else {
+        t.wide_only(&["GPU faults"])
+    }
+}
+
+/// A trace's name without its directory and its `.jsonl` / `.jsonl.gz` ending.
+pub fn trace_stem(name: &str) -> &str {
+    let file = name.rsplit('/').next().unwrap_or(name);
+    file.strip_suffix(".gz").unwrap_or(file).strip_suffix(".jsonl").unwrap_or(file)
 }
 
 /// One report as a row of [`report_table`].
 pub fn report_row(trace: &str, budget_spec: &str, r: &ReplayReport) -> Vec<String> {
     vec![
-        trace.to_string(),
+        trace_stem(trace).to_string(),
         format!("{budget_spec} ({})", Bytes(r.budget_bytes)),
         r.policy.clone(),
         Nanos(r.time_ns).to_string(),

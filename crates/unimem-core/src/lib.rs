@@ -13,6 +13,7 @@
 pub mod access;
 pub mod backends;
 pub mod bound;
+pub mod budget_search;
 pub mod config;
 pub mod cost;
 pub mod error;

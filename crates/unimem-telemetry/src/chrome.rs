@@ -1,7 +1,7 @@
 //! Chrome trace / Perfetto export (the JSON "trace event" format): slices for kernels and
 //! transfers, instant events for faults, counter tracks for resident bytes and link traffic.
 
-use unimem_core::seam::{Direction, Location, MemEvent};
+use unimem_core::seam::{Direction, MemEvent};
 
 use crate::read::Log;
 
@@ -26,9 +26,7 @@ pub fn chrome_trace(log: &Log) -> serde_json::Value {
         out.push(json!({"ph": "M", "name": "thread_name", "pid": PID, "tid": tid, "args": {"name": name}}));
     }
     out.push(json!({"ph": "M", "name": "process_name", "pid": PID, "args": {"name": format!("unimem: {}", log.source)}}));
-    // Resident bytes and cumulative link traffic change at these times.
-    let mut changes: Vec<(u64, i64, u64, u64)> = Vec::new(); // (t, resident delta, h2d, d2h)
-                                                             // Hints, populations and drops carry no time: they take the latest time seen so far.
+    // Hints carry no time: they take the latest time seen so far.
     let mut now = 0u64;
     for e in &log.events {
         match e {
@@ -53,11 +51,6 @@ pub fn chrome_trace(log: &Log) -> serde_json::Value {
                     "cat": "migration", "pid": PID, "tid": tid, "ts": us(*start_ns), "dur": us(end_ns - start_ns),
                     "args": {"region": region.0, "offset": offset, "bytes": bytes}
                 }));
-                let (delta, h, d) = match dir {
-                    Direction::H2D => (*bytes as i64, *bytes, 0),
-                    Direction::D2H => (-(*bytes as i64), 0, *bytes),
-                };
-                changes.push((*end_ns, delta, h, d));
             }
             MemEvent::Fault { region, offset, bytes, by, at_ns } => out.push(json!({
                 "ph": "i", "s": "t", "name": format!("fault {}", log.name_of(*region)), "cat": "fault",
@@ -84,19 +77,14 @@ pub fn chrome_trace(log: &Log) -> serde_json::Value {
                 "pid": PID, "tid": TID_ADVISOR, "ts": us(now),
                 "args": {"region": region.0, "offset": offset, "bytes": bytes, "reason": reason, "kernel": kernel}
             })),
-            MemEvent::Populate { bytes, on: Location::DEVICE, .. } => changes.push((now, *bytes as i64, 0, 0)),
-            MemEvent::Drop { bytes, from: Location::DEVICE, .. } => changes.push((now, -(*bytes as i64), 0, 0)),
             _ => {}
         }
     }
-    changes.sort_by_key(|c| c.0);
-    let (mut resident, mut h2d, mut d2h) = (0i64, 0u64, 0u64);
-    for (t, delta, h, d) in changes {
-        resident = (resident + delta).max(0);
-        h2d += h;
-        d2h += d;
-        out.push(json!({"ph": "C", "name": "device resident bytes", "pid": PID, "ts": us(t), "args": {"bytes": resident}}));
-        out.push(json!({"ph": "C", "name": "link traffic (cumulative bytes)", "pid": PID, "ts": us(t), "args": {"h2d": h2d, "d2h": d2h}}));
+    // Resident bytes and cumulative link traffic: the series the plot and the summary use.
+    for p in crate::resident_series(log) {
+        let ts = us(p.t_ns);
+        out.push(json!({"ph": "C", "name": "device resident bytes", "pid": PID, "ts": ts, "args": {"bytes": p.resident_bytes}}));
+        out.push(json!({"ph": "C", "name": "link traffic (cumulative bytes)", "pid": PID, "ts": ts, "args": {"h2d": p.h2d_bytes, "d2h": p.d2h_bytes}}));
     }
     json!({"traceEvents": out, "displayTimeUnit": "ns"})
 }

@@ -1,96 +1,110 @@
-//! An SVG plot of a log: device-resident bytes and cumulative link traffic over time.
+//! An SVG plot of a log (drawn with `plotters`): device-resident bytes over time, and the
+//! cumulative bytes moved each way over the link, from [`crate::resident_series`].
 
-use std::fmt::Write;
-
-use unimem_core::seam::{Direction, Location, MemEvent};
+use plotters::prelude::*;
+use unimem_core::units::Bytes;
 
 use crate::read::Log;
+use crate::series::{peak_resident_bytes, resident_series};
 
-const W: f64 = 900.0;
-const H: f64 = 260.0;
-const PAD: f64 = 50.0;
-
-/// Series over time: (t_ns, resident, h2d cumulative, d2h cumulative).
-fn series(log: &Log) -> Vec<(u64, u64, u64, u64)> {
-    let mut pts = vec![(0u64, 0u64, 0u64, 0u64)];
-    let (mut t, mut res, mut h2d, mut d2h) = (0u64, 0i64, 0u64, 0u64);
-    for e in &log.events {
-        match e {
-            MemEvent::Migration { bytes, dir, end_ns, .. } => {
-                t = t.max(*end_ns);
-                match dir {
-                    Direction::H2D => {
-                        res += *bytes as i64;
-                        h2d += bytes;
-                    }
-                    Direction::D2H => {
-                        res -= *bytes as i64;
-                        d2h += bytes;
-                    }
-                }
-            }
-            MemEvent::Populate { bytes, on: Location::DEVICE, .. } => res += *bytes as i64,
-            MemEvent::Drop { bytes, from: Location::DEVICE, .. } => res -= *bytes as i64,
-            MemEvent::Kernel { end_ns, .. } => t = t.max(*end_ns),
-            _ => continue,
-        }
-        pts.push((t, res.max(0) as u64, h2d, d2h));
+/// The unit a byte axis reaching `max` is drawn in: GiB from 1 GiB on, else MiB.
+fn unit(max: u64) -> (f64, &'static str) {
+    if max >= 1 << 30 {
+        ((1u64 << 30) as f64, "GiB")
+    } else {
+        ((1u64 << 20) as f64, "MiB")
     }
-    pts
 }
 
-fn polyline(out: &mut String, pts: &[(f64, f64)], colour: &str) {
-    let coords: Vec<String> = pts.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
-    let _ = writeln!(
-        out,
-        r#"<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{}"/>"#,
-        coords.join(" ")
-    );
-}
-
-/// The plot as an SVG document: two panels, resident bytes on top, link traffic below.
-pub fn svg(log: &Log) -> String {
-    let pts = series(log);
-    let t_max = pts.iter().map(|p| p.0).max().unwrap_or(0).max(1) as f64;
-    let res_max = pts.iter().map(|p| p.1).max().unwrap_or(0).max(1) as f64;
-    let link_max = pts.iter().map(|p| p.2.max(p.3)).max().unwrap_or(0).max(1) as f64;
-    let x = |t: u64| PAD + (W - 2.0 * PAD) * t as f64 / t_max;
-    let panel = |top: f64, v: u64, max: f64| top + H - PAD - (H - 2.0 * PAD) * v as f64 / max;
+/// The plot as an SVG document: resident bytes on top, link traffic below, time in
+/// milliseconds on both; or why it could not be drawn.
+pub fn svg(log: &Log) -> Result<String, String> {
+    let series = resident_series(log);
+    let ms = |t: u64| t as f64 / 1e6;
+    let t_max = ms(series.last().map_or(0, |p| p.t_ns)).max(1e-3);
+    let peak = peak_resident_bytes(&series);
+    let (res_unit, res_name) = unit(peak);
+    let res_max = (peak as f64 / res_unit).max(1e-6) * 1.1;
+    let moved = series.last().map_or(0, |p| p.h2d_bytes.max(p.d2h_bytes));
+    let (link_unit, link_name) = unit(moved);
+    let link_max = (moved as f64 / link_unit).max(1e-6) * 1.1;
+    let err = |e: &dyn std::fmt::Display| e.to_string();
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{}" viewBox="0 0 {W} {}">"#,
-        2.0 * H,
-        2.0 * H
-    );
-    let _ = writeln!(out, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    for (i, title) in [(0.0, "device-resident bytes"), (1.0, "link traffic, cumulative (H2D blue, D2H red)")]
     {
-        let top = i * H;
-        let _ = writeln!(
-            out,
-            r#"<text x="{PAD}" y="{}" font-family="sans-serif" font-size="13">{title}</text>"#,
-            top + 20.0
-        );
-        let _ = writeln!(
-            out,
-            r#"<rect x="{PAD}" y="{}" width="{}" height="{}" fill="none" stroke="gray"/>"#,
-            top + PAD,
-            W - 2.0 * PAD,
-            H - 2.0 * PAD
-        );
+        let root = SVGBackend::with_string(&mut out, (960, 640)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| err(&e))?;
+        let root = root.titled(&log.source, ("sans-serif", 15)).map_err(|e| err(&e))?;
+        let (top, bottom) = root.split_vertically(300);
+        let mut chart = ChartBuilder::on(&top)
+            .caption(format!("device-resident bytes (peak {})", Bytes(peak)), ("sans-serif", 16))
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(64)
+            .build_cartesian_2d(0.0..t_max, 0.0..res_max)
+            .map_err(|e| err(&e))?;
+        chart
+            .configure_mesh()
+            .x_desc("time (ms)")
+            .y_desc(format!("resident ({res_name})"))
+            .draw()
+            .map_err(|e| err(&e))?;
+        // A step line: each value holds until the next change.
+        let steps = series.windows(2).flat_map(|w| {
+            let (a, b) = (w[0], w[1]);
+            [
+                (ms(b.t_ns), a.resident_bytes as f64 / res_unit),
+                (ms(b.t_ns), b.resident_bytes as f64 / res_unit),
+            ]
+        });
+        chart
+            .draw_series(LineSeries::new(std::iter::once((0.0, 0.0)).chain(steps), BLACK.stroke_width(1)))
+            .map_err(|e| err(&e))?
+            .label("device-resident")
+            .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], BLACK));
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| err(&e))?;
+
+        let mut chart = ChartBuilder::on(&bottom)
+            .caption("link traffic, cumulative", ("sans-serif", 16))
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(64)
+            .build_cartesian_2d(0.0..t_max, 0.0..link_max)
+            .map_err(|e| err(&e))?;
+        chart
+            .configure_mesh()
+            .x_desc("time (ms)")
+            .y_desc(format!("moved ({link_name})"))
+            .draw()
+            .map_err(|e| err(&e))?;
+        for (label, color, pick) in [
+            (
+                "host to device",
+                BLUE,
+                (|p: &crate::SeriesPoint| p.h2d_bytes) as fn(&crate::SeriesPoint) -> u64,
+            ),
+            ("device to host", RED, |p: &crate::SeriesPoint| p.d2h_bytes),
+        ] {
+            let line = series.iter().map(|p| (ms(p.t_ns), pick(p) as f64 / link_unit));
+            chart
+                .draw_series(LineSeries::new(line, color.stroke_width(2)))
+                .map_err(|e| err(&e))?
+                .label(label)
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2)));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| err(&e))?;
+        root.present().map_err(|e| err(&e))?;
     }
-    let _ = writeln!(
-        out,
-        r#"<text x="{PAD}" y="{}" font-family="sans-serif" font-size="11">0 .. {:.3} s; max {:.1} MiB resident, {:.1} MiB moved</text>"#,
-        2.0 * H - 15.0,
-        t_max / 1e9,
-        res_max / (1u64 << 20) as f64,
-        link_max / (1u64 << 20) as f64
-    );
-    polyline(&mut out, &pts.iter().map(|p| (x(p.0), panel(0.0, p.1, res_max))).collect::<Vec<_>>(), "black");
-    polyline(&mut out, &pts.iter().map(|p| (x(p.0), panel(H, p.2, link_max))).collect::<Vec<_>>(), "blue");
-    polyline(&mut out, &pts.iter().map(|p| (x(p.0), panel(H, p.3, link_max))).collect::<Vec<_>>(), "red");
-    out.push_str("</svg>\n");
-    out
+    Ok(out)
 }

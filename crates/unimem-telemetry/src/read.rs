@@ -35,6 +35,15 @@ pub struct RegionInfo {
     pub address: Option<u64>,
 }
 
+/// A region's free, placed among the events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FreedAt {
+    /// The region.
+    pub region: RegionId,
+    /// Events the log held before the free.
+    pub after_events: usize,
+}
+
 /// Whether a log was written to its end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -59,6 +68,8 @@ pub struct Log {
     pub regions: BTreeMap<RegionId, RegionInfo>,
     /// The events, in log order.
     pub events: Vec<MemEvent>,
+    /// Where in the events each region was freed, in log order.
+    pub frees: Vec<FreedAt>,
     /// Whether the log is complete.
     pub end: LogEnd,
     /// The sums the reader bounds (bytes and times over all events), so that no total a
@@ -217,6 +228,7 @@ fn record(v: &serde_json::Value, log: &mut Log) -> Result<(), String> {
             if let Some(r) = log.regions.get_mut(&id) {
                 r.freed = true;
             }
+            log.frees.push(FreedAt { region: id, after_events: log.events.len() });
         }
         Some("end") => {
             let events = u64_field("events")?;

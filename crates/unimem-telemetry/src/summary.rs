@@ -54,6 +54,9 @@ pub struct Totals {
     pub throttled_ns: u64,
     /// Bytes the driver mapped remotely, by cause (`thrashing`, `policy`, ...).
     pub remote_mapped: BTreeMap<String, u64>,
+    /// The most live bytes on the device at once ([`crate::resident_series`]); set by
+    /// [`Summary::of_log`], which has the frees.
+    pub peak_resident_bytes: u64,
     /// Kernels and the time they stalled.
     pub kernels: u64,
     /// Sum of kernel stalls.
@@ -80,6 +83,13 @@ pub struct Summary {
 }
 
 impl Summary {
+    /// Summarises a log: its events, and its resident bytes over time.
+    pub fn of_log(log: &crate::Log) -> Self {
+        let mut s = Self::of(&log.events);
+        s.totals.peak_resident_bytes = crate::peak_resident_bytes(&crate::resident_series(log));
+        s
+    }
+
     /// Summarises `events`.
     pub fn of(events: &[MemEvent]) -> Self {
         let mut s = Summary::default();

@@ -108,51 +108,90 @@ fn the_chrome_trace_is_well_formed() {
     assert_eq!(back["traceEvents"].as_array().unwrap().len(), events.len());
 }
 
-/// Checks that every element opened in `xml` is closed in order (enough to catch a broken
-/// document; the plot uses no comments, CDATA or processing instructions).
-fn well_formed(xml: &str) -> Result<usize, String> {
-    let mut stack: Vec<String> = Vec::new();
-    let mut elements = 0;
-    let mut rest = xml;
-    while let Some(start) = rest.find('<') {
-        let end = rest[start..].find('>').ok_or("unclosed tag")? + start;
-        let tag = &rest[start + 1..end];
-        if let Some(name) = tag.strip_prefix('/') {
-            let open = stack.pop().ok_or(format!("closing </{name}> with nothing open"))?;
-            if open != name.trim() {
-                return Err(format!("</{name}> closes <{open}>"));
-            }
-        } else {
-            elements += 1;
-            let name = tag.split_whitespace().next().ok_or("empty tag")?.trim_end_matches('/').to_string();
-            if !tag.ends_with('/') {
-                stack.push(name);
-            }
-        }
-        rest = &rest[end + 1..];
-    }
-    if stack.is_empty() {
-        Ok(elements)
-    } else {
-        Err(format!("unclosed elements {stack:?}"))
-    }
+/// What the tests look at in an SVG document.
+struct SvgParts {
+    /// Every text element's text, trimmed.
+    texts: Vec<String>,
+    /// The points of each polyline.
+    lines: Vec<Vec<(f64, f64)>>,
+    width: f64,
+    height: f64,
+}
+
+/// Parses an SVG document (an XML parser: the plot must be well-formed).
+fn svg_parts(doc: &str) -> SvgParts {
+    let xml = roxmltree::Document::parse(doc).expect("the plot is well-formed XML");
+    let root = xml.root_element();
+    assert_eq!(root.tag_name().name(), "svg");
+    let size =
+        |a: &str| root.attribute(a).and_then(|v| v.trim_end_matches("px").parse::<f64>().ok()).unwrap();
+    let texts = root
+        .descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .filter_map(|n| n.text().map(|t| t.trim().to_string()))
+        .collect();
+    let lines = root
+        .descendants()
+        .filter(|n| n.has_tag_name("polyline"))
+        .map(|n| {
+            n.attribute("points")
+                .unwrap()
+                .split_whitespace()
+                .map(|p| {
+                    let (x, y) = p.split_once(',').unwrap();
+                    (x.parse().unwrap(), y.parse().unwrap())
+                })
+                .collect()
+        })
+        .collect();
+    SvgParts { texts, lines, width: size("width"), height: size("height") }
 }
 
 #[test]
-fn the_svg_plot_parses() {
-    let doc = svg(&Log::parse(&replay_log(PolicyName::None)[..], "mem").unwrap());
-    assert!(doc.starts_with("<svg") && doc.trim_end().ends_with("</svg>"));
-    let elements = well_formed(&doc).unwrap();
-    assert!(elements >= 8, "{elements} elements");
-    let polylines: Vec<&str> = doc.lines().filter(|l| l.starts_with("<polyline")).collect();
-    assert_eq!(polylines.len(), 3, "resident, H2D and D2H lines");
-    for l in polylines {
-        let points = l.split("points=\"").nth(1).unwrap().split('"').next().unwrap();
-        for p in points.split_whitespace() {
-            let (x, y) = p.split_once(',').unwrap();
-            let (x, y): (f64, f64) = (x.parse().unwrap(), y.parse().unwrap());
-            assert!((0.0..=900.0).contains(&x) && (0.0..=520.0).contains(&y), "{p}");
-        }
+fn the_svg_plot_parses_with_axes_units_and_a_legend() {
+    let doc = svg(&Log::parse(&replay_log(PolicyName::None)[..], "mem").unwrap()).unwrap();
+    let SvgParts { texts, lines, width: w, height: h } = svg_parts(&doc);
+    for want in
+        ["time (ms)", "resident (MiB)", "moved (MiB)", "device-resident", "host to device", "device to host"]
+    {
+        assert!(texts.iter().any(|t| t == want), "no `{want}` in {texts:?}");
+    }
+    // 12 MiB read in turn through 8 MiB.
+    assert!(texts.iter().any(|t| t == "device-resident bytes (peak 8.00 MiB)"), "{texts:?}");
+    // The three series, plus the legend's samples and the axes' ticks.
+    let long: Vec<_> = lines.iter().filter(|l| l.len() > 2).collect();
+    assert!(long.len() >= 3, "{} polylines of more than two points", long.len());
+    for (x, y) in lines.iter().flatten() {
+        assert!((0.0..=w).contains(x) && (0.0..=h).contains(y), "({x}, {y}) outside {w}x{h}");
+    }
+}
+
+/// The peak resident bytes the summary and the plot report from a log are the replay's own,
+/// through frees, pooled reuse, staged evictions and restores (the sample ResNet-50 trace).
+#[test]
+fn the_logs_peak_resident_bytes_agree_with_the_replay() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../traces/resnet50-train.jsonl.gz");
+    let open = || TraceReader::open(std::path::Path::new(path)).unwrap();
+    let stats = unimem_core::trace::TraceStats::compute(open()).unwrap();
+    let peak = stats.peak_live_page_bytes;
+    for (policy, percent) in [(PolicyName::Advisor, 50), (PolicyName::None, 50), (PolicyName::Advisor, 100)] {
+        let budget = peak * percent / 100;
+        let mut gpu = SimBackend::new(CostModel::h200(), budget).with_staging(peak);
+        let mut p = unimem_core::policy::make_policy(policy, budget, &Config::default(), &CostModel::h200());
+        let mut log = EventLog::new(Vec::new(), "resnet").unwrap();
+        let report =
+            replay::run_with_events(open(), &mut gpu, p.as_mut(), &mut |_| {}, Some(&mut log)).unwrap();
+        let log = Log::parse(&log.finish().unwrap()[..], "mem").unwrap();
+        let summary = Summary::of_log(&log).totals.peak_resident_bytes;
+        let want = report.peak_resident_bytes as f64;
+        assert!(
+            (summary as f64 - want).abs() <= 0.01 * want,
+            "{policy} at {percent}%: the log's peak {summary} against the replay's {}",
+            report.peak_resident_bytes
+        );
+        let texts = svg_parts(&svg(&log).unwrap()).texts;
+        let caption = format!("device-resident bytes (peak {})", unimem_core::units::Bytes(summary));
+        assert!(texts.contains(&caption), "{caption} not in {texts:?}");
     }
 }
 

@@ -136,7 +136,7 @@ impl SimBackend {
     pub fn new(cost: CostModel, capacity: u64) -> Self {
         let unit_pages = (cost.fault_unit_bytes / PAGE_SIZE) as usize;
         let capacity = capacity.min(cost.device_memory_bytes).max(PAGE_SIZE);
-        let description = format!("simulator, profile \"{}\"", cost.name);
+        let description = format!("simulator, profile: {}", cost.name);
         let mut sim = Self {
             cost,
             unit_pages,

@@ -197,6 +197,9 @@ impl SimBackend {
             for (b, pages) in pooled {
                 this.note_device_added(pages);
                 this.restamp(id, b..b + 1);
+                // The region holds these device pages from its allocation on.
+                let (offset, bytes) = (b as u64 * BLOCK_SIZE, pages as u64 * PAGE_SIZE);
+                this.emit(|| MemEvent::Populate { region: id, offset, bytes, on: Location::DEVICE });
             }
             Ok(addr)
         })
