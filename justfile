@@ -66,3 +66,12 @@ synthetic-table:
 sim-vs-real PROFILE="crates/unimem-core/profiles/h200.toml" +RUNS="docs/data/gpu-replays-0fb815c.jsonl":
     cargo build --release -p unimem-cli
     python3 scripts/sim-vs-real.py {{PROFILE}} {{RUNS}} --host
+
+# The smallest budget within a slowdown for a trace, with its curve: `just plan TRACE 1.5`.
+plan trace slowdown:
+    cargo run --release -p unimem-cli -- plan {{trace}} --max-slowdown {{slowdown}} --policy advisor,oracle
+
+# Record the tensor example's trace and plan its budget (simulator).
+record-example:
+    UNIMEM_TRACE_RECORD=target/training_loop.jsonl.gz cargo run --release -p unimem-tensor --example training_loop
+    cargo run --release -p unimem-cli -- plan target/training_loop.jsonl.gz --max-slowdown 1.5

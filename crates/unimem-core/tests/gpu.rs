@@ -564,7 +564,12 @@ fn a_program_recorded_on_the_gpu_has_measured_kernel_times() {
     let dev = device();
     let kernels = Arc::new(Kernels::load(&dev).unwrap());
     let gpu = CudaBackend::open(0, 256 << 20, false).unwrap();
-    let rt = Runtime::builder().backend(Box::new(gpu)).policy(PolicyName::Advisor).record_trace(&path).build().unwrap();
+    let rt = Runtime::builder()
+        .backend(Box::new(gpu))
+        .policy(PolicyName::Advisor)
+        .record_trace(&path)
+        .build()
+        .unwrap();
     let words = 16u64 << 20; // 64 MiB of u32
     let r = rt.alloc("w", words * 4).unwrap();
     rt.write(r.id, 0, &vec![0u8; (words * 4) as usize]).unwrap();
