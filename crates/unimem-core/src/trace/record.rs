@@ -109,8 +109,9 @@ fn accesses(ops: &[crate::RangeAccess]) -> Vec<TraceAccess> {
 }
 
 impl TraceRecording {
-    /// Starts recording to `path` (gzip when it ends in `.gz`; see [`claim`] for a path this
-    /// process already records to), with `header`'s metadata.
+    /// Starts recording to `path` (gzip when it ends in `.gz`), with `header`'s metadata. A
+    /// path this process already records to becomes the first free `NAME.N.EXT` beside it
+    /// (`t.jsonl.gz` -> `t.2.jsonl.gz`).
     pub fn create(path: &Path, header: &TraceHeader, times: KernelTimes) -> Result<Self> {
         let path = claim(path);
         let mut header = header.clone();
