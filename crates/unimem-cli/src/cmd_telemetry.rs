@@ -76,7 +76,9 @@ pub fn run(cmd: &Command) -> Result<()> {
                 return Ok(());
             }
             let t = &s.totals;
-            println!("{}", log.source);
+            for line in textwrap::wrap(&log.source, usize::from(output::MAX_WIDTH)) {
+                println!("{line}");
+            }
             println!(
                 "GPU faults {}, CPU faults {}; H2D {}, D2H {}; peak resident {}",
                 t.gpu_faults,

@@ -185,5 +185,8 @@ fn the_telemetry_summary_peak_is_the_replays() {
             serde_json::from_str(&stdout(&unimem(&["telemetry", "summarize", l, "--json"]))).unwrap();
         let logged = s["totals"]["peak_resident_bytes"].as_f64().unwrap();
         assert!((logged - replayed).abs() <= 0.01 * replayed, "{budget}: log {logged}, replay {replayed}");
+        let text = stdout(&unimem(&["telemetry", "summarize", l]));
+        assert!(text.contains("peak resident"), "{text}");
+        assert!(text.lines().all(|l| l.chars().count() <= 100), "wider than 100 columns:\n{text}");
     }
 }
