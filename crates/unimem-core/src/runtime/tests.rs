@@ -249,3 +249,15 @@ fn a_recorded_program_replays_on_the_simulator_with_the_same_totals() {
     assert_eq!(report.time_ns, live.elapsed_ns, "the replay takes the program's simulated time");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_trace_that_cannot_be_written_is_a_clear_error_at_build() {
+    let sim = SimBackend::new(CostModel::h200(), 4 * MIB);
+    let e = Runtime::builder()
+        .backend(Box::new(sim))
+        .record_trace("/nonexistent-unimem-dir/t.jsonl")
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("/nonexistent-unimem-dir/t.jsonl"), "{e}");
+}
