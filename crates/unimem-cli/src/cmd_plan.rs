@@ -100,7 +100,7 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
                 bound_ns: program.bound(budget, rate).bound_ns,
             })
         };
-        let steps = spec.steps().into_iter().map(replay_at).collect::<Result<Vec<_>>>()?;
+        let steps = in_parallel(&spec.steps(), &replay_at)?;
         let search = budget_search::search(&spec, steps, replay_at)?;
         planned.push(Planned { policy, search });
     }
@@ -117,6 +117,37 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
         out.commit()?;
     }
     Ok(())
+}
+
+/// Replays at each of `budgets` on as many threads as the machine has cores (each replay is
+/// deterministic and independent; the bisection after them is sequential).
+fn in_parallel(
+    budgets: &[u64],
+    replay_at: &(dyn Fn(u64) -> Result<CurvePoint> + Sync),
+) -> Result<Vec<CurvePoint>> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(budgets.len()).max(1);
+    let next = AtomicUsize::new(0);
+    let mut done: Vec<(usize, Result<CurvePoint>)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(&budget) = budgets.get(i) else { break mine };
+                        mine.push((i, replay_at(budget)));
+                    }
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|w| w.join().unwrap_or_default()).collect()
+    });
+    done.sort_by_key(|(i, _)| *i);
+    if done.len() != budgets.len() {
+        return Err(Error::Stopped("a replay thread of the plan panicked".into()));
+    }
+    done.into_iter().map(|(_, r)| r).collect()
 }
 
 fn print_json(planned: &[Planned], spec: &SearchSpec, stats: &TraceStats, trace: &str) -> Result<()> {
