@@ -94,6 +94,7 @@ pub fn run(cmd: &Command) -> Result<()> {
                 t.kernels,
                 Nanos(t.kernel_stall_ns)
             );
+            println!("device idle between kernels (none issued yet): {}", Nanos(t.device_idle_ns));
             let causes: Vec<String> = t.by_cause.iter().map(|(c, b)| format!("{c} {}", Bytes(*b))).collect();
             println!(
                 "bytes moved by cause: {}",

@@ -61,6 +61,10 @@ pub struct Totals {
     pub kernels: u64,
     /// Sum of kernel stalls.
     pub kernel_stall_ns: u64,
+    /// Time the device had no kernel to run between one kernel's end and the next one's start
+    /// (its slice begins when the compute stream reaches it): the host had not issued it yet,
+    /// planning or launching. Kernels in log order, as each backend reports them.
+    pub device_idle_ns: u64,
     /// The advisor's hints by kind (`prefetch`, `evict`, ...): count and bytes.
     pub hints: BTreeMap<String, (u64, u64)>,
     /// The advisor's forecasts, scored against what each kernel used: regions forecast and used,
@@ -80,6 +84,7 @@ pub struct Summary {
     /// Log-wide totals.
     pub totals: Totals,
     causes: BTreeMap<&'static str, u64>,
+    last_kernel_end: Option<u64>,
 }
 
 impl Summary {
@@ -152,9 +157,13 @@ impl Summary {
                 self.regions.entry(region).or_default().remote_mapped_bytes += bytes;
                 *self.totals.remote_mapped.entry(cause.name().to_string()).or_default() += bytes;
             }
-            MemEvent::Kernel { stall_ns, .. } => {
+            MemEvent::Kernel { stall_ns, start_ns, end_ns, .. } => {
                 self.totals.kernels += 1;
                 self.totals.kernel_stall_ns += stall_ns;
+                if let Some(last) = self.last_kernel_end {
+                    self.totals.device_idle_ns += start_ns.saturating_sub(last);
+                }
+                self.last_kernel_end = Some(self.last_kernel_end.map_or(end_ns, |l| l.max(end_ns)));
             }
             MemEvent::Hint { ref hint, bytes, .. } => {
                 let h = self.totals.hints.entry(hint.to_string()).or_default();
@@ -184,6 +193,15 @@ mod tests {
     use crate::{EventLog, Log};
     use unimem_core::backends::sim::SimBackend;
     use unimem_core::{AccessMode, CostModel, KernelLaunch, MemoryBackend, MemoryBackendExt, RangeAccess};
+
+    #[test]
+    fn device_idle_is_the_gaps_between_kernels() {
+        let k = |start_ns, end_ns| MemEvent::Kernel { name: "k".into(), start_ns, end_ns, stall_ns: 0 };
+        // Back to back, then 30 ns with nothing queued, then 5 more.
+        let s = Summary::of(&[k(0, 100), k(100, 150), k(180, 200), k(205, 300)]);
+        assert_eq!((s.totals.kernels, s.totals.device_idle_ns), (4, 35));
+        assert_eq!(Summary::of(&[k(10, 20)]).totals.device_idle_ns, 0, "one kernel has no gap");
+    }
 
     #[test]
     fn simulator_events_summarise_and_log() {
