@@ -111,10 +111,7 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
         print_table(&planned, &spec, &name, &stats);
     }
     if let Some(out) = plot {
-        let svg = draw(&planned, &spec, &name)?;
-        let mut out = out;
-        out.write_all(svg.as_bytes()).map_err(|e| Error::io(out.path().display(), e))?;
-        out.commit()?;
+        output::write_whole(out, draw(&planned, &spec, &name)?.as_bytes())?;
     }
     Ok(())
 }

@@ -43,13 +43,6 @@ pub enum Command {
     },
 }
 
-/// Writes `bytes` as the whole of `out`, which appears under its name only once complete.
-fn write_whole(mut out: OutputFile, bytes: &[u8]) -> Result<()> {
-    use std::io::Write;
-    out.write_all(bytes).map_err(|e| Error::io(out.path().display(), e))?;
-    out.commit()
-}
-
 fn read(path: &std::path::Path) -> Result<Log> {
     Log::read(path).map_err(|e| Error::Trace { file: e.file, line: e.line, reason: e.reason })
 }
@@ -172,13 +165,13 @@ pub fn run(cmd: &Command) -> Result<()> {
             let file = OutputFile::create(out, &[log])?;
             let trace = chrome_trace(&read(log)?);
             let text = serde_json::to_string(&trace).map_err(|e| Error::InvalidArgument(e.to_string()))?;
-            write_whole(file, text.as_bytes())
+            output::write_whole(file, text.as_bytes())
         }
         Command::Plot { log, out } => {
             let file = OutputFile::create(out, &[log])?;
             let plot = svg(&read(log)?)
                 .map_err(|e| Error::InvalidArgument(format!("drawing {}: {e}", out.display())))?;
-            write_whole(file, plot.as_bytes())
+            output::write_whole(file, plot.as_bytes())
         }
     }
 }

@@ -9,6 +9,13 @@ use indicatif::{ProgressBar, ProgressStyle};
 use unimem_core::replay::ReplayReport;
 use unimem_core::units::{Bytes, Nanos};
 
+/// Writes `bytes` as the whole of `out`, which appears under its name only once complete.
+pub fn write_whole(mut out: unimem_core::output_file::OutputFile, bytes: &[u8]) -> unimem_core::Result<()> {
+    use std::io::Write;
+    out.write_all(bytes).map_err(|e| unimem_core::Error::io(out.path().display(), e))?;
+    out.commit()
+}
+
 /// Peak resident set size of this process (Linux `VmHWM`), if readable.
 pub fn peak_rss_bytes() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;

@@ -16,6 +16,30 @@ fn unit(max: u64) -> (f64, &'static str) {
     }
 }
 
+use plotters::coord::types::RangedCoordf64;
+
+type Panel<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// One panel: `caption`, time in milliseconds up to `t_max` across, `y_desc` up to `y_max` up,
+/// its mesh drawn.
+fn panel<'a, 'b>(
+    area: &'a DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
+    caption: &str,
+    t_max: f64,
+    y_max: f64,
+    y_desc: &str,
+) -> Result<Panel<'a, 'b>, String> {
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", 16))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(64)
+        .build_cartesian_2d(0.0..t_max, 0.0..y_max)
+        .map_err(|e| e.to_string())?;
+    chart.configure_mesh().x_desc("time (ms)").y_desc(y_desc).draw().map_err(|e| e.to_string())?;
+    Ok(chart)
+}
+
 /// The plot as an SVG document: resident bytes on top, link traffic below, time in
 /// milliseconds on both; or why it could not be drawn.
 pub fn svg(log: &Log) -> Result<String, String> {
@@ -35,19 +59,8 @@ pub fn svg(log: &Log) -> Result<String, String> {
         root.fill(&WHITE).map_err(|e| err(&e))?;
         let root = root.titled(&log.source, ("sans-serif", 15)).map_err(|e| err(&e))?;
         let (top, bottom) = root.split_vertically(300);
-        let mut chart = ChartBuilder::on(&top)
-            .caption(format!("device-resident bytes (peak {})", Bytes(peak)), ("sans-serif", 16))
-            .margin(12)
-            .x_label_area_size(36)
-            .y_label_area_size(64)
-            .build_cartesian_2d(0.0..t_max, 0.0..res_max)
-            .map_err(|e| err(&e))?;
-        chart
-            .configure_mesh()
-            .x_desc("time (ms)")
-            .y_desc(format!("resident ({res_name})"))
-            .draw()
-            .map_err(|e| err(&e))?;
+        let caption = format!("device-resident bytes (peak {})", Bytes(peak));
+        let mut chart = panel(&top, &caption, t_max, res_max, &format!("resident ({res_name})"))?;
         // A step line: each value holds until the next change.
         let steps = series.windows(2).flat_map(|w| {
             let (a, b) = (w[0], w[1]);
@@ -69,19 +82,8 @@ pub fn svg(log: &Log) -> Result<String, String> {
             .draw()
             .map_err(|e| err(&e))?;
 
-        let mut chart = ChartBuilder::on(&bottom)
-            .caption("link traffic, cumulative", ("sans-serif", 16))
-            .margin(12)
-            .x_label_area_size(36)
-            .y_label_area_size(64)
-            .build_cartesian_2d(0.0..t_max, 0.0..link_max)
-            .map_err(|e| err(&e))?;
-        chart
-            .configure_mesh()
-            .x_desc("time (ms)")
-            .y_desc(format!("moved ({link_name})"))
-            .draw()
-            .map_err(|e| err(&e))?;
+        let mut chart =
+            panel(&bottom, "link traffic, cumulative", t_max, link_max, &format!("moved ({link_name})"))?;
         for (label, color, pick) in [
             (
                 "host to device",
