@@ -34,7 +34,8 @@ pub use access::{Access, AccessHistory, AccessMode, Accessor, RangeAccess};
 pub use backends::sim::SimBackend;
 pub use cost::CostModel;
 pub use seam::{
-    Advice, BackendKind, ByteRange, KernelLaunch, Location, MemoryBackend, MemoryBackendExt, Residency,
+    Advice, BackendKind, ByteRange, KernelLaunch, Location, MemoryBackend, MemoryBackendExt, ProgramStream,
+    Residency,
 };
 
 pub use config::{Budget, Config, LoadedConfig};

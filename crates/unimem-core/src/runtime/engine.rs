@@ -14,7 +14,9 @@ use crate::error::{Error, Result};
 use crate::op::Op;
 use crate::protocol::Protocol;
 use crate::region::RegionId;
-use crate::seam::{BackendStats, KernelLaunch, MemoryBackend, MemoryBackendExt, NativeLaunch};
+use crate::seam::{
+    BackendStats, KernelLaunch, MemoryBackend, MemoryBackendExt, NativeLaunch, ProgramStream, ProgramStreams,
+};
 use crate::trace::{KernelTimes, TraceRecording};
 use crate::{policy::Policy, protocol::EventSink};
 
@@ -68,6 +70,32 @@ pub(super) enum Command {
         job: NativeJob,
         reply: Sender<Result<()>>,
     },
+    /// A kernel the program enqueues itself on `stream`, once its data is placed.
+    ProgramLaunch {
+        name: Arc<str>,
+        acc: Vec<RangeAccess>,
+        stream: ProgramStream,
+        reply: Sender<Result<()>>,
+    },
+    /// An allocation for the program's `stream`; `written`: by the latest kernel, still
+    /// running (an output it allocates).
+    ProgramAlloc {
+        id: RegionId,
+        bytes: u64,
+        name: Arc<str>,
+        stream: ProgramStream,
+        written: bool,
+        reply: Sender<Result<u64>>,
+    },
+    /// A free after the work the program enqueued on `stream`.
+    ProgramFree {
+        id: RegionId,
+        stream: ProgramStream,
+    },
+    /// The latest program kernel is complete on `stream`.
+    ProgramFinish {
+        stream: ProgramStream,
+    },
     /// The bytes a host-executed kernel wrote.
     KernelStore {
         stores: Vec<(RangeAccess, Vec<u8>)>,
@@ -110,6 +138,7 @@ impl Engine {
             index: 0,
             step: 0,
             failure: None,
+            held: None,
         };
         let handle = std::thread::Builder::new()
             .name("unimem-engine".into())
@@ -142,11 +171,21 @@ struct Worker {
     step: u64,
     /// The first error met by asynchronous work since the last synchronize.
     failure: Option<Error>,
+    /// The program's latest kernel, held back from the trace until it is finished: the
+    /// outputs it allocates as it runs are its writes, recorded after their allocations.
+    held: Option<Op>,
 }
 
 impl Worker {
     fn run(&mut self, rx: Receiver<Command>) {
         while let Ok(command) = rx.recv() {
+            let within_program_kernel = matches!(
+                command,
+                Command::ProgramAlloc { .. } | Command::ProgramFree { .. } | Command::ProgramFinish { .. }
+            );
+            if !within_program_kernel {
+                self.release_held();
+            }
             match command {
                 Command::Alloc { id, bytes, name, reply } => {
                     let op = Op::Alloc { region: id, bytes, name: Some(name.clone()) };
@@ -200,6 +239,44 @@ impl Worker {
                     });
                     let _ = reply.send(r);
                 }
+                Command::ProgramLaunch { name, acc, stream, reply } => {
+                    let op = Op::Kernel { name: name.clone(), dur_ns: 0, accesses: acc.clone() };
+                    let r = self.around_held(&op, |b| {
+                        let kernel = KernelLaunch { name: &name, dur_ns: 0, accesses: &acc };
+                        program_streams(b)?.launch_on(&kernel, stream)
+                    });
+                    let _ = reply.send(r);
+                }
+                Command::ProgramAlloc { id, bytes, name, stream, written, reply } => {
+                    let r = self.program_alloc(id, bytes, &name, stream, written);
+                    let _ = reply.send(r);
+                }
+                Command::ProgramFree { id, stream } => {
+                    let r = program_streams(self.backend.as_mut()).and_then(|p| p.follow(stream));
+                    // A region the held kernel allocated and freed as it ran (a workspace) was
+                    // never seen by another operation: the trace loses both its write and it.
+                    let written_by_held = match self.held.as_mut() {
+                        Some(Op::Kernel { accesses, .. }) => {
+                            let before = accesses.len();
+                            accesses.retain(|a| !(a.region == id && a.mode == crate::AccessMode::Write));
+                            accesses.len() < before
+                        }
+                        _ => false,
+                    };
+                    if !written_by_held || accesses_region(self.held.as_ref(), id) {
+                        self.release_held();
+                    }
+                    let r = r.and_then(|()| {
+                        self.around(&Op::Free { region: id }, |b| b.free(id))
+                            .and_then(|()| self.sink.as_mut().map_or(Ok(()), |sink| sink.freed(id)))
+                    });
+                    self.keep(r);
+                }
+                Command::ProgramFinish { stream } => {
+                    let r = program_streams(self.backend.as_mut()).and_then(|p| p.finish(stream));
+                    self.release_held();
+                    self.keep(r);
+                }
                 Command::KernelStore { stores, reply } => {
                     let r = stores
                         .iter()
@@ -241,6 +318,7 @@ impl Worker {
                 self.keep(r);
             }
         }
+        self.release_held();
         let _ = self.backend.synchronize();
         if let Err(e) = self.drain().and_then(|()| self.sink.as_mut().map_or(Ok(()), |sink| sink.close())) {
             tracing::warn!(error = %e, "writing the runtime's telemetry failed");
@@ -302,10 +380,76 @@ impl Worker {
         Ok(out)
     }
 
+    /// [`Self::around`] for a program's kernel: its trace record waits in `held`.
+    fn around_held(
+        &mut self,
+        op: &Op,
+        execute: impl FnOnce(&mut dyn MemoryBackend) -> Result<()>,
+    ) -> Result<()> {
+        let index = self.index;
+        self.index += 1;
+        self.protocol.run(index, op, self.policy.as_mut(), self.backend.as_mut(), execute)?;
+        if self.trace.is_some() {
+            self.held = Some(op.clone());
+        }
+        Ok(())
+    }
+
+    /// The held kernel goes to the trace.
+    fn release_held(&mut self) {
+        let (Some(op), Some(trace)) = (self.held.take(), self.trace.as_mut()) else { return };
+        if let Err(e) = trace.op(&op) {
+            tracing::error!(error = %e, path = %trace.path().display(), "recording the program's trace failed; recording stops");
+            self.trace = None;
+        }
+    }
+
+    /// An allocation for the program's stream: after the work it enqueued (the buffer may be
+    /// one it freed), the stream waiting for the buffer; `written` by the latest kernel.
+    fn program_alloc(
+        &mut self,
+        id: RegionId,
+        bytes: u64,
+        name: &Arc<str>,
+        stream: ProgramStream,
+        written: bool,
+    ) -> Result<u64> {
+        program_streams(self.backend.as_mut())?.follow(stream)?;
+        let op = Op::Alloc { region: id, bytes, name: Some(name.clone()) };
+        let address = self.around(&op, |b| b.allocate(id, bytes))?;
+        if let Some(sink) = self.sink.as_mut() {
+            sink.region(id, bytes, Some(name), address)?;
+        }
+        let streams = program_streams(self.backend.as_mut())?;
+        if written {
+            let write = RangeAccess { region: id, offset: 0, len: bytes, mode: crate::AccessMode::Write };
+            streams.wrote(&[write])?;
+            if let Some(Op::Kernel { accesses, .. }) = self.held.as_mut() {
+                accesses.push(write);
+            }
+        }
+        program_streams(self.backend.as_mut())?.lead(stream)?;
+        Ok(address)
+    }
+
     fn keep(&mut self, r: Result<()>) {
         if let Err(e) = r {
             tracing::warn!(error = %e, "asynchronous runtime work failed");
             self.failure.get_or_insert(e);
         }
     }
+}
+
+/// The backend's ordering with the program's streams, or why there is none.
+fn program_streams(b: &mut dyn MemoryBackend) -> Result<&mut dyn ProgramStreams> {
+    let kind = b.kind();
+    b.program_streams().ok_or_else(|| Error::BackendUnavailable {
+        backend: kind.to_string(),
+        reason: "this backend cannot order its work with the program's own streams".into(),
+    })
+}
+
+/// Whether `op` (a held kernel) still accesses region `id`.
+fn accesses_region(op: Option<&Op>, id: RegionId) -> bool {
+    matches!(op, Some(Op::Kernel { accesses, .. }) if accesses.iter().any(|a| a.region == id))
 }

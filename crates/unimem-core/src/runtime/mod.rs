@@ -12,6 +12,7 @@
 
 mod builder;
 mod engine;
+mod program;
 
 pub use builder::RuntimeBuilder;
 

@@ -4,6 +4,7 @@
 //! for every backend; nothing below it knows about policies or configuration.
 
 mod event;
+mod program;
 mod recorder;
 
 use std::fmt;
@@ -11,6 +12,7 @@ use std::fmt;
 pub use event::{
     BackendStats, Direction, HintKind, HostOp, HostTime, MemEvent, MigrationCause, RemoteMapCause,
 };
+pub use program::{ProgramStream, ProgramStreams};
 pub use recorder::Recorder;
 
 use crate::access::RangeAccess;
@@ -349,6 +351,12 @@ pub trait MemoryBackend: Send {
 
     /// The backend's native kernels, where it runs them (CUDA).
     fn native(&mut self) -> Option<&mut dyn NativeLaunches> {
+        None
+    }
+
+    /// Ordering with kernels the program launches on its own streams, where the backend
+    /// supports it.
+    fn program_streams(&mut self) -> Option<&mut dyn ProgramStreams> {
         None
     }
 }

@@ -249,25 +249,9 @@ impl SimBackend {
     /// The kernel is issued to end at `end`: its new blocks restamped, its blocks' last use
     /// set, its counters and its event.
     fn finish_kernel(&mut self, kernel: &KernelLaunch<'_>, f: KernelFaults, issued: u64, end: u64) {
-        for (id, blocks) in f.touched_new {
-            self.restamp(id, blocks);
-        }
-        for a in kernel.accesses {
-            let (s, e) = self.regions[&a.region].page_range(a.offset, a.len);
-            if a.mode.writes() && self.kept_bytes > 0 {
-                // Written: the staging copies of its pages are stale.
-                self.forget_kept(a.region, s, e);
-            }
-            let r = self.regions.get_mut(&a.region).expect("checked");
-            for b in r.block_range(s, e) {
-                r.blocks[b].last_use_ns = end;
-            }
-        }
-        let h2d = f.moved as u64 * PAGE_SIZE;
         self.stats.kernels += 1;
-        self.stats.gpu_faults += f.groups;
-        self.stats.gpu_fault_bytes += h2d;
-        self.stats.h2d_bytes += h2d;
+        self.settle(kernel.accesses, f.touched_new, end);
+        self.count_faults(f.groups, f.moved);
         self.stats.remote_bytes += f.remote_bytes;
         let stall = end - issued - kernel.dur_ns;
         self.stats.stall_ns += stall;
@@ -278,6 +262,37 @@ impl SimBackend {
             end_ns: end,
             stall_ns: stall,
         });
+    }
+
+    /// Accesses used until `end`: new blocks restamped, written pages' staging copies
+    /// forgotten (they are stale), each block's last use set.
+    fn settle(
+        &mut self,
+        accesses: &[RangeAccess],
+        touched_new: Vec<(RegionId, std::ops::Range<usize>)>,
+        end: u64,
+    ) {
+        for (id, blocks) in touched_new {
+            self.restamp(id, blocks);
+        }
+        for a in accesses {
+            let (s, e) = self.regions[&a.region].page_range(a.offset, a.len);
+            if a.mode.writes() && self.kept_bytes > 0 {
+                self.forget_kept(a.region, s, e);
+            }
+            let r = self.regions.get_mut(&a.region).expect("checked");
+            for b in r.block_range(s, e) {
+                r.blocks[b].last_use_ns = end;
+            }
+        }
+    }
+
+    /// Counters of `groups` fault groups that moved `moved` pages in.
+    fn count_faults(&mut self, groups: u64, moved: usize) {
+        let h2d = moved as u64 * PAGE_SIZE;
+        self.stats.gpu_faults += groups;
+        self.stats.gpu_fault_bytes += h2d;
+        self.stats.h2d_bytes += h2d;
     }
 
     /// Fault handling for one block segment of a kernel access: returns (fault groups,
@@ -351,5 +366,42 @@ impl SimBackend {
             }
         }
         set
+    }
+}
+
+/// The program's own kernels, on the simulator's one timeline: placed and timed as launches
+/// (their time is the one declared); there is no other stream to order with.
+impl crate::seam::ProgramStreams for SimBackend {
+    fn launch_on(&mut self, kernel: &KernelLaunch<'_>, _stream: crate::seam::ProgramStream) -> Result<()> {
+        self.launch_kernel(kernel)
+    }
+
+    fn follow(&mut self, _stream: crate::seam::ProgramStream) -> Result<()> {
+        Ok(())
+    }
+
+    fn finish(&mut self, _stream: crate::seam::ProgramStream) -> Result<()> {
+        Ok(())
+    }
+
+    fn lead(&mut self, _stream: crate::seam::ProgramStream) -> Result<()> {
+        Ok(())
+    }
+
+    /// The written pages are populated (or brought in) as the kernel's own faults would be,
+    /// on the compute timeline after the latest kernel.
+    fn wrote(&mut self, accesses: &[RangeAccess]) -> Result<()> {
+        self.host_timed(HostOp::Launch, |this| {
+            for a in accesses {
+                this.checked(a.region, a.offset, a.len)?;
+            }
+            let start = this.compute_free.max(this.host_now);
+            let faults = this.fault_in_accesses(accesses, start);
+            let end = this.charge_faults(&faults, start);
+            this.compute_free = end;
+            this.count_faults(faults.groups, faults.moved);
+            this.settle(accesses, faults.touched_new, end);
+            Ok(())
+        })
     }
 }

@@ -269,8 +269,6 @@ impl SimBackend {
     }
 }
 
-impl SimBackend {}
-
 impl MemoryBackend for SimBackend {
     fn info(&self) -> &BackendInfo {
         &self.info
@@ -354,6 +352,10 @@ impl MemoryBackend for SimBackend {
 
     fn events(&mut self) -> &mut Recorder {
         &mut self.events
+    }
+
+    fn program_streams(&mut self) -> Option<&mut dyn crate::seam::ProgramStreams> {
+        Some(self)
     }
 }
 

@@ -3,12 +3,38 @@
 
 use super::*;
 
+/// Where a kernel's measured time ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum KernelEnd {
+    /// Once the backend has enqueued it (its own kernels, and native ones).
+    Enqueued,
+    /// At the next [`CudaBackend::finish_program`]: the program enqueues it on its own stream.
+    Finished,
+}
+
+/// A program's kernel whose measured time is still running (see [`KernelEnd::Finished`]).
+pub(super) struct OpenKernel {
+    pub(super) name: String,
+    pub(super) dur_ns: u64,
+    pub(super) start: CudaEvent,
+}
+
 impl CudaBackend {
     /// Runs one kernel on the compute stream: waits for its data in flight, makes room as the
     /// driver would, lets `exec` enqueue the kernel itself, then accounts where its data is.
     pub(super) fn run_kernel(
         &mut self,
         kernel: &KernelLaunch<'_>,
+        exec: &mut dyn FnMut(&mut Self) -> Result<()>,
+    ) -> Result<()> {
+        self.run_kernel_until(kernel, KernelEnd::Enqueued, exec)
+    }
+
+    /// [`Self::run_kernel`], its measured time ending where `end` says.
+    pub(super) fn run_kernel_until(
+        &mut self,
+        kernel: &KernelLaunch<'_>,
+        end: KernelEnd,
         exec: &mut dyn FnMut(&mut Self) -> Result<()>,
     ) -> Result<()> {
         self.timed(HostOp::Launch, |this| {
@@ -43,9 +69,14 @@ impl CudaBackend {
                 this.kernel_marks.pop_front();
             }
             if let (Some(start), Some(rec)) = (start, this.recording.as_mut()) {
-                let end = rec.mark(&compute)?;
                 let (name, dur_ns) = (kernel.name.to_string(), kernel.dur_ns);
-                rec.pending.push_back(Pending::Kernel { name, dur_ns, start, end });
+                match end {
+                    KernelEnd::Enqueued => {
+                        let end = rec.mark(&compute)?;
+                        rec.pending.push_back(Pending::Kernel { name, dur_ns, start, end });
+                    }
+                    KernelEnd::Finished => this.open_kernel = Some(OpenKernel { name, dur_ns, start }),
+                }
             }
             this.account_kernel(kernel.accesses, blocks, seq, &late);
             this.stats.kernels += 1;
@@ -102,7 +133,7 @@ impl CudaBackend {
     /// Accounts kernel `seq`'s blocks: what was off the device came in by faults (remote data
     /// stays where it is), and prefetched blocks used now for the first time count as used (on
     /// time unless their region's prefetch was `late`).
-    fn account_kernel(
+    pub(super) fn account_kernel(
         &mut self,
         accesses: &[RangeAccess],
         blocks: FxHashSet<BlockId>,

@@ -42,6 +42,7 @@
 
 mod host;
 mod kernel;
+mod program;
 mod ranges;
 mod recording;
 mod regions;
@@ -174,6 +175,9 @@ pub struct CudaBackend {
     /// reach them, while the recorder is on.
     recorder: Recorder,
     recording: Option<Recording>,
+    /// The program's latest kernel, timed until the program finishes it (see
+    /// [`crate::seam::ProgramStreams`]).
+    open_kernel: Option<kernel::OpenKernel>,
     info: BackendInfo,
 }
 
@@ -330,6 +334,7 @@ impl CudaBackend {
             excluded_ns: 0,
             recorder: Recorder::default(),
             recording: None,
+            open_kernel: None,
             info,
         })
     }
@@ -553,6 +558,10 @@ impl MemoryBackend for CudaBackend {
     }
 
     fn native(&mut self) -> Option<&mut dyn NativeLaunches> {
+        Some(self)
+    }
+
+    fn program_streams(&mut self) -> Option<&mut dyn crate::seam::ProgramStreams> {
         Some(self)
     }
 }

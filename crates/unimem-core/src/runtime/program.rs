@@ -1,0 +1,156 @@
+//! A program that runs its own kernels on its own streams (PyTorch through its allocator):
+//! unimem allocates its memory, places each operation's data before the program enqueues the
+//! operation, and orders its own transfers with the program's streams (see
+//! [`crate::seam::ProgramStreams`]). Each call names the stream the program works on.
+
+use std::sync::Arc;
+
+use crossbeam_channel::bounded;
+
+use super::engine::Command;
+use super::Runtime;
+use crate::access::{Accessor, RangeAccess};
+use crate::error::{Error, Result};
+use crate::region::{Region, RegionId};
+use crate::seam::ProgramStream;
+
+impl Runtime {
+    /// Places the data of an operation the program enqueues itself on `stream` next: recorded
+    /// and planned like any launch; returns once `stream` waits for its data (not once the
+    /// data has moved). The operation is the runtime's latest kernel until
+    /// [`Runtime::finish_on`].
+    pub fn launch_on(&self, name: &str, accesses: &[RangeAccess], stream: ProgramStream) -> Result<()> {
+        self.check_and_record(accesses, Accessor::Device)?;
+        let (reply, rx) = bounded(1);
+        let command = Command::ProgramLaunch { name: name.into(), acc: accesses.to_vec(), stream, reply };
+        self.send(command, "launching")?;
+        rx.recv().map_err(|_| Error::Stopped("launching".into()))?
+    }
+
+    /// Allocates a region for the program's `stream`, which then waits for its buffer to be
+    /// ready (a reused buffer's pending work). `written`: the latest operation writes it (an
+    /// output allocated as it runs), so its pages count on the device from now on.
+    pub fn alloc_on(&self, name: &str, bytes: u64, stream: ProgramStream, written: bool) -> Result<Region> {
+        if bytes == 0 {
+            return Err(Error::Allocation { bytes, reason: "regions must be at least 1 byte".into() });
+        }
+        let id = self.shared.registry.next_id();
+        let name: Arc<str> = if name.is_empty() { format!("region{id}").into() } else { name.into() };
+        let (reply, rx) = bounded(1);
+        let command = Command::ProgramAlloc { id, bytes, name: name.clone(), stream, written, reply };
+        self.send(command, "allocating")?;
+        let addr = rx.recv().map_err(|_| Error::Stopped("allocating".into()))??;
+        let region = Region { id, addr, bytes, name };
+        self.shared.registry.insert(region.clone())?;
+        Ok(region)
+    }
+
+    /// Frees a region once the work the program enqueued on `stream` so far is done with it.
+    pub fn free_on(&self, id: RegionId, stream: ProgramStream) -> Result<()> {
+        self.shared.registry.remove(id)?;
+        self.send(Command::ProgramFree { id, stream }, "freeing")
+    }
+
+    /// The latest operation launched with [`Runtime::launch_on`] is enqueued in full on
+    /// `stream`: transfers that touch its data wait for it, and its measured time ends there.
+    pub fn finish_on(&self, stream: ProgramStream) -> Result<()> {
+        self.send(Command::ProgramFinish { stream }, "finishing an operation")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backends::sim::{CostModel, SimBackend};
+    use crate::config::PolicyName;
+    use crate::trace::{TraceEvent, TraceReader};
+    use crate::AccessMode;
+
+    const MIB: u64 = 1 << 20;
+
+    fn whole(r: &Region, mode: AccessMode) -> RangeAccess {
+        RangeAccess { region: r.id, offset: 0, len: r.bytes, mode }
+    }
+
+    /// A program on its own stream, as PyTorch runs: weights written once; each step an
+    /// operation reading them allocates its output and a workspace it frees as it runs, and
+    /// a second reads the output, which is freed after it.
+    fn program(rt: &Runtime, steps: usize) {
+        let s = ProgramStream(7);
+        let w = rt.alloc_on("w", 8 * MIB, s, false).unwrap();
+        rt.launch_on("init", &[whole(&w, AccessMode::Write)], s).unwrap();
+        rt.finish_on(s).unwrap();
+        for _ in 0..steps {
+            rt.launch_on("matmul", &[whole(&w, AccessMode::Read)], s).unwrap();
+            let out = rt.alloc_on("out", 16 * MIB, s, true).unwrap();
+            let ws = rt.alloc_on("workspace", MIB, s, true).unwrap();
+            rt.free_on(ws.id, s).unwrap();
+            rt.finish_on(s).unwrap();
+            rt.launch_on("loss", &[whole(&out, AccessMode::Read)], s).unwrap();
+            rt.finish_on(s).unwrap();
+            rt.free_on(out.id, s).unwrap();
+            rt.step().unwrap();
+        }
+    }
+
+    #[test]
+    fn outputs_allocated_by_an_operation_count_on_the_device_within_the_budget() {
+        let budget = 20 * MIB;
+        let sim = SimBackend::new(CostModel::h200(), budget);
+        let rt = Runtime::builder().backend(Box::new(sim)).policy(PolicyName::Advisor).build().unwrap();
+        program(&rt, 3);
+        let stats = rt.synchronize().unwrap();
+        let b = &stats.backend_stats;
+        assert_eq!(b.kernels, 1 + 3 * 2);
+        // 8 MiB of weights and a 16 MiB output do not fit 20 MiB together: the output's pages
+        // count, so the weights made room for them.
+        assert!(b.evicted_bytes >= 8 * MIB, "{b:?}");
+        assert!(b.peak_footprint_bytes <= budget, "peak {} over {budget}", b.peak_footprint_bytes);
+        assert_eq!(stats.live_regions, 1);
+    }
+
+    #[test]
+    fn a_recorded_program_has_its_outputs_as_writes_after_their_allocations() {
+        let dir = std::env::temp_dir().join(format!("unimem-program-record-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("program.jsonl");
+        let sim = SimBackend::new(CostModel::h200(), 64 * MIB);
+        let rt = Runtime::builder().backend(Box::new(sim)).record_trace(&path).build().unwrap();
+        program(&rt, 2);
+        drop(rt);
+        let events: Vec<TraceEvent> = TraceReader::open(&path).unwrap().map(|e| e.unwrap()).collect();
+        let mut names: std::collections::HashMap<u64, String> = Default::default();
+        let mut kernels = Vec::new();
+        for e in &events {
+            match e {
+                TraceEvent::Alloc { id, name, .. } => {
+                    names.insert(*id, name.clone().unwrap_or_default());
+                }
+                TraceEvent::Kernel { name, acc, .. } => {
+                    let touched: Vec<(String, bool)> =
+                        acc.iter().map(|a| (names[&a.id].clone(), a.mode.writes())).collect();
+                    kernels.push((name.to_string(), touched));
+                }
+                _ => {}
+            }
+        }
+        let matmul = ("matmul".to_string(), vec![("w".to_string(), false), ("out".to_string(), true)]);
+        assert_eq!(kernels.len(), 5, "{kernels:?}");
+        assert_eq!(kernels[1], matmul, "the workspace freed within the operation is not among its accesses");
+        assert_eq!(kernels[3], matmul);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_backend_error_names_the_call_and_a_freed_region_is_refused() {
+        let sim = SimBackend::new(CostModel::h200(), 64 * MIB);
+        let rt = Runtime::builder().backend(Box::new(sim)).build().unwrap();
+        let s = ProgramStream(0);
+        let r = rt.alloc_on("x", MIB, s, false).unwrap();
+        rt.free_on(r.id, s).unwrap();
+        let e = rt.launch_on("op", &[whole(&r, AccessMode::Read)], s).unwrap_err();
+        assert!(matches!(e, Error::UnknownRegion(_)), "{e}");
+        assert!(rt.free_on(r.id, s).is_err());
+        assert!(rt.alloc_on("empty", 0, s, false).is_err());
+    }
+}
