@@ -102,6 +102,10 @@ pub(super) enum Command {
         reply: Sender<Result<()>>,
     },
     Step,
+    /// Ends the trace being recorded: its file, if there was one.
+    StopRecording {
+        reply: Sender<Result<Option<std::path::PathBuf>>>,
+    },
     Sync {
         reply: Sender<Result<Snapshot>>,
     },
@@ -299,6 +303,9 @@ impl Worker {
                     let r = self.around(&op, |_| Ok(()));
                     self.keep(r);
                 }
+                Command::StopRecording { reply } => {
+                    let _ = reply.send(self.stop_recording());
+                }
                 Command::Sync { reply } => {
                     let r = match self.failure.take() {
                         Some(e) => Err(e),
@@ -323,13 +330,32 @@ impl Worker {
         if let Err(e) = self.drain().and_then(|()| self.sink.as_mut().map_or(Ok(()), |sink| sink.close())) {
             tracing::warn!(error = %e, "writing the runtime's telemetry failed");
         }
-        if let Some(trace) = self.trace.take() {
-            let kernels = trace.kernels();
-            match trace.finish() {
-                Ok(path) => tracing::info!(kernels, path = %path.display(), "recorded the program's trace"),
-                Err(e) => tracing::error!(error = %e, "recording the program's trace failed"),
-            }
+        if let Err(e) = self.finish_trace() {
+            tracing::error!(error = %e, "recording the program's trace failed");
         }
+    }
+
+    /// Ends the trace with every kernel's time (the device reaches them first).
+    fn stop_recording(&mut self) -> Result<Option<std::path::PathBuf>> {
+        if self.trace.is_none() {
+            return Ok(None);
+        }
+        self.backend.synchronize()?;
+        self.drain()?;
+        self.finish_trace()
+    }
+
+    /// Writes what the trace holds and closes it.
+    fn finish_trace(&mut self) -> Result<Option<std::path::PathBuf>> {
+        let Some(trace) = self.trace.take() else { return Ok(None) };
+        let kernels = trace.kernels();
+        let path = trace.finish()?;
+        tracing::info!(kernels, path = %path.display(), "recorded the program's trace");
+        if self.timed {
+            self.timed = false;
+            self.backend.record_events(self.sink.is_some());
+        }
+        Ok(Some(path))
     }
 
     /// Hands the operations' events, and whatever the policy and the backend recorded since,

@@ -320,6 +320,15 @@ impl Runtime {
         Ok(())
     }
 
+    /// Ends the program's trace (see [`RuntimeBuilder::record_trace`]) once the work issued
+    /// so far is done: the file is complete, and named, when this returns. `None`: nothing
+    /// was being recorded. The runtime goes on without recording.
+    pub fn stop_recording(&self) -> Result<Option<std::path::PathBuf>> {
+        let (reply, rx) = bounded(1);
+        self.send(Command::StopRecording { reply }, "ending the trace")?;
+        rx.recv().map_err(|_| Error::Stopped("ending the trace".into()))?
+    }
+
     /// Waits for all work issued so far; returns the runtime's counters, or the first error
     /// the backend met since the last call.
     pub fn synchronize(&self) -> Result<RuntimeStats> {
