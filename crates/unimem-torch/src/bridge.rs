@@ -114,6 +114,10 @@ impl Bridge {
             Some(p) => p.parse().map_err(|e: String| Error::config("policy", &e, "unimem_torch.enable"))?,
             None => PolicyName::Advisor,
         };
+        // The runtime's log goes to stderr, at `log.level` unless RUST_LOG says otherwise.
+        let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log.level));
+        let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
         let mut builder = Runtime::builder().config(config).policy(policy);
         if let Some(path) = &options.record {
             builder = builder.record_trace(path);

@@ -103,20 +103,9 @@ pub unsafe extern "C" fn unimem_enable(
         if slot.is_some() {
             return Err("unimem is already enabled in this process".into());
         }
-        init_logging();
         *slot = Some(Arc::new(Bridge::open(&options).map_err(|e| e.to_string())?));
         Ok(0)
     })
-}
-
-/// `UNIMEM_LOG` (or `RUST_LOG`) sets what the runtime logs to stderr; warnings by default.
-fn init_logging() {
-    let filter =
-        std::env::var("UNIMEM_LOG").or_else(|_| std::env::var("RUST_LOG")).unwrap_or_else(|_| "warn".into());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-        .with_writer(std::io::stderr)
-        .try_init();
 }
 
 /// Whether this process's runtime is running (1) or not (0).

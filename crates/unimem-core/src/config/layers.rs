@@ -97,7 +97,7 @@ impl Layered {
         let leaves = flatten(&self.defaults);
         let Some((key, default)) = leaves.iter().find(|(k, _)| env_name(k) == var) else {
             let mut allowed: Vec<String> = leaves.iter().map(|(k, _)| env_name(k)).collect();
-            allowed.push("UNIMEM_CONFIG".into());
+            allowed.extend(super::OTHER_VARIABLES.iter().map(|v| v.to_string()));
             return Err(Error::config(
                 var,
                 format!("unknown variable; allowed: {}", allowed.join(", ")),

@@ -313,6 +313,10 @@ impl Default for Config {
     }
 }
 
+/// `UNIMEM_*` variables that are not configuration keys: the configuration file's name, and
+/// where the PyTorch package finds its library (`python/unimem_torch`).
+pub const OTHER_VARIABLES: &[&str] = &["UNIMEM_CONFIG", "UNIMEM_TORCH_LIB"];
+
 const LOG_LEVELS: [&str; 5] = ["error", "warn", "info", "debug", "trace"];
 
 /// Most events the oracle may look ahead: its window holds them all.
@@ -419,7 +423,7 @@ impl Config {
             problems.extend(layered.apply_file(path, &text)?);
         }
         for (key, value) in &env {
-            if key != "UNIMEM_CONFIG" {
+            if !OTHER_VARIABLES.contains(&key.as_str()) {
                 if let Err(e) = layered.apply_env(key, value) {
                     problems.push(e);
                 }

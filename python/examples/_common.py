@@ -1,0 +1,127 @@
+"""What both examples share: the modes, the command line, the timed training loop and the one
+JSON line each mode prints."""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+MODES = ("base", "unimem", "checkpoint", "save_on_cpu")
+
+
+def parse_args(default_batch, default_steps=8):
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--mode", choices=MODES + ("all",), default="all", help="all: each mode in a process of its own")
+    p.add_argument(
+        "--budget",
+        default="0.5",
+        help="unimem's budget: a fraction of the base mode's peak device bytes (0.5: half the memory the "
+        "program needs), or what unimem_torch.enable takes ('8GiB', '50%%' of the GPU)",
+    )
+    p.add_argument("--policy", default="advisor", help="unimem's policy: advisor, oracle or none")
+    p.add_argument("--steps", type=int, default=default_steps, help="timed steps")
+    p.add_argument("--warmup", type=int, default=2, help="steps before the timed ones")
+    p.add_argument("--batch", type=int, default=default_batch)
+    p.add_argument("--record", default=None, help="unimem mode: record the program's trace v1 here")
+    p.add_argument("--base-peak", type=int, default=None, help="the base mode's peak device bytes (measured if not given)")
+    return p.parse_args()
+
+
+def run_all(args, script):
+    """Runs every mode in its own process (PyTorch's allocator is chosen once per process):
+    base first, whose peak sizes unimem's budget."""
+    base = run_mode_process(script, args, "base")
+    print(json.dumps(base), flush=True)
+    for mode in MODES[1:]:
+        out = run_mode_process(script, args, mode, base_peak=base["peak_device_bytes"])
+        print(json.dumps(out), flush=True)
+
+
+def run_mode_process(script, args, mode, base_peak=None):
+    cmd = [sys.executable, script, "--mode", mode, "--budget", args.budget, "--policy", args.policy]
+    cmd += ["--steps", str(args.steps), "--warmup", str(args.warmup), "--batch", str(args.batch)]
+    if base_peak is not None:
+        cmd += ["--base-peak", str(base_peak)]
+    if args.record and mode == "unimem":
+        cmd += ["--record", args.record]
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, check=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def unimem_budget(args, script):
+    """The budget unimem_torch.enable gets: a fraction of the base peak, or the text as given."""
+    try:
+        fraction = float(args.budget)
+    except ValueError:
+        return args.budget, None
+    peak = args.base_peak
+    if peak is None:
+        peak = run_mode_process(script, args, "base")["peak_device_bytes"]
+    return str(int(fraction * peak)), fraction
+
+
+def setup(args, script):
+    """Before anything touches CUDA: unimem becomes the allocator in its mode; the same seeds
+    and deterministic kernels in every mode, so that base and unimem compute the same losses."""
+    budget = None
+    if args.mode == "unimem":
+        budget, _ = unimem_budget(args, script)
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(script)), ".."))
+        import unimem_torch
+
+        unimem_torch.enable(budget=budget, policy=args.policy, record=args.record)
+    import torch
+
+    torch.manual_seed(0)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    return budget
+
+
+def train(args, model_name, step_fn, extra=None):
+    """Runs warmup + timed steps of `step_fn(i) -> loss tensor` (which also steps the
+    optimizer) and prints this mode's JSON line."""
+    import torch
+
+    unimem = None
+    if args.mode == "unimem":
+        import unimem_torch as unimem
+    times, losses = [], []
+    for i in range(args.warmup + args.steps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        loss = step_fn(i)
+        if unimem is not None:
+            unimem.step()
+        torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        losses.append(loss.item())
+        if i >= args.warmup:
+            times.append((t1 - t0) * 1e3)
+    out = {
+        "model": model_name,
+        "mode": args.mode,
+        "batch": args.batch,
+        "steps": args.steps,
+        "median_step_ms": round(statistics.median(times), 2),
+        "step_ms": [round(t, 2) for t in times],
+        "final_loss": losses[-1],
+        "losses": losses,
+    }
+    if unimem is not None:
+        s = unimem.stats()
+        out["peak_device_bytes"] = s["peak_footprint_bytes"]
+        out["budget_bytes"] = s["budget_bytes"]
+        out["unimem"] = {k: s[k] for k in ("h2d_bytes", "d2h_bytes", "evicted_bytes", "gpu_faults", "ops", "op_host_ns", "mode_host_ns", "live_regions", "mallocs")}
+        out["unimem"]["ops_per_step"] = s["ops"] / max(1, s["steps"])
+        if args.record:
+            unimem.stop_recording()
+            out["trace"] = args.record
+    else:
+        out["peak_device_bytes"] = torch.cuda.max_memory_allocated()
+    if extra:
+        out.update(extra)
+    print(json.dumps(out), flush=True)
