@@ -16,6 +16,7 @@ use crate::protocol::Protocol;
 use crate::region::RegionId;
 use crate::seam::{
     BackendStats, KernelLaunch, MemoryBackend, MemoryBackendExt, NativeLaunch, ProgramStream, ProgramStreams,
+    StreamMark, StreamWait,
 };
 use crate::trace::{KernelTimes, TraceRecording};
 use crate::{policy::Policy, protocol::EventSink};
@@ -70,12 +71,14 @@ pub(super) enum Command {
         job: NativeJob,
         reply: Sender<Result<()>>,
     },
-    /// A kernel the program enqueues itself on `stream`, once its data is placed.
+    /// A kernel the program enqueues itself on `stream`, once its data is placed; a reply
+    /// when the program's thread waits for that (no tickets).
     ProgramLaunch {
         name: Arc<str>,
         acc: Vec<RangeAccess>,
         stream: ProgramStream,
-        reply: Sender<Result<()>>,
+        wait: StreamWait,
+        reply: Option<Sender<Result<()>>>,
     },
     /// An allocation for the program's `stream`; `written`: by the latest kernel, still
     /// running (an output it allocates).
@@ -87,14 +90,16 @@ pub(super) enum Command {
         written: bool,
         reply: Sender<Result<u64>>,
     },
-    /// A free after the work the program enqueued on `stream`.
+    /// A free after the work the program enqueued on `stream` (up to `mark`).
     ProgramFree {
         id: RegionId,
         stream: ProgramStream,
+        mark: Option<StreamMark>,
     },
-    /// The latest program kernel is complete on `stream`.
+    /// The latest program kernel is complete on `stream` (up to `mark`).
     ProgramFinish {
         stream: ProgramStream,
+        mark: Option<StreamMark>,
     },
     /// The bytes a host-executed kernel wrote.
     KernelStore {
@@ -142,7 +147,7 @@ impl Engine {
             index: 0,
             step: 0,
             failure: None,
-            held: None,
+            open: None,
         };
         let handle = std::thread::Builder::new()
             .name("unimem-engine".into())
@@ -175,8 +180,17 @@ struct Worker {
     step: u64,
     /// The first error met by asynchronous work since the last synchronize.
     failure: Option<Error>,
-    /// The program's latest kernel, held back from the trace until it is finished: the
-    /// outputs it allocates as it runs are its writes, recorded after their allocations.
+    /// The program's kernel still being enqueued (see [`OpenKernel`]).
+    open: Option<OpenKernel>,
+}
+
+/// A program's kernel between its launch and its finish: the stream it runs on, the outputs
+/// it allocates as it runs (its writes, accounted once it is finished), and, when a trace is
+/// recorded, the kernel held back from it until then (its outputs recorded after their
+/// allocations).
+struct OpenKernel {
+    stream: ProgramStream,
+    outputs: Vec<RangeAccess>,
     held: Option<Op>,
 }
 
@@ -188,7 +202,8 @@ impl Worker {
                 Command::ProgramAlloc { .. } | Command::ProgramFree { .. } | Command::ProgramFinish { .. }
             );
             if !within_program_kernel {
-                self.release_held();
+                let r = self.close_program_kernel(None, None);
+                self.keep(r);
             }
             match command {
                 Command::Alloc { id, bytes, name, reply } => {
@@ -243,42 +258,34 @@ impl Worker {
                     });
                     let _ = reply.send(r);
                 }
-                Command::ProgramLaunch { name, acc, stream, reply } => {
+                Command::ProgramLaunch { name, acc, stream, wait, reply } => {
                     let op = Op::Kernel { name: name.clone(), dur_ns: 0, accesses: acc.clone() };
-                    let r = self.around_held(&op, |b| {
+                    let mut r = self.around_open(&op, stream, |b| {
                         let kernel = KernelLaunch { name: &name, dur_ns: 0, accesses: &acc };
-                        program_streams(b)?.launch_on(&kernel, stream)
+                        program_streams(b)?.launch_on(&kernel, stream, wait)
                     });
-                    let _ = reply.send(r);
+                    if let (StreamWait::Ticket(t), Err(_)) = (wait, &r) {
+                        // The program's stream goes on whatever happened (its data may fault in).
+                        let released = program_streams(self.backend.as_mut()).and_then(|p| p.release(t));
+                        r = r.and(released);
+                    }
+                    match reply {
+                        Some(reply) => {
+                            let _ = reply.send(r);
+                        }
+                        None => self.keep(r),
+                    }
                 }
                 Command::ProgramAlloc { id, bytes, name, stream, written, reply } => {
                     let r = self.program_alloc(id, bytes, &name, stream, written);
                     let _ = reply.send(r);
                 }
-                Command::ProgramFree { id, stream } => {
-                    let r = program_streams(self.backend.as_mut()).and_then(|p| p.follow(stream));
-                    // A region the held kernel allocated and freed as it ran (a workspace) was
-                    // never seen by another operation: the trace loses both its write and it.
-                    let written_by_held = match self.held.as_mut() {
-                        Some(Op::Kernel { accesses, .. }) => {
-                            let before = accesses.len();
-                            accesses.retain(|a| !(a.region == id && a.mode == crate::AccessMode::Write));
-                            accesses.len() < before
-                        }
-                        _ => false,
-                    };
-                    if !written_by_held || accesses_region(self.held.as_ref(), id) {
-                        self.release_held();
-                    }
-                    let r = r.and_then(|()| {
-                        self.around(&Op::Free { region: id }, |b| b.free(id))
-                            .and_then(|()| self.sink.as_mut().map_or(Ok(()), |sink| sink.freed(id)))
-                    });
+                Command::ProgramFree { id, stream, mark } => {
+                    let r = self.program_free(id, stream, mark);
                     self.keep(r);
                 }
-                Command::ProgramFinish { stream } => {
-                    let r = program_streams(self.backend.as_mut()).and_then(|p| p.finish(stream));
-                    self.release_held();
+                Command::ProgramFinish { stream, mark } => {
+                    let r = self.close_program_kernel(Some(stream), mark);
                     self.keep(r);
                 }
                 Command::KernelStore { stores, reply } => {
@@ -325,7 +332,8 @@ impl Worker {
                 self.keep(r);
             }
         }
-        self.release_held();
+        let r = self.close_program_kernel(None, None);
+        self.keep(r);
         let _ = self.backend.synchronize();
         if let Err(e) = self.drain().and_then(|()| self.sink.as_mut().map_or(Ok(()), |sink| sink.close())) {
             tracing::warn!(error = %e, "writing the runtime's telemetry failed");
@@ -406,32 +414,52 @@ impl Worker {
         Ok(out)
     }
 
-    /// [`Self::around`] for a program's kernel: its trace record waits in `held`.
-    fn around_held(
+    /// [`Self::around`] for a program's kernel, which stays open until it is finished.
+    fn around_open(
         &mut self,
         op: &Op,
+        stream: ProgramStream,
         execute: impl FnOnce(&mut dyn MemoryBackend) -> Result<()>,
     ) -> Result<()> {
         let index = self.index;
         self.index += 1;
         self.protocol.run(index, op, self.policy.as_mut(), self.backend.as_mut(), execute)?;
-        if self.trace.is_some() {
-            self.held = Some(op.clone());
-        }
+        let held = self.trace.is_some().then(|| op.clone());
+        self.open = Some(OpenKernel { stream, outputs: Vec::new(), held });
         Ok(())
     }
 
-    /// The held kernel goes to the trace.
-    fn release_held(&mut self) {
-        let (Some(op), Some(trace)) = (self.held.take(), self.trace.as_mut()) else { return };
-        if let Err(e) = trace.op(&op) {
-            tracing::error!(error = %e, path = %trace.path().display(), "recording the program's trace failed; recording stops");
-            self.trace = None;
+    /// The open program kernel is finished on `stream` up to `mark` (or, if the program moved
+    /// on without saying so, on its own): the backend follows it, its outputs are accounted,
+    /// the trace gets it.
+    fn close_program_kernel(
+        &mut self,
+        stream: Option<ProgramStream>,
+        mark: Option<StreamMark>,
+    ) -> Result<()> {
+        let Some(open) = self.open.take() else {
+            // Nothing open: a finish with no launch before it orders nothing.
+            return Ok(());
+        };
+        let streams = program_streams(self.backend.as_mut())?;
+        let r = streams.finish(stream.unwrap_or(open.stream), mark).and_then(|()| {
+            if open.outputs.is_empty() {
+                Ok(())
+            } else {
+                streams.wrote(&open.outputs)
+            }
+        });
+        if let (Some(op), Some(trace)) = (open.held, self.trace.as_mut()) {
+            if let Err(e) = trace.op(&op) {
+                tracing::error!(error = %e, path = %trace.path().display(), "recording the program's trace failed; recording stops");
+                self.trace = None;
+            }
         }
+        r
     }
 
-    /// An allocation for the program's stream: after the work it enqueued (the buffer may be
-    /// one it freed), the stream waiting for the buffer; `written` by the latest kernel.
+    /// An allocation for the program's stream, which waits for its buffer (it may be one the
+    /// program freed, with work still queued on it); `written` by the open kernel.
     fn program_alloc(
         &mut self,
         id: RegionId,
@@ -440,22 +468,45 @@ impl Worker {
         stream: ProgramStream,
         written: bool,
     ) -> Result<u64> {
-        program_streams(self.backend.as_mut())?.follow(stream)?;
         let op = Op::Alloc { region: id, bytes, name: Some(name.clone()) };
         let address = self.around(&op, |b| b.allocate(id, bytes))?;
         if let Some(sink) = self.sink.as_mut() {
             sink.region(id, bytes, Some(name), address)?;
         }
-        let streams = program_streams(self.backend.as_mut())?;
-        if written {
+        program_streams(self.backend.as_mut())?.lead(stream)?;
+        if let Some(open) = self.open.as_mut().filter(|_| written) {
             let write = RangeAccess { region: id, offset: 0, len: bytes, mode: crate::AccessMode::Write };
-            streams.wrote(&[write])?;
-            if let Some(Op::Kernel { accesses, .. }) = self.held.as_mut() {
+            open.outputs.push(write);
+            if let Some(Op::Kernel { accesses, .. }) = open.held.as_mut() {
                 accesses.push(write);
             }
         }
-        program_streams(self.backend.as_mut())?.lead(stream)?;
         Ok(address)
+    }
+
+    /// A free after the program's work on `stream`. A region the open kernel allocated and
+    /// frees as it runs (a workspace) was seen by no other operation: it is neither accounted
+    /// nor recorded as the kernel's write.
+    fn program_free(&mut self, id: RegionId, stream: ProgramStream, mark: Option<StreamMark>) -> Result<()> {
+        program_streams(self.backend.as_mut())?.follow(stream, mark)?;
+        let mut close = false;
+        if let Some(open) = self.open.as_mut() {
+            let before = open.outputs.len();
+            open.outputs.retain(|a| a.region != id);
+            let output = open.outputs.len() < before;
+            if let Some(Op::Kernel { accesses, .. }) = open.held.as_mut() {
+                if output {
+                    accesses.retain(|a| a.region != id);
+                }
+                // Freed as an input of the open kernel: the kernel comes first in the trace.
+                close = accesses.iter().any(|a| a.region == id);
+            }
+        }
+        if close {
+            self.close_program_kernel(Some(stream), mark)?;
+        }
+        self.around(&Op::Free { region: id }, |b| b.free(id))?;
+        self.sink.as_mut().map_or(Ok(()), |sink| sink.freed(id))
     }
 
     fn keep(&mut self, r: Result<()>) {
@@ -473,9 +524,4 @@ fn program_streams(b: &mut dyn MemoryBackend) -> Result<&mut dyn ProgramStreams>
         backend: kind.to_string(),
         reason: "this backend cannot order its work with the program's own streams".into(),
     })
-}
-
-/// Whether `op` (a held kernel) still accesses region `id`.
-fn accesses_region(op: Option<&Op>, id: RegionId) -> bool {
-    matches!(op, Some(Op::Kernel { accesses, .. }) if accesses.iter().any(|a| a.region == id))
 }

@@ -5,11 +5,11 @@ use super::*;
 
 /// What a kernel's accesses cost before it can compute.
 #[derive(Debug, Default)]
-struct KernelFaults {
+pub(super) struct KernelFaults {
     /// Fault groups (one per contiguous run of faulting units).
-    groups: u64,
+    pub(super) groups: u64,
     /// Pages migrated to the device by faults.
-    moved: usize,
+    pub(super) moved: usize,
     /// Pages populated on the device by first touch.
     populated: usize,
     /// Bytes read or written remotely (host-preferred, device-mapped).
@@ -19,7 +19,7 @@ struct KernelFaults {
     /// When the room the driver made for the faulting data is there.
     room_at: u64,
     /// Blocks that received device pages (restamped once the kernel is issued).
-    touched_new: Vec<(RegionId, std::ops::Range<usize>)>,
+    pub(super) touched_new: Vec<(RegionId, std::ops::Range<usize>)>,
     /// (region, offset, bytes) of fault migrations, for telemetry when recording.
     moves: Vec<(RegionId, u64, u64)>,
 }
@@ -137,7 +137,7 @@ impl SimBackend {
     /// Brings in what the accesses fault on, after the driver makes room from `start`: each
     /// block segment migrated or populated, served remotely, or its duplicates collapsed by a
     /// write.
-    fn fault_in_accesses(&mut self, accesses: &[RangeAccess], start: u64) -> KernelFaults {
+    pub(super) fn fault_in_accesses(&mut self, accesses: &[RangeAccess], start: u64) -> KernelFaults {
         let mut f = KernelFaults { room_at: start, ..KernelFaults::default() };
         let (need_pages, any_missing) = self.missing_pages(accesses);
         if !(any_missing || accesses.iter().any(|a| a.mode.writes())) {
@@ -229,7 +229,7 @@ impl SimBackend {
     /// Charges the faults to the migration link, where they queue behind transfers already on
     /// it and after the evictions that made their room; returns when the kernel can compute.
     /// Each faulting segment gets its share of the fault interval, in order.
-    fn charge_faults(&mut self, f: &KernelFaults, start: u64) -> u64 {
+    pub(super) fn charge_faults(&mut self, f: &KernelFaults, start: u64) -> u64 {
         let fault_ns = self.fault_cost_ns(f.groups, f.moved, f.populated)
             + f.collapse_pages as u64 * self.cost.duplicate_write_fault_ns_per_page;
         if fault_ns == 0 && f.room_at <= start {
@@ -266,7 +266,7 @@ impl SimBackend {
 
     /// Accesses used until `end`: new blocks restamped, written pages' staging copies
     /// forgotten (they are stale), each block's last use set.
-    fn settle(
+    pub(super) fn settle(
         &mut self,
         accesses: &[RangeAccess],
         touched_new: Vec<(RegionId, std::ops::Range<usize>)>,
@@ -288,7 +288,7 @@ impl SimBackend {
     }
 
     /// Counters of `groups` fault groups that moved `moved` pages in.
-    fn count_faults(&mut self, groups: u64, moved: usize) {
+    pub(super) fn count_faults(&mut self, groups: u64, moved: usize) {
         let h2d = moved as u64 * PAGE_SIZE;
         self.stats.gpu_faults += groups;
         self.stats.gpu_fault_bytes += h2d;
@@ -366,42 +366,5 @@ impl SimBackend {
             }
         }
         set
-    }
-}
-
-/// The program's own kernels, on the simulator's one timeline: placed and timed as launches
-/// (their time is the one declared); there is no other stream to order with.
-impl crate::seam::ProgramStreams for SimBackend {
-    fn launch_on(&mut self, kernel: &KernelLaunch<'_>, _stream: crate::seam::ProgramStream) -> Result<()> {
-        self.launch_kernel(kernel)
-    }
-
-    fn follow(&mut self, _stream: crate::seam::ProgramStream) -> Result<()> {
-        Ok(())
-    }
-
-    fn finish(&mut self, _stream: crate::seam::ProgramStream) -> Result<()> {
-        Ok(())
-    }
-
-    fn lead(&mut self, _stream: crate::seam::ProgramStream) -> Result<()> {
-        Ok(())
-    }
-
-    /// The written pages are populated (or brought in) as the kernel's own faults would be,
-    /// on the compute timeline after the latest kernel.
-    fn wrote(&mut self, accesses: &[RangeAccess]) -> Result<()> {
-        self.host_timed(HostOp::Launch, |this| {
-            for a in accesses {
-                this.checked(a.region, a.offset, a.len)?;
-            }
-            let start = this.compute_free.max(this.host_now);
-            let faults = this.fault_in_accesses(accesses, start);
-            let end = this.charge_faults(&faults, start);
-            this.compute_free = end;
-            this.count_faults(faults.groups, faults.moved);
-            this.settle(accesses, faults.touched_new, end);
-            Ok(())
-        })
     }
 }

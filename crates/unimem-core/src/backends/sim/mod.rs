@@ -33,6 +33,7 @@
 mod host;
 mod kernel;
 mod pages;
+mod program;
 mod region;
 mod room;
 mod staged;

@@ -3,20 +3,13 @@
 
 use super::*;
 
-/// Where a kernel's measured time ends.
+/// Who times a kernel on the device, where kernels are timed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum KernelEnd {
-    /// Once the backend has enqueued it (its own kernels, and native ones).
-    Enqueued,
-    /// At the next [`CudaBackend::finish_program`]: the program enqueues it on its own stream.
-    Finished,
-}
-
-/// A program's kernel whose measured time is still running (see [`KernelEnd::Finished`]).
-pub(super) struct OpenKernel {
-    pub(super) name: String,
-    pub(super) dur_ns: u64,
-    pub(super) start: CudaEvent,
+pub(super) enum KernelTiming {
+    /// The backend, around the kernel on its compute stream, its waits for data included.
+    Backend,
+    /// The program's stream, around what the program enqueues there (see `program.rs`).
+    Program,
 }
 
 impl CudaBackend {
@@ -27,14 +20,14 @@ impl CudaBackend {
         kernel: &KernelLaunch<'_>,
         exec: &mut dyn FnMut(&mut Self) -> Result<()>,
     ) -> Result<()> {
-        self.run_kernel_until(kernel, KernelEnd::Enqueued, exec)
+        self.run_kernel_timed(kernel, KernelTiming::Backend, exec)
     }
 
-    /// [`Self::run_kernel`], its measured time ending where `end` says.
-    pub(super) fn run_kernel_until(
+    /// [`Self::run_kernel`], timed by `timing`.
+    pub(super) fn run_kernel_timed(
         &mut self,
         kernel: &KernelLaunch<'_>,
-        end: KernelEnd,
+        timing: KernelTiming,
         exec: &mut dyn FnMut(&mut Self) -> Result<()>,
     ) -> Result<()> {
         self.timed(HostOp::Launch, |this| {
@@ -47,7 +40,7 @@ impl CudaBackend {
             }
             // The kernel's slice starts before its waits: the wait for data is part of its stall.
             let compute = this.streams.compute.clone();
-            let start = match this.timing() {
+            let start = match this.timing().filter(|_| timing == KernelTiming::Backend) {
                 Some(rec) => Some(rec.mark(&compute)?),
                 None => None,
             };
@@ -62,26 +55,41 @@ impl CudaBackend {
             }
             exec(this)?;
             let seq = this.stats.kernels + 1;
-            let mark =
-                this.streams.compute.record_event(None).map_err(cuda_err("cuEventRecord", "kernel mark"))?;
-            this.kernel_marks.push_back((seq, Arc::new(mark)));
+            let mark = this.kernel_mark()?;
+            this.kernel_marks.push_back((seq, mark));
             if this.kernel_marks.len() > KERNEL_MARKS {
-                this.kernel_marks.pop_front();
+                if let Some((_, old)) = this.kernel_marks.pop_front() {
+                    // Recorded again for a later kernel once nothing else holds it (a record
+                    // is a driver call where creating and recording is two).
+                    if let Ok(ev) = Arc::try_unwrap(old) {
+                        this.spare_marks.push(ev);
+                    }
+                }
             }
             if let (Some(start), Some(rec)) = (start, this.recording.as_mut()) {
+                let end = rec.mark(&compute)?;
                 let (name, dur_ns) = (kernel.name.to_string(), kernel.dur_ns);
-                match end {
-                    KernelEnd::Enqueued => {
-                        let end = rec.mark(&compute)?;
-                        rec.pending.push_back(Pending::Kernel { name, dur_ns, start, end });
-                    }
-                    KernelEnd::Finished => this.open_kernel = Some(OpenKernel { name, dur_ns, start }),
-                }
+                rec.pending.push_back(Pending::Kernel { name, dur_ns, start, end });
             }
             this.account_kernel(kernel.accesses, blocks, seq, &late);
             this.stats.kernels += 1;
             Ok(())
         })
+    }
+
+    /// An event after the work on the compute stream so far, a spare one recorded again where
+    /// there is one.
+    fn kernel_mark(&mut self) -> Result<Arc<CudaEvent>> {
+        let ev = match self.spare_marks.pop() {
+            Some(ev) => {
+                ev.record(&self.streams.compute).map_err(cuda_err("cuEventRecord", "kernel mark"))?;
+                ev
+            }
+            None => {
+                self.streams.compute.record_event(None).map_err(cuda_err("cuEventRecord", "kernel mark"))?
+            }
+        };
+        Ok(Arc::new(ev))
     }
 
     /// Staged data the kernel uses comes back first, as a prefetch the kernel then waits for.

@@ -175,9 +175,10 @@ pub struct CudaBackend {
     /// reach them, while the recorder is on.
     recorder: Recorder,
     recording: Option<Recording>,
-    /// The program's latest kernel, timed until the program finishes it (see
-    /// [`crate::seam::ProgramStreams`]).
-    open_kernel: Option<kernel::OpenKernel>,
+    /// Kernel marks no longer kept, for the next marks to record again.
+    spare_marks: Vec<CudaEvent>,
+    /// The kernels the program enqueues on its own streams (see `program.rs`).
+    program: program::ProgramState,
     info: BackendInfo,
 }
 
@@ -334,7 +335,8 @@ impl CudaBackend {
             excluded_ns: 0,
             recorder: Recorder::default(),
             recording: None,
-            open_kernel: None,
+            spare_marks: Vec::new(),
+            program: Default::default(),
             info,
         })
     }
@@ -436,6 +438,7 @@ impl CudaBackend {
 
 impl Drop for CudaBackend {
     fn drop(&mut self) {
+        self.release_all_tickets();
         // Where the host's time went (`log.level = "info"` shows it): hints are synchronous
         // work for the host, and this says which.
         let parts: Vec<String> = (self.stats.host.parts().into_iter())
