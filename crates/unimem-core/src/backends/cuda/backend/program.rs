@@ -40,6 +40,8 @@ pub(super) struct ProgramState {
     timing: Option<(String, u64, CudaEvent)>,
     /// The program's side, once asked for.
     side: Option<Arc<CudaProgramSide>>,
+    /// The last ticket released.
+    released: u64,
 }
 
 /// The program's side on CUDA: the ticket word on the device, and the marks.
@@ -121,9 +123,10 @@ impl CudaBackend {
     }
 
     /// Releases tickets at the close: no program stream waits for a backend that is gone.
+    /// (A wait compares cyclically, `(i64)(word - ticket) >= 0`: far ahead, not `u64::MAX`.)
     pub(super) fn release_all_tickets(&mut self) {
         if self.program.side.is_some() {
-            if let Err(e) = self.release(u64::MAX) {
+            if let Err(e) = self.release(self.program.released.wrapping_add(1 << 62)) {
                 tracing::warn!(error = %e, "releasing the program's tickets failed");
             }
         }
@@ -229,6 +232,7 @@ impl ProgramStreams for CudaBackend {
 
     fn release(&mut self, ticket: u64) -> Result<()> {
         let Some(side) = self.program.side.as_ref() else { return Ok(()) };
+        self.program.released = self.program.released.max(ticket);
         // SAFETY: the word is the side's, 8 bytes on this context's device.
         unsafe {
             sys::cuStreamWriteValue64_v2(
@@ -247,6 +251,13 @@ impl ProgramStreams for CudaBackend {
             return Ok(None);
         }
         if self.program.side.is_none() {
+            // A program's stream may wait at a ticket that only this thread releases, later:
+            // nothing here may wait for the whole device then. Pinning host memory does (a
+            // page-locked allocation synchronises implicitly), so staging is pinned in full
+            // now instead of as evictions first need it.
+            let t0 = Instant::now();
+            self.staging.reserve(self.staging.capacity())?;
+            self.excluded_ns += t0.elapsed().as_nanos() as u64;
             let ctx = self.dev.context().clone();
             ctx.bind_to_thread().map_err(cuda_err("cuCtxSetCurrent", "ticket word"))?;
             // SAFETY: 8 bytes of device memory, zeroed before any wait reads them.
