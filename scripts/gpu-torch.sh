@@ -23,8 +23,3 @@ python3 python/examples/gpt2.py --mode all 2>"$OUT/gpt2.err" | tee "$OUT/gpt2.js
 peak=$(head -1 "$OUT/resnet50.jsonl" | python3 -c "import json, sys; print(json.load(sys.stdin)['peak_device_bytes'])")
 python3 python/examples/resnet50.py --mode unimem --budget 1.0 --base-peak "$peak" --steps 4 --record "$OUT/resnet50-torch.jsonl.gz" \
     2>"$OUT/record.err" | tee "$OUT/resnet50-record.jsonl"
-# The operators' wait on the GPU against in Python, at a budget the program fits in.
-for t in off on; do
-    python3 python/examples/resnet50.py --mode unimem --budget 1.0 --base-peak "$peak" --steps 4 --tickets $t 2>>"$OUT/record.err" \
-        | tee -a "$OUT/resnet50-record.jsonl"
-done

@@ -26,7 +26,6 @@ def parse_args(default_batch, default_steps=8):
     p.add_argument("--warmup", type=int, default=2, help="steps before the timed ones")
     p.add_argument("--batch", type=int, default=default_batch)
     p.add_argument("--record", default=None, help="unimem mode: record the program's trace v1 here")
-    p.add_argument("--tickets", choices=("on", "off"), default="on", help="unimem mode: operators wait for their data on the GPU (on) or in Python (off)")
     p.add_argument("--base-peak", type=int, default=None, help="the base mode's peak device bytes (measured if not given)")
     return p.parse_args()
 
@@ -48,7 +47,6 @@ def run_mode_process(script, args, mode, base_peak=None):
         cmd += ["--base-peak", str(base_peak)]
     if args.record and mode == "unimem":
         cmd += ["--record", args.record]
-    cmd += ["--tickets", args.tickets]
     out = subprocess.run(cmd, stdout=subprocess.PIPE, check=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -74,7 +72,7 @@ def setup(args, script):
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(script)), ".."))
         import unimem_torch
 
-        unimem_torch.enable(budget=budget, policy=args.policy, record=args.record, tickets=args.tickets == "on")
+        unimem_torch.enable(budget=budget, policy=args.policy, record=args.record)
     import torch
 
     torch.manual_seed(0)
@@ -118,7 +116,7 @@ def train(args, model_name, step_fn, extra=None):
         out["peak_device_bytes"] = s["peak_footprint_bytes"]
         out["budget_bytes"] = s["budget_bytes"]
         keys = ("h2d_bytes", "d2h_bytes", "evicted_bytes", "gpu_faults", "ops", "op_host_ns", "mode_host_ns", "live_regions")
-        keys += ("mallocs", "malloc_host_ns", "frees", "free_host_ns", "tickets", "runtime_host_ns")
+        keys += ("mallocs", "malloc_host_ns", "frees", "free_host_ns", "runtime_host_ns")
         out["unimem"] = {k: s[k] for k in keys}
         out["unimem"]["ops_per_step"] = s["ops"] / max(1, s["steps"])
         if args.record:

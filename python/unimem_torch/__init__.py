@@ -26,7 +26,7 @@ class _State:
         self.declarations = declarations
 
 
-def enable(budget="50%", policy="advisor", config=None, record=None, backend="cuda", declare=True, tickets=True):
+def enable(budget="50%", policy="advisor", config=None, record=None, backend="cuda", declare=True):
     """Makes unimem PyTorch's CUDA allocator in this process, before its first CUDA allocation.
 
     budget: device memory the program may use: a percent of the GPU ("50%") or bytes ("8GiB").
@@ -35,8 +35,6 @@ def enable(budget="50%", policy="advisor", config=None, record=None, backend="cu
     record: write the program's trace v1 to this file (for `unimem replay` and `unimem plan`).
     declare: declare each operator's accesses (off: the allocator alone, which leaves the
         advisor nothing to learn from).
-    tickets: each operator waits for its data on the GPU, so that Python goes on at once
-        (off: Python waits for unimem to place the data of each operator).
     """
     global _state
     import torch
@@ -45,7 +43,7 @@ def enable(budget="50%", policy="advisor", config=None, record=None, backend="cu
         if _state is not None:
             raise UnimemError("unimem_torch is already enabled in this process")
         native = Native()
-        native.enable(budget, policy, config, record if record is not None else _record_path, backend, tickets)
+        native.enable(budget, policy, config, record if record is not None else _record_path, backend)
         try:
             allocator = torch.cuda.memory.CUDAPluggableAllocator(native.path, "unimem_malloc", "unimem_free")
             torch.cuda.memory.change_current_allocator(allocator)

@@ -43,7 +43,7 @@ class Native:
         self.path = path or library_path()
         lib = ctypes.CDLL(self.path)
         c_char_p, c_int, c_void_p = ctypes.c_char_p, ctypes.c_int, ctypes.c_void_p
-        lib.unimem_enable.argtypes = [c_char_p] * 5 + [c_int]
+        lib.unimem_enable.argtypes = [c_char_p] * 5
         lib.unimem_enable.restype = c_int
         lib.unimem_enabled.restype = c_int
         lib.unimem_malloc.argtypes = [ctypes.c_ssize_t, c_int, c_void_p]
@@ -70,8 +70,8 @@ class Native:
             raise UnimemError(self.last_error() or f"{what} failed")
         return rc
 
-    def enable(self, budget=None, policy=None, config=None, record=None, backend=None, tickets=True):
-        rc = self.lib.unimem_enable(_str(budget), _str(policy), _str(config), _str(record), _str(backend), int(bool(tickets)))
+    def enable(self, budget=None, policy=None, config=None, record=None, backend=None):
+        rc = self.lib.unimem_enable(_str(budget), _str(policy), _str(config), _str(record), _str(backend))
         self.check(rc, "unimem_enable")
 
     def enabled(self):

@@ -75,7 +75,6 @@ pub fn run(args: &Args) -> Result<()> {
             ("cuMemPrefetchBatchAsync", c.prefetch_batch),
             ("cuMemDiscardBatchAsync", c.discard_batch),
             ("cuMemDiscardAndPrefetchBatchAsync", c.discard_and_prefetch_batch),
-            ("cuStreamWaitValue64_v2 (stream memory operations)", c.stream_mem_ops),
         ] {
             caps.row(vec![k.to_string(), v.to_string()]);
         }

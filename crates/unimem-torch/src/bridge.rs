@@ -11,7 +11,7 @@ use unimem_core::config::{BackendChoice, PolicyName};
 use unimem_core::{AccessMode, Budget, Config, Error, ProgramStream, RangeAccess, Result, Runtime};
 
 /// What [`Bridge::open`] is asked for; `None` keeps the configuration's value.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Options {
     /// `"50%"` (of the device) or bytes (`"8GiB"`).
     pub budget: Option<String>,
@@ -23,15 +23,6 @@ pub struct Options {
     pub record: Option<PathBuf>,
     /// `auto`, `cuda` or `sim` (the simulator: addresses that are not memory, for tests).
     pub backend: Option<String>,
-    /// Operators wait for their data on the device, at tickets, rather than on PyTorch's
-    /// thread (where the device can; see `Runtime::launch_on`).
-    pub tickets: bool,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Self { budget: None, policy: None, config: None, record: None, backend: None, tickets: true }
-    }
 }
 
 /// One range an operator touches: the first byte's device address, its length and how.
@@ -79,8 +70,6 @@ pub struct Stats {
     pub frees: u64,
     pub free_host_ns: f64,
     pub foreign_ranges: u64,
-    /// Operators wait for their data on the device (tickets), not on PyTorch's thread.
-    pub tickets: bool,
     /// The runtime's host time (its engine thread), ns by kind of work.
     pub runtime_host_ns: unimem_core::seam::HostTime,
 }
@@ -131,7 +120,7 @@ impl Bridge {
         let filter = tracing_subscriber::EnvFilter::try_from_default_env()
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log.level));
         let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
-        let mut builder = Runtime::builder().config(config).policy(policy).program_tickets(options.tickets);
+        let mut builder = Runtime::builder().config(config).policy(policy);
         if let Some(path) = &options.record {
             builder = builder.record_trace(path);
         }
@@ -241,7 +230,6 @@ impl Bridge {
             frees: c.frees.load(Ordering::Relaxed),
             free_host_ns: per(&c.free_ns, &c.frees),
             foreign_ranges: c.foreign_ranges.load(Ordering::Relaxed),
-            tickets: self.rt.program_tickets(),
             runtime_host_ns: b.host,
         })
     }

@@ -75,10 +75,8 @@ unsafe fn opt_str(p: *const c_char, what: &str) -> Result<Option<String>, String
 /// Starts this process's runtime. Each argument may be null (the configuration's value):
 /// `budget` (`"50%"` of the device, or bytes such as `"8GiB"`), `policy` (`none`, `oracle`,
 /// `advisor`), `config` (a unimem TOML file), `record` (write the program's trace v1 there),
-/// `backend` (`auto`, `cuda`, `sim`); `tickets` 0 makes each declared operator wait on
-/// PyTorch's thread for its data rather than on the device (any other value: on the device,
-/// where it can). Returns 0, or -1 with the reason in `unimem_last_error` (already enabled, a
-/// bad value, no GPU).
+/// `backend` (`auto`, `cuda`, `sim`). Returns 0, or -1 with the reason in
+/// `unimem_last_error` (already enabled, a bad value, no GPU).
 ///
 /// # Safety
 /// Each argument is null or a NUL-terminated string.
@@ -89,7 +87,6 @@ pub unsafe extern "C" fn unimem_enable(
     config: *const c_char,
     record: *const c_char,
     backend: *const c_char,
-    tickets: c_int,
 ) -> c_int {
     guarded("unimem_enable", -1, || {
         // SAFETY: the caller's promise, for each.
@@ -100,7 +97,6 @@ pub unsafe extern "C" fn unimem_enable(
                 config: opt_str(config, "config")?.map(PathBuf::from),
                 record: opt_str(record, "record")?.map(PathBuf::from),
                 backend: opt_str(backend, "backend")?,
-                tickets: tickets != 0,
             }
         };
         let mut slot = BRIDGE.write().unwrap_or_else(|e| e.into_inner());

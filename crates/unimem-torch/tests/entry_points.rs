@@ -31,7 +31,6 @@ fn enable_sim(budget: &str, record: Option<&std::path::Path>) {
             null(),
             record.as_ref().map_or(null(), |r| r.as_ptr()),
             sim.as_ptr(),
-            1,
         )
     };
     assert_eq!(rc, 0, "{}", last_error());
@@ -125,19 +124,19 @@ fn bad_calls_are_errors_with_reasons_and_break_nothing() {
 
     let (budget, sim) = (c("half"), c("sim"));
     // SAFETY: NUL-terminated strings or null.
-    assert_eq!(unsafe { unimem_enable(budget.as_ptr(), null(), null(), null(), sim.as_ptr(), 1) }, -1);
+    assert_eq!(unsafe { unimem_enable(budget.as_ptr(), null(), null(), null(), sim.as_ptr()) }, -1);
     assert!(last_error().contains("budget"), "{}", last_error());
     let (policy, gpu) = (c("clairvoyant"), c("tpu"));
     // SAFETY: as above.
-    assert_eq!(unsafe { unimem_enable(null(), policy.as_ptr(), null(), null(), sim.as_ptr(), 1) }, -1);
+    assert_eq!(unsafe { unimem_enable(null(), policy.as_ptr(), null(), null(), sim.as_ptr()) }, -1);
     assert!(last_error().contains("policy"), "{}", last_error());
     // SAFETY: as above.
-    assert_eq!(unsafe { unimem_enable(null(), null(), null(), null(), gpu.as_ptr(), 1) }, -1);
+    assert_eq!(unsafe { unimem_enable(null(), null(), null(), null(), gpu.as_ptr()) }, -1);
     assert!(last_error().contains("tpu"), "{}", last_error());
 
     enable_sim("8MiB", None);
     // SAFETY: as above.
-    assert_eq!(unsafe { unimem_enable(null(), null(), null(), null(), sim.as_ptr(), 1) }, -1);
+    assert_eq!(unsafe { unimem_enable(null(), null(), null(), null(), sim.as_ptr()) }, -1);
     assert!(last_error().contains("already enabled"), "{}", last_error());
     let a = unimem_malloc(MIB, 0, s) as u64;
     assert!(unimem_malloc(MIB, 1, s).is_null(), "device 1 is not this runtime's");

@@ -28,7 +28,6 @@ pub struct RuntimeBuilder {
     budget_set: bool,
     sink: Option<Box<dyn EventSink + Send>>,
     record: Option<std::path::PathBuf>,
-    tickets: bool,
 }
 
 impl Default for RuntimeBuilder {
@@ -41,7 +40,6 @@ impl Default for RuntimeBuilder {
             budget_set: false,
             sink: None,
             record: None,
-            tickets: true,
         }
     }
 }
@@ -105,18 +103,9 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Whether a program's operations on its own streams ([`Runtime::launch_on`]) wait for
-    /// their data on the device, at tickets, so that the program's thread goes on at once
-    /// (on by default, where the backend can: CUDA with stream memory operations); off, each
-    /// launch waits for the runtime to place its data.
-    pub fn program_tickets(mut self, on: bool) -> Self {
-        self.tickets = on;
-        self
-    }
-
     /// The runtime, its backend opened (unless given) within the budget.
     pub fn build(self) -> Result<Runtime> {
-        let RuntimeBuilder { config, policy, device, backend, budget_set, sink, record, tickets } = self;
+        let RuntimeBuilder { config, policy, device, backend, budget_set, sink, record } = self;
         let record = match record.or_else(|| config.trace.record_path()) {
             Some(path) => Some(path),
             None => record_from_env()?,
@@ -145,7 +134,7 @@ impl RuntimeBuilder {
             None => None,
         };
         let policy = crate::policy::make_policy(policy, backend.device_capacity(), &config, &cost);
-        Ok(Runtime::start(backend, policy, sink, trace, tickets))
+        Ok(Runtime::start(backend, policy, sink, trace))
     }
 }
 

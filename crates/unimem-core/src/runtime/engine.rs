@@ -16,7 +16,6 @@ use crate::protocol::Protocol;
 use crate::region::RegionId;
 use crate::seam::{
     BackendStats, KernelLaunch, MemoryBackend, MemoryBackendExt, NativeLaunch, ProgramStream, ProgramStreams,
-    StreamMark, StreamWait,
 };
 use crate::trace::{KernelTimes, TraceRecording};
 use crate::{policy::Policy, protocol::EventSink};
@@ -71,14 +70,12 @@ pub(super) enum Command {
         job: NativeJob,
         reply: Sender<Result<()>>,
     },
-    /// A kernel the program enqueues itself on `stream`, once its data is placed; a reply
-    /// when the program's thread waits for that (no tickets).
+    /// A kernel the program enqueues itself on `stream`, once its data is placed.
     ProgramLaunch {
         name: Arc<str>,
         acc: Vec<RangeAccess>,
         stream: ProgramStream,
-        wait: StreamWait,
-        reply: Option<Sender<Result<()>>>,
+        reply: Sender<Result<()>>,
     },
     /// An allocation for the program's `stream`; `written`: by the latest kernel, still
     /// running (an output it allocates).
@@ -90,16 +87,14 @@ pub(super) enum Command {
         written: bool,
         reply: Sender<Result<u64>>,
     },
-    /// A free after the work the program enqueued on `stream` (up to `mark`).
+    /// A free after the work the program enqueued on `stream`.
     ProgramFree {
         id: RegionId,
         stream: ProgramStream,
-        mark: Option<StreamMark>,
     },
-    /// The latest program kernel is complete on `stream` (up to `mark`).
+    /// The latest program kernel is complete on `stream`.
     ProgramFinish {
         stream: ProgramStream,
-        mark: Option<StreamMark>,
     },
     /// The bytes a host-executed kernel wrote.
     KernelStore {
@@ -202,7 +197,7 @@ impl Worker {
                 Command::ProgramAlloc { .. } | Command::ProgramFree { .. } | Command::ProgramFinish { .. }
             );
             if !within_program_kernel {
-                let r = self.close_program_kernel(None, None);
+                let r = self.close_program_kernel(None);
                 self.keep(r);
             }
             match command {
@@ -258,34 +253,24 @@ impl Worker {
                     });
                     let _ = reply.send(r);
                 }
-                Command::ProgramLaunch { name, acc, stream, wait, reply } => {
+                Command::ProgramLaunch { name, acc, stream, reply } => {
                     let op = Op::Kernel { name: name.clone(), dur_ns: 0, accesses: acc.clone() };
-                    let mut r = self.around_open(&op, stream, |b| {
+                    let r = self.around_open(&op, stream, |b| {
                         let kernel = KernelLaunch { name: &name, dur_ns: 0, accesses: &acc };
-                        program_streams(b)?.launch_on(&kernel, stream, wait)
+                        program_streams(b)?.launch_on(&kernel, stream)
                     });
-                    if let (StreamWait::Ticket(t), Err(_)) = (wait, &r) {
-                        // The program's stream goes on whatever happened (its data may fault in).
-                        let released = program_streams(self.backend.as_mut()).and_then(|p| p.release(t));
-                        r = r.and(released);
-                    }
-                    match reply {
-                        Some(reply) => {
-                            let _ = reply.send(r);
-                        }
-                        None => self.keep(r),
-                    }
+                    let _ = reply.send(r);
                 }
                 Command::ProgramAlloc { id, bytes, name, stream, written, reply } => {
                     let r = self.program_alloc(id, bytes, &name, stream, written);
                     let _ = reply.send(r);
                 }
-                Command::ProgramFree { id, stream, mark } => {
-                    let r = self.program_free(id, stream, mark);
+                Command::ProgramFree { id, stream } => {
+                    let r = self.program_free(id, stream);
                     self.keep(r);
                 }
-                Command::ProgramFinish { stream, mark } => {
-                    let r = self.close_program_kernel(Some(stream), mark);
+                Command::ProgramFinish { stream } => {
+                    let r = self.close_program_kernel(Some(stream));
                     self.keep(r);
                 }
                 Command::KernelStore { stores, reply } => {
@@ -332,7 +317,7 @@ impl Worker {
                 self.keep(r);
             }
         }
-        let r = self.close_program_kernel(None, None);
+        let r = self.close_program_kernel(None);
         self.keep(r);
         let _ = self.backend.synchronize();
         if let Err(e) = self.drain().and_then(|()| self.sink.as_mut().map_or(Ok(()), |sink| sink.close())) {
@@ -429,20 +414,16 @@ impl Worker {
         Ok(())
     }
 
-    /// The open program kernel is finished on `stream` up to `mark` (or, if the program moved
-    /// on without saying so, on its own): the backend follows it, its outputs are accounted,
-    /// the trace gets it.
-    fn close_program_kernel(
-        &mut self,
-        stream: Option<ProgramStream>,
-        mark: Option<StreamMark>,
-    ) -> Result<()> {
+    /// The open program kernel is finished on `stream` (or, if the program moved on without
+    /// saying so, on its own): the backend follows it, its outputs are accounted, the trace
+    /// gets it.
+    fn close_program_kernel(&mut self, stream: Option<ProgramStream>) -> Result<()> {
         let Some(open) = self.open.take() else {
             // Nothing open: a finish with no launch before it orders nothing.
             return Ok(());
         };
         let streams = program_streams(self.backend.as_mut())?;
-        let r = streams.finish(stream.unwrap_or(open.stream), mark).and_then(|()| {
+        let r = streams.finish(stream.unwrap_or(open.stream)).and_then(|()| {
             if open.outputs.is_empty() {
                 Ok(())
             } else {
@@ -487,8 +468,8 @@ impl Worker {
     /// A free after the program's work on `stream`. A region the open kernel allocated and
     /// frees as it runs (a workspace) was seen by no other operation: it is neither accounted
     /// nor recorded as the kernel's write.
-    fn program_free(&mut self, id: RegionId, stream: ProgramStream, mark: Option<StreamMark>) -> Result<()> {
-        program_streams(self.backend.as_mut())?.follow(stream, mark)?;
+    fn program_free(&mut self, id: RegionId, stream: ProgramStream) -> Result<()> {
+        program_streams(self.backend.as_mut())?.follow(stream)?;
         let mut close = false;
         if let Some(open) = self.open.as_mut() {
             let before = open.outputs.len();
@@ -503,7 +484,7 @@ impl Worker {
             }
         }
         if close {
-            self.close_program_kernel(Some(stream), mark)?;
+            self.close_program_kernel(Some(stream))?;
         }
         self.around(&Op::Free { region: id }, |b| b.free(id))?;
         self.sink.as_mut().map_or(Ok(()), |sink| sink.freed(id))

@@ -64,8 +64,6 @@ struct Shared {
     engine: Mutex<Option<Engine>>,
     budget: u64,
     backend: BackendKind,
-    /// The program's side of its own streams' ordering (see `program.rs`).
-    program: program::ProgramCaller,
 }
 
 /// The unimem runtime. See the module documentation.
@@ -152,13 +150,11 @@ impl Runtime {
 
     /// Starts the engine: `policy` plans for `backend`, within its capacity.
     fn start(
-        mut backend: Box<dyn MemoryBackend>,
+        backend: Box<dyn MemoryBackend>,
         policy: Box<dyn Policy>,
         sink: Option<Box<dyn crate::protocol::EventSink + Send>>,
         trace: Option<crate::trace::TraceRecording>,
-        tickets: bool,
     ) -> Self {
-        let program = program::ProgramCaller::new(backend.as_mut(), tickets);
         let budget = backend.device_capacity();
         let kind = backend.kind();
         let (tx, rx) = bounded(1024);
@@ -172,7 +168,6 @@ impl Runtime {
                 engine: Mutex::new(Some(engine)),
                 budget,
                 backend: kind,
-                program,
             }),
         }
     }
@@ -192,15 +187,7 @@ impl Runtime {
         &self.shared.registry
     }
 
-    /// Sends a command; a program's operation still open is finished first (see
-    /// `program.rs`).
     fn send(&self, command: Command, what: &str) -> Result<()> {
-        self.finish_open_program_op()?;
-        self.send_now(command, what)
-    }
-
-    /// Sends a command as it is.
-    fn send_now(&self, command: Command, what: &str) -> Result<()> {
         self.shared.tx.send(command).map_err(|_| Error::Stopped(what.to_string()))
     }
 

@@ -2,16 +2,8 @@
 //! unimem allocates its memory, places each operation's data before the program enqueues the
 //! operation, and orders its own transfers with the program's streams (see
 //! [`crate::seam::ProgramStreams`]). Each call names the stream the program works on.
-//!
-//! Where the backend has a program side ([`ProgramSide`]: CUDA with stream memory operations,
-//! and the simulator) a launch waits for nothing on the program's thread: the stream is held
-//! at a ticket on the device, the launch goes to the engine's queue, and the engine releases
-//! the ticket once the data is placed. Points of the stream the backend must wait for are
-//! marked on the program's thread, where they are; an operation left open when another
-//! command comes is finished with a mark first, so the engine never looks at the end of a
-//! program's stream (which may hold a later ticket's wait by then).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crossbeam_channel::bounded;
 
@@ -20,89 +12,19 @@ use super::Runtime;
 use crate::access::{Accessor, RangeAccess};
 use crate::error::{Error, Result};
 use crate::region::{Region, RegionId};
-use crate::seam::{MemoryBackend, ProgramSide, ProgramStream, StreamWait};
-
-/// The program's side of the ordering, kept by the runtime.
-pub(super) struct ProgramCaller {
-    side: Option<Arc<dyn ProgramSide>>,
-    state: Mutex<CallerState>,
-}
-
-#[derive(Default)]
-struct CallerState {
-    /// The last ticket handed out.
-    ticket: u64,
-    /// The stream of the operation launched and not finished, if any.
-    open: Option<ProgramStream>,
-}
-
-impl ProgramCaller {
-    /// The backend's program side, if it has one and `tickets` allows it.
-    pub(super) fn new(backend: &mut dyn MemoryBackend, tickets: bool) -> Self {
-        let side = match backend.program_streams().filter(|_| tickets).map(|p| p.program_side()) {
-            Some(Ok(side)) => side,
-            Some(Err(e)) => {
-                tracing::warn!(error = %e, "no tickets for the program's streams: each launch waits for its data");
-                None
-            }
-            None => None,
-        };
-        Self { side, state: Mutex::new(CallerState::default()) }
-    }
-}
+use crate::seam::ProgramStream;
 
 impl Runtime {
-    fn caller(&self) -> std::sync::MutexGuard<'_, CallerState> {
-        self.shared.program.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Whether a launch on a program's stream returns at once (tickets), or once its data is
-    /// placed.
-    pub fn program_tickets(&self) -> bool {
-        self.shared.program.side.is_some()
-    }
-
-    /// Finishes the program's open operation, with a mark of its stream, before another
-    /// command (a no-op without tickets, or with nothing open).
-    pub(super) fn finish_open_program_op(&self) -> Result<()> {
-        let Some(side) = self.shared.program.side.as_ref() else { return Ok(()) };
-        let mut caller = self.caller();
-        if let Some(stream) = caller.open.take() {
-            let mark = Some(side.mark(stream)?);
-            self.send_now(Command::ProgramFinish { stream, mark }, "finishing an operation")?;
-        }
-        Ok(())
-    }
-
     /// Places the data of an operation the program enqueues itself on `stream` next: recorded
-    /// and planned like any launch. With tickets it returns at once, `stream` held on the
-    /// device until the data is placed (a failure surfaces at the next
-    /// [`Runtime::synchronize`]); without, it returns once `stream` waits for the data. The
-    /// operation is the runtime's latest kernel until [`Runtime::finish_on`].
+    /// and planned like any launch; returns once `stream` waits for its data (not once the
+    /// data has moved). The operation is the runtime's latest kernel until
+    /// [`Runtime::finish_on`].
     pub fn launch_on(&self, name: &str, accesses: &[RangeAccess], stream: ProgramStream) -> Result<()> {
         self.check_and_record(accesses, Accessor::Device)?;
-        let (name, acc) = (Arc::<str>::from(name), accesses.to_vec());
-        let Some(side) = self.shared.program.side.as_ref() else {
-            let (reply, rx) = bounded(1);
-            let command =
-                Command::ProgramLaunch { name, acc, stream, wait: StreamWait::Event, reply: Some(reply) };
-            self.send(command, "launching")?;
-            return rx.recv().map_err(|_| Error::Stopped("launching".into()))?;
-        };
-        // One lock over the ticket, the hold and the send: tickets reach the engine in order.
-        let mut caller = self.caller();
-        if let Some(open) = caller.open.take() {
-            let mark = Some(side.mark(open)?);
-            self.send_now(Command::ProgramFinish { stream: open, mark }, "finishing an operation")?;
-        }
-        caller.ticket += 1;
-        let ticket = caller.ticket;
-        side.hold(stream, ticket)?;
-        let command =
-            Command::ProgramLaunch { name, acc, stream, wait: StreamWait::Ticket(ticket), reply: None };
-        self.send_now(command, "launching")?;
-        caller.open = Some(stream);
-        Ok(())
+        let (reply, rx) = bounded(1);
+        let command = Command::ProgramLaunch { name: name.into(), acc: accesses.to_vec(), stream, reply };
+        self.send(command, "launching")?;
+        rx.recv().map_err(|_| Error::Stopped("launching".into()))?
     }
 
     /// Allocates a region for the program's `stream`, which then waits for its buffer to be
@@ -116,7 +38,7 @@ impl Runtime {
         let name: Arc<str> = if name.is_empty() { format!("region{id}").into() } else { name.into() };
         let (reply, rx) = bounded(1);
         let command = Command::ProgramAlloc { id, bytes, name: name.clone(), stream, written, reply };
-        self.send_now(command, "allocating")?;
+        self.send(command, "allocating")?;
         let addr = rx.recv().map_err(|_| Error::Stopped("allocating".into()))??;
         let region = Region { id, addr, bytes, name };
         self.shared.registry.insert(region.clone())?;
@@ -126,27 +48,16 @@ impl Runtime {
     /// Frees a region once the work the program enqueued on `stream` so far is done with it.
     pub fn free_on(&self, id: RegionId, stream: ProgramStream) -> Result<()> {
         self.shared.registry.remove(id)?;
-        let mark = match (self.shared.program.side.as_ref(), self.caller().open) {
-            (Some(side), Some(_)) => Some(side.mark(stream)?),
-            _ => None,
-        };
-        self.send_now(Command::ProgramFree { id, stream, mark }, "freeing")
+        self.send(Command::ProgramFree { id, stream }, "freeing")
     }
 
     /// The latest operation launched with [`Runtime::launch_on`] is enqueued in full on
     /// `stream`: transfers that touch its data wait for it, and its measured time ends there.
     pub fn finish_on(&self, stream: ProgramStream) -> Result<()> {
-        let Some(side) = self.shared.program.side.as_ref() else {
-            return self.send_now(Command::ProgramFinish { stream, mark: None }, "finishing an operation");
-        };
-        let mut caller = self.caller();
-        if caller.open.take().is_some() {
-            let mark = Some(side.mark(stream)?);
-            self.send_now(Command::ProgramFinish { stream, mark }, "finishing an operation")?;
-        }
-        Ok(())
+        self.send(Command::ProgramFinish { stream }, "finishing an operation")
     }
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,24 +139,6 @@ mod tests {
         assert_eq!(kernels[1], matmul, "the workspace freed within the operation is not among its accesses");
         assert_eq!(kernels[3], matmul);
         std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn tickets_or_events_the_program_runs_the_same() {
-        let run = |tickets: bool| {
-            let sim = SimBackend::new(CostModel::h200(), 20 * MIB);
-            let rt = Runtime::builder()
-                .backend(Box::new(sim))
-                .policy(PolicyName::Advisor)
-                .program_tickets(tickets)
-                .build()
-                .unwrap();
-            assert_eq!(rt.program_tickets(), tickets);
-            program(&rt, 3);
-            let s = rt.synchronize().unwrap();
-            (s.backend_stats, s.elapsed_ns, s.live_regions)
-        };
-        assert_eq!(run(true), run(false));
     }
 
     #[test]

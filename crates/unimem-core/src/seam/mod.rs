@@ -12,7 +12,7 @@ use std::fmt;
 pub use event::{
     BackendStats, Direction, HintKind, HostOp, HostTime, MemEvent, MigrationCause, RemoteMapCause,
 };
-pub use program::{ProgramSide, ProgramStream, ProgramStreams, StreamMark, StreamWait};
+pub use program::{ProgramStream, ProgramStreams};
 pub use recorder::Recorder;
 
 use crate::access::RangeAccess;

@@ -30,9 +30,6 @@ pub struct Capabilities {
     pub discard_batch: bool,
     /// The driver exports `cuMemDiscardAndPrefetchBatchAsync` (CUDA 13).
     pub discard_and_prefetch_batch: bool,
-    /// The stream memory operations on 64-bit values (`cuStreamWaitValue64_v2`,
-    /// `cuStreamWriteValue64_v2`): a stream can wait on the device for a value another writes.
-    pub stream_mem_ops: bool,
     /// CUDA driver version, e.g. 13000.
     pub driver_version: i32,
 }
@@ -89,9 +86,6 @@ impl CudaDevice {
             prefetch_batch: has_symbol("cuMemPrefetchBatchAsync"),
             discard_batch: has_symbol("cuMemDiscardBatchAsync"),
             discard_and_prefetch_batch: has_symbol("cuMemDiscardAndPrefetchBatchAsync"),
-            stream_mem_ops: attr(A::CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS)? == 1
-                && has_symbol("cuStreamWaitValue64_v2")
-                && has_symbol("cuStreamWriteValue64_v2"),
             driver_version,
         };
         if !caps.managed_memory {

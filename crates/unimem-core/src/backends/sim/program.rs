@@ -1,53 +1,25 @@
 //! The program's own kernels (see [`ProgramStreams`]) on the simulator's one timeline: placed
 //! and timed as launches (their time is the one declared); there is no other stream to order
-//! with, so following, leading, marks and tickets order nothing.
-
-use std::sync::Arc;
+//! with, so following and leading order nothing.
 
 use super::*;
-use crate::seam::{ProgramSide, ProgramStream, ProgramStreams, StreamMark, StreamWait};
-
-/// The program's side on the simulator: nothing to wait for.
-struct OneTimeline;
-
-impl ProgramSide for OneTimeline {
-    fn hold(&self, _stream: ProgramStream, _ticket: u64) -> Result<()> {
-        Ok(())
-    }
-
-    fn mark(&self, _stream: ProgramStream) -> Result<StreamMark> {
-        Ok(StreamMark(0))
-    }
-}
+use crate::seam::{ProgramStream, ProgramStreams};
 
 impl ProgramStreams for SimBackend {
-    fn launch_on(
-        &mut self,
-        kernel: &KernelLaunch<'_>,
-        _stream: ProgramStream,
-        _wait: StreamWait,
-    ) -> Result<()> {
+    fn launch_on(&mut self, kernel: &KernelLaunch<'_>, _stream: ProgramStream) -> Result<()> {
         self.launch_kernel(kernel)
     }
 
-    fn follow(&mut self, _stream: ProgramStream, _mark: Option<StreamMark>) -> Result<()> {
+    fn follow(&mut self, _stream: ProgramStream) -> Result<()> {
         Ok(())
     }
 
-    fn finish(&mut self, _stream: ProgramStream, _mark: Option<StreamMark>) -> Result<()> {
+    fn finish(&mut self, _stream: ProgramStream) -> Result<()> {
         Ok(())
     }
 
     fn lead(&mut self, _stream: ProgramStream) -> Result<()> {
         Ok(())
-    }
-
-    fn release(&mut self, _ticket: u64) -> Result<()> {
-        Ok(())
-    }
-
-    fn program_side(&mut self) -> Result<Option<Arc<dyn ProgramSide>>> {
-        Ok(Some(Arc::new(OneTimeline)))
     }
 
     /// The written pages are populated (or brought in) as the kernel's own faults would be,

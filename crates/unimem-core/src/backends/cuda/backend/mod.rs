@@ -438,7 +438,6 @@ impl CudaBackend {
 
 impl Drop for CudaBackend {
     fn drop(&mut self) {
-        self.release_all_tickets();
         // Where the host's time went (`log.level = "info"` shows it): hints are synchronous
         // work for the host, and this says which.
         let parts: Vec<String> = (self.stats.host.parts().into_iter())
