@@ -75,3 +75,12 @@ plan trace slowdown:
 record-example:
     UNIMEM_TRACE_RECORD=target/training_loop.jsonl.gz cargo run --release -p unimem-tensor --example training_loop
     cargo run --release -p unimem-cli -- plan target/training_loop.jsonl.gz --max-slowdown 1.5
+
+# The PyTorch package's wheel (builds libunimem_torch.so with cargo), for a machine without cargo
+torch-wheel:
+    pip wheel ./python -w .whl
+
+# The PyTorch package's tests that need neither PyTorch nor a GPU, against a debug build
+torch-test:
+    cargo build -p unimem-torch
+    UNIMEM_TORCH_LIB=target/debug/libunimem_torch.so python3 -m unittest discover -s python/tests -v
