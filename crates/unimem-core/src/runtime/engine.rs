@@ -191,7 +191,7 @@ struct OpenKernel {
 
 impl Worker {
     fn run(&mut self, rx: Receiver<Command>) {
-        while let Ok(command) = rx.recv() {
+        while let Ok(command) = super::recv_soon(&rx) {
             let within_program_kernel = matches!(
                 command,
                 Command::ProgramAlloc { .. } | Command::ProgramFree { .. } | Command::ProgramFinish { .. }

@@ -29,6 +29,25 @@ use crate::region::{Region, RegionId, Registry};
 use crate::seam::{BackendKind, BackendStats, MemoryBackend, MemoryBackendExt};
 use engine::{Command, Engine};
 
+/// How long a thread waiting on the runtime's channels spins before it sleeps: the engine
+/// for its next command, a caller for its reply. A program that calls the runtime for every
+/// operator (PyTorch through its allocator) makes a round trip each time; waking a sleeping
+/// thread costs more than the work in it.
+const SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// Receives from `rx`, spinning for [`SPIN`] before sleeping.
+fn recv_soon<T>(rx: &crossbeam_channel::Receiver<T>) -> std::result::Result<T, crossbeam_channel::RecvError> {
+    let t0 = std::time::Instant::now();
+    loop {
+        match rx.try_recv() {
+            Ok(v) => return Ok(v),
+            Err(crossbeam_channel::TryRecvError::Disconnected) => return Err(crossbeam_channel::RecvError),
+            Err(crossbeam_channel::TryRecvError::Empty) if t0.elapsed() >= SPIN => return rx.recv(),
+            Err(crossbeam_channel::TryRecvError::Empty) => std::hint::spin_loop(),
+        }
+    }
+}
+
 /// Accesses the runtime's history keeps (older ones are dropped; the predictors have learned
 /// from them already).
 const HISTORY: usize = 1 << 16;

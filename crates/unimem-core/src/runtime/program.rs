@@ -24,7 +24,7 @@ impl Runtime {
         let (reply, rx) = bounded(1);
         let command = Command::ProgramLaunch { name: name.into(), acc: accesses.to_vec(), stream, reply };
         self.send(command, "launching")?;
-        rx.recv().map_err(|_| Error::Stopped("launching".into()))?
+        super::recv_soon(&rx).map_err(|_| Error::Stopped("launching".into()))?
     }
 
     /// Allocates a region for the program's `stream`, which then waits for its buffer to be
@@ -39,7 +39,7 @@ impl Runtime {
         let (reply, rx) = bounded(1);
         let command = Command::ProgramAlloc { id, bytes, name: name.clone(), stream, written, reply };
         self.send(command, "allocating")?;
-        let addr = rx.recv().map_err(|_| Error::Stopped("allocating".into()))??;
+        let addr = super::recv_soon(&rx).map_err(|_| Error::Stopped("allocating".into()))??;
         let region = Region { id, addr, bytes, name };
         self.shared.registry.insert(region.clone())?;
         Ok(region)
