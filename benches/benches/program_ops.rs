@@ -18,7 +18,8 @@ use unimem_core::config::PolicyName;
 use unimem_core::trace::{TraceEvent, TraceReader};
 use unimem_core::{ProgramStream, RangeAccess, RegionId, Runtime};
 
-const TRACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/data/torch-resnet50-trace-61a6e0b.jsonl.gz");
+const TRACE: &str =
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/data/torch-resnet50-trace-61a6e0b.jsonl.gz");
 
 /// The recorded events, with each operator's outputs (regions allocated just before it that it
 /// writes) taken out of its accesses: the bridge allocates them while the operator is open.
@@ -44,7 +45,9 @@ fn calls() -> (Vec<Call>, u64, u64) {
                 kernels += 1;
                 let outputs: Vec<u64> = pending
                     .iter()
-                    .filter(|(id, _)| acc.iter().any(|a| a.id == *id && a.mode == unimem_core::AccessMode::Write))
+                    .filter(|(id, _)| {
+                        acc.iter().any(|a| a.id == *id && a.mode == unimem_core::AccessMode::Write)
+                    })
                     .map(|p| p.0)
                     .collect();
                 for &(id, bytes) in pending.iter().filter(|p| !outputs.contains(&p.0)) {
@@ -54,7 +57,8 @@ fn calls() -> (Vec<Call>, u64, u64) {
                     .iter()
                     .filter(|a| !outputs.contains(&a.id))
                     .map(|a| {
-                        let r = RangeAccess { region: RegionId(0), offset: a.offset, len: a.len, mode: a.mode };
+                        let r =
+                            RangeAccess { region: RegionId(0), offset: a.offset, len: a.len, mode: a.mode };
                         (a.id, r)
                     })
                     .collect();

@@ -38,14 +38,16 @@ const SPIN: std::time::Duration = std::time::Duration::from_micros(50);
 /// Receives from `rx`, spinning for [`SPIN`] before sleeping.
 fn recv_soon<T>(rx: &crossbeam_channel::Receiver<T>) -> std::result::Result<T, crossbeam_channel::RecvError> {
     let t0 = std::time::Instant::now();
-    loop {
+    for round in 0u32.. {
         match rx.try_recv() {
             Ok(v) => return Ok(v),
             Err(crossbeam_channel::TryRecvError::Disconnected) => return Err(crossbeam_channel::RecvError),
-            Err(crossbeam_channel::TryRecvError::Empty) if t0.elapsed() >= SPIN => return rx.recv(),
+            // The clock is read every 64 rounds: reading it is most of a round's cost.
+            Err(crossbeam_channel::TryRecvError::Empty) if round % 64 == 63 && t0.elapsed() >= SPIN => break,
             Err(crossbeam_channel::TryRecvError::Empty) => std::hint::spin_loop(),
         }
     }
+    rx.recv()
 }
 
 /// Accesses the runtime's history keeps (older ones are dropped; the predictors have learned
@@ -218,7 +220,7 @@ impl Runtime {
         let id = self.shared.registry.next_id();
         let (reply, rx) = bounded(1);
         self.send(Command::Alloc { id, bytes, name: name.into(), reply }, "allocating")?;
-        let addr = rx.recv().map_err(|_| Error::Stopped("allocating".into()))??;
+        let addr = recv_soon(&rx).map_err(|_| Error::Stopped("allocating".into()))??;
         let name: Arc<str> = if name.is_empty() { format!("region{id}").into() } else { name.into() };
         let region = Region { id, addr, bytes, name };
         self.shared.registry.insert(region.clone())?;
@@ -266,7 +268,7 @@ impl Runtime {
         let (reply, rx) = bounded(1);
         let acc = accesses.to_vec();
         self.send(Command::CpuKernel { name: name.into(), dur_ns, acc, reply }, "launching")?;
-        let buffers = rx.recv().map_err(|_| Error::Stopped("launching".into()))??;
+        let buffers = recv_soon(&rx).map_err(|_| Error::Stopped("launching".into()))??;
         let mut data = KernelData { buffers, modes: accesses.iter().map(|a| a.mode).collect() };
         let out = body(&mut data);
         let stores: Vec<(RangeAccess, Vec<u8>)> = accesses
@@ -278,7 +280,7 @@ impl Runtime {
         if !stores.is_empty() {
             let (reply, rx) = bounded(1);
             self.send(Command::KernelStore { stores, reply }, "storing a kernel's results")?;
-            rx.recv().map_err(|_| Error::Stopped("storing a kernel's results".into()))??;
+            recv_soon(&rx).map_err(|_| Error::Stopped("storing a kernel's results".into()))??;
         }
         Ok(out)
     }
@@ -298,7 +300,7 @@ impl Runtime {
         let command =
             Command::Native { name: name.into(), acc: accesses.to_vec(), job: Box::new(job), reply };
         self.send(command, "launching")?;
-        rx.recv().map_err(|_| Error::Stopped("launching".into()))?
+        recv_soon(&rx).map_err(|_| Error::Stopped("launching".into()))?
     }
 
     /// True when both handles are the same runtime.
@@ -324,7 +326,7 @@ impl Runtime {
         self.check_and_record(&[range], Accessor::Host)?;
         let (reply, rx) = bounded(1);
         self.send(Command::HostWrite { range, data: data.to_vec(), reply }, "writing")?;
-        rx.recv().map_err(|_| Error::Stopped("writing".into()))?
+        recv_soon(&rx).map_err(|_| Error::Stopped("writing".into()))?
     }
 
     /// The host reads `buf.len()` bytes at `offset` of region `id` (after the device is done
@@ -334,7 +336,7 @@ impl Runtime {
         self.check_and_record(&[range], Accessor::Host)?;
         let (reply, rx) = bounded(1);
         self.send(Command::HostRead { range, reply }, "reading")?;
-        let data = rx.recv().map_err(|_| Error::Stopped("reading".into()))??;
+        let data = recv_soon(&rx).map_err(|_| Error::Stopped("reading".into()))??;
         buf.copy_from_slice(&data);
         Ok(())
     }
@@ -345,7 +347,7 @@ impl Runtime {
     pub fn stop_recording(&self) -> Result<Option<std::path::PathBuf>> {
         let (reply, rx) = bounded(1);
         self.send(Command::StopRecording { reply }, "ending the trace")?;
-        rx.recv().map_err(|_| Error::Stopped("ending the trace".into()))?
+        recv_soon(&rx).map_err(|_| Error::Stopped("ending the trace".into()))?
     }
 
     /// Waits for all work issued so far; returns the runtime's counters, or the first error
@@ -353,7 +355,7 @@ impl Runtime {
     pub fn synchronize(&self) -> Result<RuntimeStats> {
         let (reply, rx) = bounded(1);
         self.send(Command::Sync { reply }, "synchronizing")?;
-        let snapshot = rx.recv().map_err(|_| Error::Stopped("synchronizing".into()))??;
+        let snapshot = recv_soon(&rx).map_err(|_| Error::Stopped("synchronizing".into()))??;
         let history = self.shared.history.lock().unwrap_or_else(|e| e.into_inner());
         Ok(RuntimeStats {
             live_regions: self.shared.registry.len(),
