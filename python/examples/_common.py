@@ -81,6 +81,36 @@ def setup(args, script):
     return budget
 
 
+def start(script, default_batch):
+    """The mode to run, set up (None once `--mode all` has run every mode)."""
+    args = parse_args(default_batch=default_batch)
+    script = os.path.abspath(script)
+    if args.mode == "all":
+        run_all(args, script)
+        return None
+    setup(args, script)
+    return args
+
+
+def training_step(args, opt, loss_of):
+    """One training step of `loss_of()` (the forward pass and its loss) in the mode's way:
+    save_on_cpu saves the forward's activations to pinned host memory."""
+    import torch
+
+    def step(_):
+        if args.mode == "save_on_cpu":
+            with torch.autograd.graph.save_on_cpu(pin_memory=True):
+                loss = loss_of()
+        else:
+            loss = loss_of()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    return step
+
+
 def train(args, model_name, step_fn, extra=None):
     """Runs warmup + timed steps of `step_fn(i) -> loss tensor` (which also steps the
     optimizer) and prints this mode's JSON line."""

@@ -15,11 +15,9 @@ import _common  # noqa: E402
 
 
 def main():
-    args = _common.parse_args(default_batch=8)
-    script = os.path.abspath(__file__)
-    if args.mode == "all":
-        return _common.run_all(args, script)
-    _common.setup(args, script)
+    args = _common.start(__file__, default_batch=8)
+    if args is None:
+        return
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -31,18 +29,7 @@ def main():
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     g = torch.Generator().manual_seed(1)
     tokens = torch.randint(0, config.vocab_size, (args.batch, 1024), generator=g).cuda()
-
-    def step(_):
-        if args.mode == "save_on_cpu":
-            with torch.autograd.graph.save_on_cpu(pin_memory=True):
-                loss = model(input_ids=tokens, labels=tokens).loss
-        else:
-            loss = model(input_ids=tokens, labels=tokens).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss.detach()
-
+    step = _common.training_step(args, opt, lambda: model(input_ids=tokens, labels=tokens).loss)
     _common.train(args, "gpt2", step)
 
 

@@ -15,11 +15,9 @@ import _common  # noqa: E402
 
 
 def main():
-    args = _common.parse_args(default_batch=64)
-    script = os.path.abspath(__file__)
-    if args.mode == "all":
-        return _common.run_all(args, script)
-    _common.setup(args, script)
+    args = _common.start(__file__, default_batch=64)
+    if args is None:
+        return
     import torch
     import torchvision
     from torch.utils.checkpoint import checkpoint
@@ -43,18 +41,7 @@ def main():
     images = torch.randn(args.batch, 3, 224, 224, generator=g).cuda()
     labels = torch.randint(0, 1000, (args.batch,), generator=g).cuda()
     loss_fn = torch.nn.CrossEntropyLoss()
-
-    def step(_):
-        if args.mode == "save_on_cpu":
-            with torch.autograd.graph.save_on_cpu(pin_memory=True):
-                loss = loss_fn(model(images), labels)
-        else:
-            loss = loss_fn(model(images), labels)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss.detach()
-
+    step = _common.training_step(args, opt, lambda: loss_fn(model(images), labels))
     _common.train(args, "resnet50", step)
 
 
