@@ -4,13 +4,14 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-/// The cdylib cargo built beside this test (target/<profile>/libunimem_torch.so).
+/// The cdylib cargo built for this test: beside it in `target/<profile>/deps/` (where `cargo
+/// test` leaves it), or in `target/<profile>/` (where `cargo build` puts it).
 fn library() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
-    let lib = profile_dir.join("libunimem_torch.so");
-    assert!(lib.is_file(), "{} was not built", lib.display());
-    lib
+    let deps = exe.parent().unwrap();
+    let candidates = [deps.join("libunimem_torch.so"), deps.parent().unwrap().join("libunimem_torch.so")];
+    let found = candidates.iter().find(|p| p.is_file());
+    found.unwrap_or_else(|| panic!("libunimem_torch.so was not built: looked for {candidates:?}")).clone()
 }
 
 #[test]
