@@ -386,9 +386,20 @@ impl Worker {
     /// Runs one operation between the policy's `before` and `after`, as a replay does, and
     /// records it in the trace once it ran.
     fn around<T>(&mut self, op: &Op, execute: impl FnOnce(&mut dyn MemoryBackend) -> Result<T>) -> Result<T> {
+        let out = self.run_op(op, execute)?;
+        self.record(op);
+        Ok(out)
+    }
+
+    /// Runs one operation between the policy's `before` and `after`, with the next index.
+    fn run_op<T>(&mut self, op: &Op, execute: impl FnOnce(&mut dyn MemoryBackend) -> Result<T>) -> Result<T> {
         let index = self.index;
         self.index += 1;
-        let out = self.protocol.run(index, op, self.policy.as_mut(), self.backend.as_mut(), execute)?;
+        self.protocol.run(index, op, self.policy.as_mut(), self.backend.as_mut(), execute)
+    }
+
+    /// Records an operation that ran in the trace, if one is recorded.
+    fn record(&mut self, op: &Op) {
         if let Some(trace) = self.trace.as_mut() {
             if let Err(e) = trace.op(op) {
                 // The program goes on; its trace is incomplete, so it is not kept.
@@ -396,7 +407,6 @@ impl Worker {
                 self.trace = None;
             }
         }
-        Ok(out)
     }
 
     /// [`Self::around`] for a program's kernel, which stays open until it is finished.
@@ -406,9 +416,7 @@ impl Worker {
         stream: ProgramStream,
         execute: impl FnOnce(&mut dyn MemoryBackend) -> Result<()>,
     ) -> Result<()> {
-        let index = self.index;
-        self.index += 1;
-        self.protocol.run(index, op, self.policy.as_mut(), self.backend.as_mut(), execute)?;
+        self.run_op(op, execute)?;
         let held = self.trace.is_some().then(|| op.clone());
         self.open = Some(OpenKernel { stream, outputs: Vec::new(), held });
         Ok(())
@@ -430,11 +438,8 @@ impl Worker {
                 streams.wrote(&open.outputs)
             }
         });
-        if let (Some(op), Some(trace)) = (open.held, self.trace.as_mut()) {
-            if let Err(e) = trace.op(&op) {
-                tracing::error!(error = %e, path = %trace.path().display(), "recording the program's trace failed; recording stops");
-                self.trace = None;
-            }
+        if let Some(op) = open.held {
+            self.record(&op);
         }
         r
     }
