@@ -3,23 +3,25 @@
 # wheel `pip wheel ./python -w .whl` made carried in .whl/): installs it, then
 #   smoke: its GPU tests and a short ResNet-50 run under unimem;
 #   all:   also both examples in every mode, and ResNet-50's trace recorded at a budget it fits.
-# Logs and JSON lines go to $OUT.
+# Each step is cut off after $STEP_S seconds (240 by default), so that a hang costs one step's
+# time, not the whole call's. Logs and JSON lines go to $OUT.
 set -uo pipefail
 stage=${1:-all}
 OUT=${OUT:-/tmp/unimem-torch}
+STEP_S=${STEP_S:-240}
 mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/unimem_torch-*.whl || exit 1
 export PYTHONPATH=/tmp/site UNIMEM_TORCH_LIB=/tmp/site/unimem_torch/libunimem_torch.so PYTHONUNBUFFERED=1
+run() { timeout "$STEP_S" "$@" || echo "step failed or cut off (rc $?): $*" | tee -a "$OUT/failed.txt"; }
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 python3 -c "import torch, unimem_torch; print('torch', torch.__version__, unimem_torch.library_path())" | tee -a "$OUT/gpu.txt"
-git rev-parse --short HEAD 2>/dev/null | tee -a "$OUT/gpu.txt"
-python3 -m unittest python/tests/test_gpu.py -v 2>&1 | tee "$OUT/test_gpu.log"
+run python3 -m unittest python/tests/test_gpu.py -v 2>&1 | tee "$OUT/test_gpu.log"
 if [ "$stage" = smoke ]; then
-    python3 python/examples/resnet50.py --mode unimem --steps 3 --warmup 1 2>&1 | tee "$OUT/smoke.log"
+    run python3 python/examples/resnet50.py --mode unimem --steps 3 --warmup 1 2>&1 | tee "$OUT/smoke.log"
     exit 0
 fi
-python3 python/examples/resnet50.py --mode all 2>"$OUT/resnet50.err" | tee "$OUT/resnet50.jsonl"
-python3 python/examples/gpt2.py --mode all 2>"$OUT/gpt2.err" | tee "$OUT/gpt2.jsonl"
+run python3 python/examples/resnet50.py --mode all 2>"$OUT/resnet50.err" | tee "$OUT/resnet50.jsonl"
+run python3 python/examples/gpt2.py --mode all 2>"$OUT/gpt2.err" | tee "$OUT/gpt2.jsonl"
 peak=$(head -1 "$OUT/resnet50.jsonl" | python3 -c "import json, sys; print(json.load(sys.stdin)['peak_device_bytes'])")
-python3 python/examples/resnet50.py --mode unimem --budget 1.0 --base-peak "$peak" --steps 4 --record "$OUT/resnet50-torch.jsonl.gz" \
-    2>"$OUT/record.err" | tee "$OUT/resnet50-record.jsonl"
+run python3 python/examples/resnet50.py --mode unimem --budget 1.0 --base-peak "$peak" --steps 4 \
+    --record "$OUT/resnet50-torch.jsonl.gz" 2>"$OUT/record.err" | tee "$OUT/resnet50-record.jsonl"
