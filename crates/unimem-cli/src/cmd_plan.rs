@@ -300,12 +300,7 @@ fn draw(planned: &[Planned], spec: &SearchSpec, name: &str) -> Result<String> {
                     .map_err(|e| plot_err(e.to_string()))?;
             }
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
+        unimem_telemetry::draw_legend(&mut chart, SeriesLabelPosition::UpperRight)
             .map_err(|e| plot_err(e.to_string()))?;
         root.present().map_err(|e| plot_err(e.to_string()))?;
     }

@@ -18,6 +18,20 @@ fn unit(max: u64) -> (f64, &'static str) {
 
 use plotters::coord::types::RangedCoordf64;
 
+/// Draws `chart`'s legend at `position` in the style of every unimem plot (a framed, nearly
+/// opaque box), for the telemetry plot and `unimem plan --plot` alike.
+pub fn draw_legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    position: SeriesLabelPosition,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    chart
+        .configure_series_labels()
+        .position(position)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+}
+
 type Panel<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
 
 /// One panel: `caption`, time in milliseconds up to `t_max` across, `y_desc` up to `y_max` up,
@@ -74,13 +88,7 @@ pub fn svg(log: &Log) -> Result<String, String> {
             .map_err(|e| err(&e))?
             .label("device-resident")
             .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], BLACK));
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|e| err(&e))?;
+        draw_legend(&mut chart, SeriesLabelPosition::UpperRight).map_err(|e| err(&e))?;
 
         let mut chart =
             panel(&bottom, "link traffic, cumulative", t_max, link_max, &format!("moved ({link_name})"))?;
@@ -99,13 +107,7 @@ pub fn svg(log: &Log) -> Result<String, String> {
                 .label(label)
                 .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2)));
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|e| err(&e))?;
+        draw_legend(&mut chart, SeriesLabelPosition::UpperLeft).map_err(|e| err(&e))?;
         root.present().map_err(|e| err(&e))?;
     }
     Ok(out)
