@@ -73,6 +73,7 @@ contract!(
     staged_data_survives_every_way_back,
     pooled_pages_give_way_to_data_within_the_budget,
     wholly_staged_regions_come_back_into_pooled_pages_with_their_data,
+    a_region_swapped_out_keeps_its_data_every_way_back,
     clean_restored_data_is_staged_again_without_a_copy,
     data_staged_from_the_device_is_read_straight_back_by_the_host,
 );
@@ -431,6 +432,86 @@ fn wholly_staged_regions_come_back_into_pooled_pages_with_their_data<B: Open>() 
 /// Data restored from staging and not written since goes out again without a copy (its slot
 /// still holds it); written, it is copied again; the bytes are right every time, read back
 /// by the host and by a kernel.
+/// The `Relocated` moves of `id` in `events`, as (from, to).
+fn moves(events: &[MemEvent], id: RegionId) -> Vec<(u64, u64)> {
+    events
+        .iter()
+        .filter_map(|e| match *e {
+            MemEvent::Relocated { region, from, to, .. } if region == id => Some((from, to)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// With relocation allowed, a region staged whole while another of its size waits staged
+/// whole swaps out: its buffer goes to the pool with its pages on the device, and it takes
+/// another (`Relocated`). The waiting region then comes back into those pages, or, where
+/// data needs the room first, the pages are shed and go back to their region. Every way,
+/// both regions keep every byte (256 MiB each, eight rounds: 4 GiB through the swaps on the
+/// GPU), and the footprint keeps to the budget.
+fn a_region_swapped_out_keeps_its_data_every_way_back<B: Open>() {
+    let size = 256 * B::MIB;
+    let budget = 1024 * B::MIB;
+    let mut b = B::open(budget, 1024 * B::MIB, 1024 * B::MIB).relocating();
+    b.record_events(true);
+    let mut wrong = Vec::new();
+    for round in 0..8u64 {
+        let (x, y, big) =
+            (RegionId(2000 + round * 3), RegionId(2001 + round * 3), RegionId(2002 + round * 3));
+        let (dx, dy) = (pattern(round as u32 + 31, size), pattern(round as u32 + 71, size));
+        let x_at = b.allocate(x, size).unwrap();
+        b.allocate(y, size).unwrap();
+        b.prefetch(&[ByteRange::whole(x, size), ByteRange::whole(y, size)], Location::DEVICE).unwrap();
+        b.kernel_store(x, 0, &dx).unwrap();
+        b.kernel_store(y, 0, &dy).unwrap();
+        b.stage_out(&[ByteRange::whole(y, size)]).unwrap();
+        b.stage_out(&[ByteRange::whole(x, size)]).unwrap();
+        let mut events = Vec::new();
+        b.drain_events(&mut events);
+        let out = moves(&events, x);
+        assert_eq!(out.len(), 1, "round {round}: x swapped out once");
+        assert_eq!(out[0].0, x_at, "round {round}: x left its own buffer");
+        if round % 2 == 0 {
+            // y comes back into x's pages.
+            read_kernel(&mut b, y, size);
+            b.drain_events(&mut events);
+            assert!(
+                moves(&events, y).iter().any(|&(_, to)| to == x_at),
+                "round {round}: y relocated into x's old buffer: {:?}",
+                moves(&events, y)
+            );
+        } else {
+            // Data takes the whole device: the pooled pages are shed, back to x.
+            b.allocate(big, budget).unwrap();
+            b.prefetch(&[ByteRange::whole(big, budget)], Location::DEVICE).unwrap();
+            read_kernel(&mut b, big, budget);
+            b.drain_events(&mut events);
+            assert!(
+                moves(&events, x).iter().any(|&(_, to)| to == x_at),
+                "round {round}: x's buffer came back to it: {:?}",
+                moves(&events, x)
+            );
+            b.free(big).unwrap();
+        }
+        read_kernel(&mut b, x, size);
+        read_kernel(&mut b, y, size);
+        b.synchronize().unwrap();
+        for (id, want) in [(x, &dx), (y, &dy)] {
+            let mut seen = vec![0u8; size as usize];
+            b.read(id, 0, &mut seen).unwrap();
+            let bad = seen.chunks(4096).zip(want.chunks(4096)).filter(|(a, b)| a != b).count();
+            if bad > 0 {
+                wrong.push(format!("round {round}, region {id}: {bad} of {} pages", size / 4096));
+            }
+        }
+        b.free(x).unwrap();
+        b.free(y).unwrap();
+    }
+    assert!(wrong.is_empty(), "data lost: {wrong:?}");
+    let s = b.stats();
+    assert!(s.peak_footprint_bytes <= budget, "over the budget: {s:?}");
+}
+
 fn clean_restored_data_is_staged_again_without_a_copy<B: Open>() {
     let size = 64 * B::MIB;
     let mut b = B::open(4 * size, 4 * size, 4 * size);

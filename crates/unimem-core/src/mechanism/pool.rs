@@ -32,6 +32,9 @@ pub(crate) struct Pooled<T, E> {
     /// pages (copies, a discard) waits for it; kernels run after them anyway, and prefetches
     /// keep the bytes.
     pub last_use: Option<E>,
+    /// The wholly staged region whose pages these are, and the address of the buffer it took
+    /// in their place (a swap-out, see [`BufferPool::put_swapped`]): shed, they go back to it.
+    pub owner: Option<Owner>,
     /// Order of pooling (for `shed`).
     seq: u64,
     /// Bytes of its pages on the device.
@@ -43,13 +46,22 @@ impl<T: Buffer, E> Pooled<T, E> {
         let len = buf.len();
         let resident_bytes =
             resident.iter().enumerate().filter(|(_, &r)| r).map(|(b, _)| block_bytes(len, b as u64)).sum();
-        Self { buf, resident, after, last_use, seq, resident_bytes }
+        Self { buf, resident, after, last_use, owner: None, seq, resident_bytes }
     }
 
     /// Bytes of its pages on the device.
     pub fn resident_bytes(&self) -> u64 {
         self.resident_bytes
     }
+}
+
+/// Who a swapped-out buffer belongs to (see [`Pooled::owner`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Owner {
+    pub region: crate::region::RegionId,
+    /// The address of the buffer the region holds meanwhile: while it still holds that one,
+    /// nothing restored it since.
+    pub placeholder: u64,
 }
 
 /// Freed buffers by size (see the module documentation).
@@ -89,6 +101,23 @@ impl<T: Buffer, E> BufferPool<T, E> {
         self.by_size.entry(entry.buf.len()).or_default().push(entry);
     }
 
+    /// Keeps the buffer of a wholly staged region, whose pages stay on the device for the next
+    /// restore of a region of its size (a swap-out): `owner` took another buffer meanwhile.
+    pub fn put_swapped(
+        &mut self,
+        buf: T,
+        resident: Vec<bool>,
+        after: Vec<E>,
+        last_use: Option<E>,
+        owner: Owner,
+    ) {
+        let mut entry = Pooled::new(buf, resident, after, last_use, self.next_seq);
+        entry.owner = Some(owner);
+        self.next_seq += 1;
+        self.resident_bytes += entry.resident_bytes();
+        self.by_size.entry(entry.buf.len()).or_default().push(entry);
+    }
+
     /// The buffer of `bytes` bytes with the most pages on the device (the latest pooled among
     /// equals), if any buffer of that size waits.
     pub fn take(&mut self, bytes: u64) -> Option<Pooled<T, E>> {
@@ -107,6 +136,13 @@ impl<T: Buffer, E> BufferPool<T, E> {
         } else {
             None
         }
+    }
+
+    /// A buffer of `bytes` bytes with no page on the device, if one waits.
+    pub fn take_empty(&mut self, bytes: u64) -> Option<Pooled<T, E>> {
+        let list = self.by_size.get_mut(&bytes)?;
+        let at = list.iter().position(|e| e.resident_bytes() == 0)?;
+        Some(list.remove(at))
     }
 
     /// Takes out buffers with pages on the device, the longest pooled first, until they hold

@@ -51,6 +51,7 @@ use region::{
 use store::PageStore;
 
 use crate::mechanism::budget::{BlockId, DeviceBudget};
+use crate::mechanism::pool::{Owner, Pooled};
 
 use crate::access::{Accessor, RangeAccess};
 use crate::error::{Error, Result};
@@ -106,7 +107,7 @@ pub struct SimBackend {
     /// first-touch faults), the staged pages of `spare` blocks (their device pages held for
     /// restores to come), and the blocks with device pages in the order the driver evicts
     /// them, least recently migrated first.
-    budget: DeviceBudget<SimBuffer, ()>,
+    budget: DeviceBudget<SimBuffer, u64>,
     /// Restores may bring a wholly staged region back into a pooled buffer of its size
     /// ([`SimBackend::with_relocation`]).
     relocate: bool,

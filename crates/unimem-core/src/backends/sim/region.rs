@@ -82,6 +82,12 @@ impl SimRegion {
         (b * PAGES_PER_BLOCK, ((b + 1) * PAGES_PER_BLOCK).min(self.pages))
     }
 
+    /// Whether every page is staged and no block spare: it may come back into any buffer of
+    /// its size.
+    pub(super) fn wholly_staged(&self) -> bool {
+        !self.spare.contains(&true) && self.staged.count(0, self.pages) == self.pages
+    }
+
     /// Staged pages of `s..e` in `spare` blocks (their device pages held for their restore).
     pub(super) fn spare_pages_in(&self, s: usize, e: usize) -> usize {
         self.block_range(s, e)

@@ -26,11 +26,35 @@ impl SimBackend {
         let mut bytes = 0;
         for e in shed {
             bytes += e.resident_bytes();
-            self.retired_free_ns += self.cost.free_retired_ns(e.resident_bytes());
+            if !self.swap_back(&e) {
+                self.retired_free_ns += self.cost.free_retired_ns(e.resident_bytes());
+            }
         }
         let dur = self.cost.discard_call_ns + CostModel::transfer_ns(bytes, self.cost.discard_rate_gbps);
         self.occupy_link(Direction::D2H, self.host_now, dur);
         self.host_now += self.discard_host_ns(bytes);
+    }
+
+    /// A shed buffer swapped out of a region still wholly staged and holding the buffer it
+    /// took goes back to it, its pages discarded (as a stage-out without the swap leaves
+    /// them), and that buffer to the pool, with no page on the device: neither retires.
+    fn swap_back(&mut self, e: &Pooled<SimBuffer, u64>) -> bool {
+        let Some(Owner { region, placeholder }) = e.owner else { return false };
+        let Some(r) = self.regions.get_mut(&region) else { return false };
+        if r.addr != placeholder || !r.wholly_staged() {
+            return false;
+        }
+        r.addr = e.buf.addr;
+        let (blocks, bytes) = (r.blocks.len(), r.bytes);
+        self.budget.pool_mut().put(
+            SimBuffer { addr: placeholder, bytes },
+            vec![false; blocks],
+            Vec::new(),
+            None,
+        );
+        let (from, to, at_ns) = (placeholder, e.buf.addr, self.host_now);
+        self.emit(|| MemEvent::Relocated { region, from, to, at_ns });
+        true
     }
 
     /// Re-stamps blocks that just received device pages (least-recently-migrated order).

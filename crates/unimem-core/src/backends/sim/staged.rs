@@ -14,6 +14,8 @@ impl SimBackend {
             // Blocks that do not fit in the staging buffers, or hold no device-only data, migrate.
             let mut migrate: Vec<ByteRange> = Vec::new();
             let mut copies = 0u64;
+            // Per region, its blocks whose every page left the device in this call.
+            let mut emptied: HashMap<RegionId, Vec<bool>> = HashMap::default();
             for range in ranges {
                 let id = range.region;
                 let (s, e) = this.regions[&id].page_range(range.offset, range.len);
@@ -51,6 +53,9 @@ impl SimBackend {
                     // Duplicates keep their host copy; every device page of the block is dropped.
                     let dropped = r.on_device.remove(bs, be);
                     r.prefetched.remove(bs, be);
+                    if dropped == r.block_pages(b).1 - r.block_pages(b).0 {
+                        emptied.entry(id).or_insert_with(|| vec![false; r.blocks.len()])[b] = true;
+                    }
                     this.note_device_released(dropped);
                     this.unstamp_empty(id, b..b + 1);
                     this.staged_bytes += bytes;
@@ -91,9 +96,14 @@ impl SimBackend {
                     }
                 }
             }
+            let mut swapped = 0;
+            for (id, emptied) in emptied {
+                swapped += this.swap_out(id, emptied);
+            }
             if copies > 0 {
-                // The copies' calls and the discard of their device pages hold the host.
-                this.host_now += this.discard_host_ns(copies * BLOCK_SIZE);
+                // The copies' calls and the discard of their device pages hold the host (a
+                // buffer swapped out keeps its pages: no discard).
+                this.host_now += this.discard_host_ns(copies.saturating_sub(swapped) * BLOCK_SIZE);
             }
             Ok(migrate)
         })?;
@@ -141,7 +151,8 @@ impl SimBackend {
         prefetch: bool,
     ) -> (usize, u64) {
         let runs = self.regions[&id].staged.runs(s, e);
-        self.relocate(id);
+        // Pages taken over are written once the copies out of them are done.
+        let earliest = earliest.max(self.relocate(id));
         let mut pages = 0;
         let mut done = earliest;
         for (rs, re) in runs {
@@ -213,17 +224,61 @@ impl SimBackend {
         (pages, done)
     }
 
+    /// After a stage-out, when relocation is allowed: a region now wholly staged whose every
+    /// block left the device in that stage-out gives its buffer to the pool with its pages on
+    /// the device (no discard), as the CUDA backend does, and takes a pooled buffer with none
+    /// (or a new one). The next restore of a region of its size relocates into those pages
+    /// (`relocate`): a copy alone, no repopulation. Returns the blocks swapped.
+    fn swap_out(&mut self, id: RegionId, emptied: Vec<bool>) -> u64 {
+        let r = &self.regions[&id];
+        if !self.relocate || !r.wholly_staged() || emptied.contains(&false) {
+            return 0;
+        }
+        let bytes = r.bytes;
+        let peer = self.regions.iter().any(|(&o, q)| o != id && q.bytes == bytes && q.wholly_staged());
+        if !peer {
+            return 0;
+        }
+        let to = match self.budget.pool_mut().take_empty(bytes) {
+            Some(entry) => entry.buf.addr,
+            None => {
+                self.host_now += self.cost.alloc_ns(bytes);
+                let addr = self.next_addr;
+                self.next_addr += bytes.div_ceil(BLOCK_SIZE) * BLOCK_SIZE;
+                addr
+            }
+        };
+        let swapped = emptied.len() as u64;
+        let r = self.regions.get_mut(&id).expect("checked by caller");
+        let from = std::mem::replace(&mut r.addr, to);
+        // Its next user writes the pages once the copies out of them are done.
+        let copied = r.blocks.iter().map(|b| b.staged_until).max().unwrap_or(0);
+        let owner = Owner { region: id, placeholder: to };
+        self.budget.pool_mut().put_swapped(
+            SimBuffer { addr: from, bytes },
+            emptied,
+            vec![copied],
+            None,
+            owner,
+        );
+        self.budget.note_held();
+        let at_ns = self.host_now;
+        self.emit(|| MemEvent::Relocated { region: id, from, to, at_ns });
+        swapped
+    }
+
     /// As a restore begins, when relocation is allowed: as the CUDA backend, a region whose
     /// every page is staged moves into a pooled buffer of its size with pages on the device,
     /// which need no repopulation, for this restore and the region's next ones (its blocks
     /// become `spare`); its own buffer, its pages discarded, goes to the pool.
-    pub(super) fn relocate(&mut self, id: RegionId) {
+    /// Returns when the pages taken over are free to write (0: none taken).
+    pub(super) fn relocate(&mut self, id: RegionId) -> u64 {
         let r = &self.regions[&id];
-        let staged = !r.spare.contains(&true) && r.staged.count(0, r.pages) == r.pages;
-        if !(self.relocate && staged) {
-            return;
+        if !(self.relocate && r.wholly_staged()) {
+            return 0;
         }
-        let Some(entry) = self.budget.pool_mut().take_resident(r.bytes) else { return };
+        let Some(entry) = self.budget.pool_mut().take_resident(r.bytes) else { return 0 };
+
         let r = self.regions.get_mut(&id).expect("checked by caller");
         r.spare = entry.resident;
         let from = std::mem::replace(&mut r.addr, entry.buf.addr);
@@ -233,6 +288,7 @@ impl SimBackend {
         let (blocks, to, at_ns) = (r.blocks.len(), r.addr, self.host_now);
         self.budget.pool_mut().put(old, vec![false; blocks], Vec::new(), None);
         self.emit(|| MemEvent::Relocated { region: id, from, to, at_ns });
+        entry.after.into_iter().max().unwrap_or(0)
     }
 
     /// Brings the staged pages of `s..e` back to the host (the copy engine copies them into

@@ -119,7 +119,14 @@ impl CudaBackend {
             self.streams.remap.wait(ev).map_err(cuda_err("cuStreamWaitEvent", "shed after last use"))?;
         }
         if discard_batch(&self.dev, &ranges, &self.streams.remap)? {
-            self.retired.extend(shed.into_iter().map(|e| e.buf));
+            let discarded = Arc::new(
+                self.streams.remap.record_event(None).map_err(cuda_err("cuEventRecord", "shed discard"))?,
+            );
+            for e in shed {
+                if let Some(buf) = self.swap_back(e, &discarded)? {
+                    self.retired.push(buf);
+                }
+            }
         }
         // Else (no discard on this driver) the buffers drop here: cuMemFree gives their pages
         // back, waiting for the device.

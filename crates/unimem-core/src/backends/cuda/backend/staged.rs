@@ -80,6 +80,10 @@ impl CudaBackend {
                 let stage = this.streams.stage.clone();
                 let runs = this.staged_runs(&staged);
                 let all: Vec<StagedBlock> = staged.iter().chain(&clean).copied().collect();
+                // Regions swapped out keep their pages for a restore of their size: no discard.
+                let swaps = this.swaps(&all)?;
+                let all: Vec<StagedBlock> =
+                    all.into_iter().filter(|s| !swaps.iter().any(|(id, _)| *id == s.block.region)).collect();
                 let discards = managed_pages(&this.staged_runs(&all));
                 if !staged.is_empty() {
                     this.timed_copies(&stage, crate::seam::Direction::D2H, &staged, |this| {
@@ -93,9 +97,14 @@ impl CudaBackend {
                         .record_event(None)
                         .map_err(cuda_err("cuEventRecord", "staged eviction"))?,
                 );
-                let blocks: Vec<BlockId> = staged.iter().map(|s| s.block).collect();
-                this.pending_blocks.extend(blocks.iter().copied());
-                this.pending_discards.push_back(PendingDiscard { copied, ranges: discards, blocks });
+                for (id, buf) in swaps {
+                    this.swap_out(id, buf, &copied);
+                }
+                if !staged.is_empty() {
+                    let blocks: Vec<BlockId> = staged.iter().map(|s| s.block).collect();
+                    this.pending_blocks.extend(blocks.iter().copied());
+                    this.pending_discards.push_back(PendingDiscard { copied, ranges: discards, blocks });
+                }
             }
             Ok(migrate)
         })?;
