@@ -410,12 +410,7 @@ fn wholly_staged_regions_come_back_into_pooled_pages_with_their_data<B: Open>() 
         read_kernel(&mut b, z, size);
         b.synchronize().unwrap();
         for (id, want) in [(x, &data), (z, &other)] {
-            let mut seen = vec![0u8; size as usize];
-            b.read(id, 0, &mut seen).unwrap();
-            let bad = seen.chunks(4096).zip(want.chunks(4096)).filter(|(a, b)| a != b).count();
-            if bad > 0 {
-                wrong.push(format!("round {round}, region {id}: {bad} of {} pages", size / 4096));
-            }
+            pages_wrong(&mut b, id, want, &mut wrong, round);
         }
         b.free(x).unwrap();
         b.free(z).unwrap();
@@ -432,6 +427,16 @@ fn wholly_staged_regions_come_back_into_pooled_pages_with_their_data<B: Open>() 
 /// Data restored from staging and not written since goes out again without a copy (its slot
 /// still holds it); written, it is copied again; the bytes are right every time, read back
 /// by the host and by a kernel.
+/// Reads region `id` back and notes in `wrong` how many of its 4 KiB pages differ from `want`.
+fn pages_wrong<B: MemoryBackend>(b: &mut B, id: RegionId, want: &[u8], wrong: &mut Vec<String>, round: u64) {
+    let mut seen = vec![0u8; want.len()];
+    b.read(id, 0, &mut seen).unwrap();
+    let bad = seen.chunks(4096).zip(want.chunks(4096)).filter(|(a, b)| a != b).count();
+    if bad > 0 {
+        wrong.push(format!("round {round}, region {id}: {bad} of {} pages", want.len() / 4096));
+    }
+}
+
 /// The `Relocated` moves of `id` in `events`, as (from, to).
 fn moves(events: &[MemEvent], id: RegionId) -> Vec<(u64, u64)> {
     events
@@ -497,12 +502,7 @@ fn a_region_swapped_out_keeps_its_data_every_way_back<B: Open>() {
         read_kernel(&mut b, y, size);
         b.synchronize().unwrap();
         for (id, want) in [(x, &dx), (y, &dy)] {
-            let mut seen = vec![0u8; size as usize];
-            b.read(id, 0, &mut seen).unwrap();
-            let bad = seen.chunks(4096).zip(want.chunks(4096)).filter(|(a, b)| a != b).count();
-            if bad > 0 {
-                wrong.push(format!("round {round}, region {id}: {bad} of {} pages", size / 4096));
-            }
+            pages_wrong(&mut b, id, want, &mut wrong, round);
         }
         b.free(x).unwrap();
         b.free(y).unwrap();
