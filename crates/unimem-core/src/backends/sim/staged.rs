@@ -157,13 +157,15 @@ impl SimBackend {
         let mut done = earliest;
         for (rs, re) in runs {
             let n = re - rs;
-            let room_at = self.make_room(n as u64 * PAGE_SIZE, protect, earliest);
             // Pages of a pooled buffer taken over (the region relocated into it) are on the
-            // device already: no repopulation, and the copy lands in resident pages.
+            // device already: no repopulation, and the copy lands in resident pages. They
+            // leave the spare account before room is made for the run, as the CUDA backend
+            // takes them (`take_spare`) before it makes room: held once, not twice.
             let r = &self.regions[&id];
             let spare_blocks = r.block_range(rs, re).filter(|&b| r.spare[b]).count();
             let resident = r.spare_pages_in(rs, re);
             self.budget.remove_spare(resident as u64 * PAGE_SIZE);
+            let room_at = self.make_room(n as u64 * PAGE_SIZE, protect, earliest);
             let r = self.regions.get_mut(&id).expect("checked by caller");
             // The staging copy stays, valid until the device writes the pages.
             if !r.host_data.is_empty() {
