@@ -424,9 +424,6 @@ fn wholly_staged_regions_come_back_into_pooled_pages_with_their_data<B: Open>() 
     assert!(s.peak_footprint_bytes <= budget, "pooled pages over the budget: {s:?}");
 }
 
-/// Data restored from staging and not written since goes out again without a copy (its slot
-/// still holds it); written, it is copied again; the bytes are right every time, read back
-/// by the host and by a kernel.
 /// Reads region `id` back and notes in `wrong` how many of its 4 KiB pages differ from `want`.
 fn pages_wrong<B: MemoryBackend>(b: &mut B, id: RegionId, want: &[u8], wrong: &mut Vec<String>, round: u64) {
     let mut seen = vec![0u8; want.len()];
@@ -512,6 +509,9 @@ fn a_region_swapped_out_keeps_its_data_every_way_back<B: Open>() {
     assert!(s.peak_footprint_bytes <= budget, "over the budget: {s:?}");
 }
 
+/// Data restored from staging and not written since goes out again without a copy (its slot
+/// still holds it); written, it is copied again; the bytes are right every time, read back
+/// by the host and by a kernel.
 fn clean_restored_data_is_staged_again_without_a_copy<B: Open>() {
     let size = 64 * B::MIB;
     let mut b = B::open(4 * size, 4 * size, 4 * size);

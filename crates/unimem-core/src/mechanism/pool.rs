@@ -95,10 +95,7 @@ impl<T: Buffer, E> BufferPool<T, E> {
     /// Keeps `buf`, whose blocks marked in `resident` are on the device, until `after` is done
     /// (see [`Pooled`] for `last_use`).
     pub fn put(&mut self, buf: T, resident: Vec<bool>, after: Vec<E>, last_use: Option<E>) {
-        let entry = Pooled::new(buf, resident, after, last_use, self.next_seq);
-        self.next_seq += 1;
-        self.resident_bytes += entry.resident_bytes();
-        self.by_size.entry(entry.buf.len()).or_default().push(entry);
+        self.keep(buf, resident, after, last_use, None);
     }
 
     /// Keeps the buffer of a wholly staged region, whose pages stay on the device for the next
@@ -111,8 +108,19 @@ impl<T: Buffer, E> BufferPool<T, E> {
         last_use: Option<E>,
         owner: Owner,
     ) {
+        self.keep(buf, resident, after, last_use, Some(owner));
+    }
+
+    fn keep(
+        &mut self,
+        buf: T,
+        resident: Vec<bool>,
+        after: Vec<E>,
+        last_use: Option<E>,
+        owner: Option<Owner>,
+    ) {
         let mut entry = Pooled::new(buf, resident, after, last_use, self.next_seq);
-        entry.owner = Some(owner);
+        entry.owner = owner;
         self.next_seq += 1;
         self.resident_bytes += entry.resident_bytes();
         self.by_size.entry(entry.buf.len()).or_default().push(entry);

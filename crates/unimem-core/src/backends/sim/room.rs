@@ -210,11 +210,7 @@ impl SimBackend {
                         pooled.push((b, be - bs));
                     }
                 }
-                None => {
-                    region.addr = this.next_addr;
-                    this.next_addr += bytes.div_ceil(BLOCK_SIZE) * BLOCK_SIZE;
-                    this.host_now += this.cost.alloc_ns(bytes);
-                }
+                None => region.addr = this.new_buffer(bytes),
             }
             let addr = region.addr;
             this.regions.insert(id, region);
@@ -227,6 +223,15 @@ impl SimBackend {
             }
             Ok(addr)
         })
+    }
+
+    /// The address of a new buffer of `bytes` (the pool had none), its allocation on the host's
+    /// clock.
+    pub(super) fn new_buffer(&mut self, bytes: u64) -> u64 {
+        self.host_now += self.cost.alloc_ns(bytes);
+        let addr = self.next_addr;
+        self.next_addr += bytes.div_ceil(BLOCK_SIZE) * BLOCK_SIZE;
+        addr
     }
 
     pub(super) fn free_region(&mut self, id: RegionId) -> Result<()> {

@@ -53,7 +53,8 @@ impl SimBackend {
                     // Duplicates keep their host copy; every device page of the block is dropped.
                     let dropped = r.on_device.remove(bs, be);
                     r.prefetched.remove(bs, be);
-                    if dropped == r.block_pages(b).1 - r.block_pages(b).0 {
+                    let (b0, b1) = r.block_pages(b);
+                    if dropped == b1 - b0 {
                         emptied.entry(id).or_insert_with(|| vec![false; r.blocks.len()])[b] = true;
                     }
                     this.note_device_released(dropped);
@@ -243,12 +244,7 @@ impl SimBackend {
         }
         let to = match self.budget.pool_mut().take_empty(bytes) {
             Some(entry) => entry.buf.addr,
-            None => {
-                self.host_now += self.cost.alloc_ns(bytes);
-                let addr = self.next_addr;
-                self.next_addr += bytes.div_ceil(BLOCK_SIZE) * BLOCK_SIZE;
-                addr
-            }
+            None => self.new_buffer(bytes),
         };
         let swapped = emptied.len() as u64;
         let r = self.regions.get_mut(&id).expect("checked by caller");
@@ -280,7 +276,6 @@ impl SimBackend {
             return 0;
         }
         let Some(entry) = self.budget.pool_mut().take_resident(r.bytes) else { return 0 };
-
         let r = self.regions.get_mut(&id).expect("checked by caller");
         r.spare = entry.resident;
         let from = std::mem::replace(&mut r.addr, entry.buf.addr);

@@ -205,7 +205,7 @@ impl CudaBackend {
     /// the device mark their blocks `spare` (see `relocate_staged`).
     pub(super) fn relocate_region(&mut self, id: RegionId, explicit: bool) -> Result<()> {
         let r = &self.regions[&id];
-        if !r.blocks.iter().all(|b| b.staged.is_some() && !b.spare && !b.read_mostly && !b.remote) {
+        if !Self::wholly_staged(r) {
             return Ok(());
         }
         // A prefetch leaves out blocks still being staged out (`leave_unsettled`); their new
