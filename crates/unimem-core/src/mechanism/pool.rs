@@ -136,14 +136,21 @@ impl<T: Buffer, E> BufferPool<T, E> {
         Some(entry)
     }
 
-    /// The same, only if that buffer has pages on the device.
+    /// For a restore copying into it: the buffer of `bytes` bytes with the most pages on the
+    /// device, the longest pooled among equals, if one has any. The copy in waits for the work
+    /// its `after` holds (the copies out of a buffer swapped out, behind its region's kernels),
+    /// which is the likeliest done in the longest pooled. (The latest pooled had made every
+    /// layer's weights on the transformer's decode trace wait for the kernel before it.)
     pub fn take_resident(&mut self, bytes: u64) -> Option<Pooled<T, E>> {
-        let resident = self.by_size.get(&bytes)?.iter().any(|e| e.resident_bytes() > 0);
-        if resident {
-            self.take(bytes)
-        } else {
-            None
-        }
+        let list = self.by_size.get_mut(&bytes)?;
+        let (at, _) = list
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.resident_bytes() > 0)
+            .max_by_key(|(_, e)| (e.resident_bytes(), std::cmp::Reverse(e.seq)))?;
+        let entry = list.remove(at);
+        self.resident_bytes -= entry.resident_bytes();
+        Some(entry)
     }
 
     /// A buffer of `bytes` bytes with no page on the device, if one waits.
@@ -223,7 +230,9 @@ mod tests {
         pool.put(Fake(10 * MIB, 4 * MIB), vec![true, false], vec![], None);
         pool.put(Fake(20 * MIB, 4 * MIB), vec![true, true], vec![], None);
         pool.put(Fake(30 * MIB, 4 * MIB), vec![false, true], vec![], None);
-        assert_eq!(pool.take_resident(4 * MIB).map(|e| e.buf.0), Some(20 * MIB));
+        pool.put(Fake(40 * MIB, 4 * MIB), vec![true, true], vec![], None);
+        assert_eq!(pool.take_resident(4 * MIB).map(|e| e.buf.0), Some(20 * MIB), "the longest pooled");
+        assert_eq!(pool.take(4 * MIB).map(|e| e.buf.0), Some(40 * MIB));
         assert_eq!(pool.take(4 * MIB).map(|e| e.buf.0), Some(30 * MIB), "the latest among equals");
         assert_eq!(pool.take(4 * MIB).map(|e| e.buf.0), Some(10 * MIB));
         let last = pool.take(4 * MIB).expect("the discarded one, last");
@@ -254,6 +263,7 @@ mod tests {
     enum Op {
         Put(u64, Vec<bool>),
         Take(u64),
+        TakeResident(u64),
         Shed(u64),
     }
 
@@ -266,7 +276,8 @@ mod tests {
                 proptest::collection::vec(any::<bool>(), len.div_ceil(BLOCK_SIZE) as usize)
                     .prop_map(move |resident| Op::Put(len, resident))
             }),
-            size.prop_map(Op::Take),
+            size.clone().prop_map(Op::Take),
+            size.prop_map(Op::TakeResident),
             (0u64..8 * MIB).prop_map(Op::Shed),
         ]
     }
@@ -274,7 +285,8 @@ mod tests {
     proptest::proptest! {
         /// Against a plain list of what was put: the pool's count of device bytes is the sum
         /// over its buffers, a take hands out a buffer of the size asked with the most resident
-        /// bytes (the latest among equals), and a shed takes the longest-pooled buffers with
+        /// bytes (the latest among equals; for a restore, one with resident bytes, the longest
+        /// pooled among equals), and a shed takes the longest-pooled buffers with
         /// device pages, in order, until it has the bytes asked for or none is left.
         #[test]
         fn the_pool_agrees_with_a_plain_list(ops in proptest::collection::vec(op(), 1..80)) {
@@ -298,6 +310,19 @@ mod tests {
                             .max_by_key(|(i, e)| (e.2, *i))
                             .map(|(i, _)| i);
                         let got = pool.take(len).map(|e| e.buf.0);
+                        proptest::prop_assert_eq!(got, want.map(|i| plain[i].0));
+                        if let Some(i) = want {
+                            plain.remove(i);
+                        }
+                    }
+                    Op::TakeResident(len) => {
+                        let want = plain
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, e)| e.1 == len && e.2 > 0)
+                            .max_by_key(|(i, e)| (e.2, std::cmp::Reverse(*i)))
+                            .map(|(i, _)| i);
+                        let got = pool.take_resident(len).map(|e| e.buf.0);
                         proptest::prop_assert_eq!(got, want.map(|i| plain[i].0));
                         if let Some(i) = want {
                             plain.remove(i);
