@@ -129,11 +129,7 @@ impl<T: Buffer, E> BufferPool<T, E> {
     /// The buffer of `bytes` bytes with the most pages on the device (the latest pooled among
     /// equals), if any buffer of that size waits.
     pub fn take(&mut self, bytes: u64) -> Option<Pooled<T, E>> {
-        let list = self.by_size.get_mut(&bytes)?;
-        let (at, _) = list.iter().enumerate().max_by_key(|(_, e)| (e.resident_bytes(), e.seq))?;
-        let entry = list.remove(at);
-        self.resident_bytes -= entry.resident_bytes();
-        Some(entry)
+        self.take_by(bytes, |e| Some((e.resident_bytes(), e.seq)))
     }
 
     /// For a restore copying into it: the buffer of `bytes` bytes with the most pages on the
@@ -142,12 +138,20 @@ impl<T: Buffer, E> BufferPool<T, E> {
     /// which is the likeliest done in the longest pooled. (The latest pooled had made every
     /// layer's weights on the transformer's decode trace wait for the kernel before it.)
     pub fn take_resident(&mut self, bytes: u64) -> Option<Pooled<T, E>> {
+        self.take_by(bytes, |e| {
+            (e.resident_bytes() > 0).then_some((e.resident_bytes(), std::cmp::Reverse(e.seq)))
+        })
+    }
+
+    /// The buffer of `bytes` bytes with the largest `rank` (None: not eligible), taken out.
+    fn take_by<K: Ord>(
+        &mut self,
+        bytes: u64,
+        rank: impl Fn(&Pooled<T, E>) -> Option<K>,
+    ) -> Option<Pooled<T, E>> {
         let list = self.by_size.get_mut(&bytes)?;
-        let (at, _) = list
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| e.resident_bytes() > 0)
-            .max_by_key(|(_, e)| (e.resident_bytes(), std::cmp::Reverse(e.seq)))?;
+        let (at, _) =
+            list.iter().enumerate().filter_map(|(i, e)| Some((i, rank(e)?))).max_by(|a, b| a.1.cmp(&b.1))?;
         let entry = list.remove(at);
         self.resident_bytes -= entry.resident_bytes();
         Some(entry)
@@ -302,28 +306,17 @@ mod tests {
                         plain.push((id as u64, len, resident_of(len, &resident)));
                         pool.put(Fake(id as u64, len), resident, vec![], None);
                     }
-                    Op::Take(len) => {
+                    Op::Take(len) | Op::TakeResident(len) => {
+                        let restore = matches!(op, Op::TakeResident(_));
+                        // The latest among equals, or for a restore the longest pooled.
                         let want = plain
                             .iter()
                             .enumerate()
-                            .filter(|(_, e)| e.1 == len)
-                            .max_by_key(|(i, e)| (e.2, *i))
+                            .filter(|(_, e)| e.1 == len && (!restore || e.2 > 0))
+                            .max_by_key(|(i, e)| (e.2, if restore { usize::MAX - i } else { *i }))
                             .map(|(i, _)| i);
-                        let got = pool.take(len).map(|e| e.buf.0);
-                        proptest::prop_assert_eq!(got, want.map(|i| plain[i].0));
-                        if let Some(i) = want {
-                            plain.remove(i);
-                        }
-                    }
-                    Op::TakeResident(len) => {
-                        let want = plain
-                            .iter()
-                            .enumerate()
-                            .filter(|(_, e)| e.1 == len && e.2 > 0)
-                            .max_by_key(|(i, e)| (e.2, std::cmp::Reverse(*i)))
-                            .map(|(i, _)| i);
-                        let got = pool.take_resident(len).map(|e| e.buf.0);
-                        proptest::prop_assert_eq!(got, want.map(|i| plain[i].0));
+                        let got = if restore { pool.take_resident(len) } else { pool.take(len) };
+                        proptest::prop_assert_eq!(got.map(|e| e.buf.0), want.map(|i| plain[i].0));
                         if let Some(i) = want {
                             plain.remove(i);
                         }
