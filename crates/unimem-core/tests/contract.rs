@@ -74,7 +74,7 @@ contract!(
     pooled_pages_give_way_to_data_within_the_budget,
     wholly_staged_regions_come_back_into_pooled_pages_with_their_data,
     a_region_swapped_out_keeps_its_data_every_way_back,
-    a_prefetch_behind_a_swap_out_relocates_and_the_rest_comes_back_intact,
+    a_prefetch_behind_a_swap_out_leaves_it_and_every_byte_comes_back,
     clean_restored_data_is_staged_again_without_a_copy,
     data_staged_from_the_device_is_read_straight_back_by_the_host,
 );
@@ -511,12 +511,11 @@ fn a_region_swapped_out_keeps_its_data_every_way_back<B: Open>() {
 }
 
 /// With relocation allowed, a prefetch right behind the stage-outs of the regions it asks for:
-/// one staged out and settled, one whose stage-out (a swap-out) the device is still running.
-/// On the GPU the second relocates into pooled pages at once while its blocks, left out of
-/// the prefetch, stay spare; the kernel (even rounds) or the host (odd rounds) that reads it
-/// next waits for its stage-out before copying it in. Every byte of all three regions comes
-/// back (256 MiB each, four rounds).
-fn a_prefetch_behind_a_swap_out_relocates_and_the_rest_comes_back_intact<B: Open>() {
+/// one staged out and settled, one whose stage-out (a swap-out) the device is still running,
+/// which the prefetch leaves out; the kernel (even rounds) or the host (odd rounds) that reads
+/// it next brings it back. Every byte of all three regions comes back (256 MiB each, four
+/// rounds).
+fn a_prefetch_behind_a_swap_out_leaves_it_and_every_byte_comes_back<B: Open>() {
     let size = 256 * B::MIB;
     let budget = 1024 * B::MIB;
     let mut b = B::open(budget, 1024 * B::MIB, 1024 * B::MIB).relocating();

@@ -80,17 +80,12 @@ impl CudaBackend {
         }
         let mut staged: Vec<StagedBlock> = Vec::new();
         let mut waited: FxHashSet<*const CudaEvent> = FxHashSet::default();
-        let h2d = [self.streams.h2d.clone()];
         for &BlockId { region: id, block: b } in &blocks {
             if let Some(slot) = self.regions[&id].blocks[b as usize].staged {
-                let key = BlockId { region: id, block: b };
-                staged.push(StagedBlock { block: key, slot });
+                staged.push(StagedBlock { block: BlockId { region: id, block: b }, slot });
                 // Its discard is issued now if still pending; the repopulation follows it on
-                // `remap`, so no stream has to wait for the stage-out's end. A block copied
-                // into pages already on the device has no repopulation to follow: the copy
-                // waits for the stage-out itself.
-                let streams = if in_place.contains(&key) { &h2d[..] } else { &[] };
-                self.after_stage_out(id, b, streams, &mut waited, "restore after staging")?;
+                // `remap`, so no stream has to wait for the stage-out's end.
+                self.after_stage_out(id, b, &[], &mut waited, "restore after staging")?;
             }
         }
         let owned: (Vec<DevRange>, Vec<DevRange>);
@@ -192,17 +187,11 @@ impl CudaBackend {
         for r in ranges {
             asked.entry(r.region).or_default().extend(self.regions[&r.region].blocks_of(r.offset, r.len));
         }
-        let mut running = FxHashMap::default();
         for (id, wanted) in asked {
             if self.budget.pool().resident_bytes() > 0 {
                 self.relocate_region(id, explicit)?;
             }
             for b in wanted {
-                // A prefetch leaves out blocks still being staged out (`leave_unsettled`): their
-                // pages stay spare for the kernel that restores them.
-                if explicit && self.unsettled(id, b as u32, &mut running) {
-                    continue;
-                }
                 if self.take_spare(id, b) {
                     in_place.insert(BlockId::new(id, b));
                 }
@@ -212,30 +201,26 @@ impl CudaBackend {
     }
 
     /// Moves region `id` into a pooled buffer of its size with pages on the device, if every
-    /// block of it is staged and one waits: the new pages on the device mark their blocks
-    /// `spare` (see `relocate_staged`).
+    /// block of it is staged (and, for a prefetch, settled) and one waits: the new pages on
+    /// the device mark their blocks `spare` (see `relocate_staged`).
     pub(super) fn relocate_region(&mut self, id: RegionId, explicit: bool) -> Result<()> {
         let r = &self.regions[&id];
         if !Self::wholly_staged(r) {
             return Ok(());
         }
+        // A prefetch leaves out blocks still being staged out (`leave_unsettled`); their new
+        // pages would wait outside the account for a kernel's restore.
+        let mut running = FxHashMap::default();
+        if explicit && (0..r.blocks.len() as u32).any(|b| self.unsettled(id, b, &mut running)) {
+            return Ok(());
+        }
         let Some(entry) = self.budget.pool_mut().take_resident(r.bytes) else { return Ok(()) };
         // The old buffer's stage-out ends with its discards (issued now where pending): the
-        // copies in wait for them (they follow the copies out), the buffer's next user too. A
-        // prefetch leaves out blocks still being staged out (`leave_unsettled`): it does not
-        // wait for them; they keep their stage-out's end for the restore that copies them in.
-        // (Refusing to relocate then had the advisor's restores on the transformer's decode
-        // trace relocate a third as often on the H200 as on the simulator, which relocates.)
+        // copies in wait for them (they follow the copies out), the buffer's next user too.
         let (h2d, mut waited) = ([self.streams.h2d.clone()], FxHashSet::default());
-        let (mut after, mut running): (Vec<Arc<CudaEvent>>, _) = (Vec::new(), FxHashMap::default());
+        let mut after: Vec<Arc<CudaEvent>> = Vec::new();
         for b in 0..r.blocks.len() as u32 {
-            let ev = if explicit && self.unsettled(id, b, &mut running) {
-                self.issue_discard_of(BlockId { region: id, block: b })?;
-                self.staged_done.get(&BlockId { region: id, block: b }).cloned()
-            } else {
-                self.after_stage_out(id, b, &h2d, &mut waited, "copy in after the stage-out")?
-            };
-            if let Some(ev) = ev {
+            if let Some(ev) = self.after_stage_out(id, b, &h2d, &mut waited, "copy in after the stage-out")? {
                 if !after.iter().any(|e| Arc::ptr_eq(e, &ev)) {
                     after.push(ev);
                 }
