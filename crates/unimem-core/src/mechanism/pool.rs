@@ -157,11 +157,9 @@ impl<T: Buffer, E> BufferPool<T, E> {
         Some(entry)
     }
 
-    /// A buffer of `bytes` bytes with no page on the device, if one waits.
+    /// A buffer of `bytes` bytes with no page on the device, the longest pooled, if one waits.
     pub fn take_empty(&mut self, bytes: u64) -> Option<Pooled<T, E>> {
-        let list = self.by_size.get_mut(&bytes)?;
-        let at = list.iter().position(|e| e.resident_bytes() == 0)?;
-        Some(list.remove(at))
+        self.take_by(bytes, |e| (e.resident_bytes() == 0).then_some(std::cmp::Reverse(e.seq)))
     }
 
     /// Takes out buffers with pages on the device, the longest pooled first, until they hold
