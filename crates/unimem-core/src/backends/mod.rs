@@ -4,7 +4,7 @@
 pub mod cuda;
 pub mod sim;
 
-use crate::config::{BackendChoice, Config, Oversubscribe, PolicyTime};
+use crate::config::{BackendChoice, Config, Memory, Oversubscribe, PolicyTime};
 use crate::cost::CostModel;
 use crate::error::Result;
 use crate::seam::{DeviceId, MemoryBackend};
@@ -27,6 +27,8 @@ pub struct BackendSpec {
     /// ... of which this much is pinned before the work starts (the CUDA backend pins the rest
     /// when it needs it).
     pub pin_now: u64,
+    /// Where the CUDA backend keeps regions.
+    pub memory: Memory,
     /// Managed allocations may go past the device's free memory (CUDA; never by default).
     pub allow_oversubscription: bool,
     /// Restores may bring a wholly staged region back at another address: only for a caller
@@ -47,6 +49,7 @@ impl BackendSpec {
             capacity,
             staging,
             pin_now,
+            memory: config.memory,
             allow_oversubscription: config.oversubscribe == Oversubscribe::Allow,
             relocate: false,
             charge_host_work: config.sim.policy_time == PolicyTime::Measured,
@@ -57,12 +60,23 @@ impl BackendSpec {
 /// Opens the backend `spec` names. `Auto` picks CUDA when a device is present and the
 /// simulator otherwise; every report says which ran.
 pub fn open(spec: &BackendSpec) -> Result<Box<dyn MemoryBackend>> {
-    let gpu = || {
-        cuda::CudaBackend::open(spec.device.0 as usize, spec.capacity, spec.allow_oversubscription)?
-            .with_staging(spec.staging, spec.pin_now)
-            .map(|b| b.with_relocation(spec.relocate))
+    let gpu = || -> Result<Box<dyn MemoryBackend>> {
+        let ordinal = spec.device.0 as usize;
+        Ok(match spec.memory {
+            Memory::Managed => Box::new(
+                cuda::CudaBackend::open(ordinal, spec.capacity, spec.allow_oversubscription)?
+                    .with_staging(spec.staging, spec.pin_now)?
+                    .with_relocation(spec.relocate),
+            ),
+            Memory::Vmm => Box::new(
+                cuda::VmmBackend::open(ordinal, spec.capacity)?.with_staging(spec.staging, spec.pin_now)?,
+            ),
+        })
     };
     let simulator = || {
+        if spec.memory == Memory::Vmm {
+            tracing::warn!("memory = \"vmm\" is not modelled by the simulator: it runs as managed memory");
+        }
         Box::new(
             sim::SimBackend::new(spec.cost.clone(), spec.capacity)
                 .with_staging(spec.staging)
@@ -72,9 +86,9 @@ pub fn open(spec: &BackendSpec) -> Result<Box<dyn MemoryBackend>> {
     };
     match spec.which {
         BackendChoice::Sim => Ok(simulator()),
-        BackendChoice::Cuda => Ok(Box::new(gpu()?)),
+        BackendChoice::Cuda => gpu(),
         BackendChoice::Auto => match gpu() {
-            Ok(gpu) => Ok(Box::new(gpu)),
+            Ok(gpu) => Ok(gpu),
             Err(crate::Error::BackendUnavailable { reason, .. }) => {
                 tracing::info!(%reason, "backend auto: using the simulator");
                 Ok(simulator())

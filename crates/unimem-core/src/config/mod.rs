@@ -45,6 +45,18 @@ pub enum Oversubscribe {
     Allow,
 }
 
+/// Where the CUDA backend keeps regions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Memory {
+    /// Managed memory (`cuMemAllocManaged`), driven by advice and prefetch (the default).
+    Managed,
+    /// CUDA virtual memory: 2 MiB device chunks, and pinned host chunks mapped at the same
+    /// address when data is evicted; copies run both ways at once and restores need no page
+    /// population (`docs/decisions.md`, "Regions in CUDA virtual memory").
+    Vmm,
+}
+
 /// A replay policy by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -239,6 +251,8 @@ pub struct Config {
     pub budget: Budget,
     /// `deny` or `allow` managed allocations beyond the device's free memory.
     pub oversubscribe: Oversubscribe,
+    /// `managed` or `vmm`: where the CUDA backend keeps regions.
+    pub memory: Memory,
     /// Pinned host memory that evictions are staged in (bytes, or a percent of the budget);
     /// `0`: evictions migrate.
     pub staging: Staging,
@@ -298,6 +312,7 @@ impl Default for Config {
             backend: BackendChoice::Auto,
             budget: Budget::Percent(100.0),
             oversubscribe: Oversubscribe::Deny,
+            memory: Memory::Managed,
             staging: Staging::Auto,
             sim: SimConfig { profile: String::new(), policy_time: PolicyTime::Free },
             replay: ReplayConfig {

@@ -13,6 +13,8 @@ mod kernels;
 mod managed;
 pub mod probe;
 mod staging;
+mod vmm;
+mod vmm_backend;
 
 pub use backend::CudaBackend;
 pub use device::{Capabilities, CudaDevice};
@@ -22,6 +24,7 @@ pub use managed::{
     RESERVE_BYTES,
 };
 pub use staging::{Run, Slot, StagingPool, SLOT_BYTES};
+pub use vmm_backend::VmmBackend;
 
 use crate::error::Error;
 

@@ -7,109 +7,17 @@
 //! The data is checked after every move.
 
 use super::*;
+use crate::backends::cuda::vmm::{granularity, Physical, Place, Reserved};
 
 /// A 64 MiB chunk: a unit of mapping and copying.
 const CHUNK: u64 = 64 << 20;
 /// Chunks moved by the rate rows (at most the probe's buffer size).
 const MAX_CHUNKS: u64 = 16;
 
-/// Where a physical chunk lives.
-#[derive(Clone, Copy)]
-enum Place {
-    Device(i32),
-    HostNuma(i32),
-}
-
-fn prop(place: Place) -> sys::CUmemAllocationProp {
-    let (type_, id) = match place {
-        Place::Device(d) => (sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE, d),
-        Place::HostNuma(n) => (sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST_NUMA, n),
-    };
-    sys::CUmemAllocationProp {
-        type_: sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
-        requestedHandleTypes: sys::CUmemAllocationHandleType_enum(0),
-        location: sys::CUmemLocation { type_, id },
-        win32HandleMetaData: std::ptr::null_mut(),
-        allocFlags: sys::CUmemAllocationProp_st__bindgen_ty_1 {
-            compressionType: 0,
-            gpuDirectRDMACapable: 0,
-            usage: 0,
-            reserved: [0; 4],
-        },
-    }
-}
-
-/// Physical memory of one chunk, released on drop (after any mapping of it is gone).
-struct Physical(sys::CUmemGenericAllocationHandle);
-
-impl Physical {
-    fn create(place: Place, bytes: u64) -> Result<Self> {
-        let mut h: sys::CUmemGenericAllocationHandle = 0;
-        let p = prop(place);
-        // SAFETY: one out-handle and a property struct that outlives the call.
-        unsafe { sys::cuMemCreate(&mut h, bytes as usize, &p, 0) }
-            .result()
-            .map_err(cuda_err("cuMemCreate", format!("{} MiB", bytes >> 20)))?;
-        Ok(Self(h))
-    }
-}
-
-impl Drop for Physical {
-    fn drop(&mut self) {
-        // SAFETY: created above; a handle still mapped is kept alive by the driver until unmapped.
-        unsafe { sys::cuMemRelease(self.0) };
-    }
-}
-
-/// A reserved virtual range, freed on drop (callers unmap first).
-struct Reserved {
-    va: u64,
-    bytes: u64,
-}
-
-impl Reserved {
-    fn new(bytes: u64) -> Result<Self> {
-        let mut va = 0u64;
-        // SAFETY: one out-pointer; no fixed address asked.
-        unsafe { sys::cuMemAddressReserve(&mut va, bytes as usize, 0, 0, 0) }
-            .result()
-            .map_err(cuda_err("cuMemAddressReserve", format!("{} MiB", bytes >> 20)))?;
-        Ok(Self { va, bytes })
-    }
-
-    /// Maps `chunk` at `offset` and gives the device read-write access.
-    fn map(&self, offset: u64, chunk: &Physical, device: i32) -> Result<()> {
-        let va = self.va + offset;
-        // SAFETY: the range lies inside the reservation and is not mapped.
-        unsafe { sys::cuMemMap(va, CHUNK as usize, 0, chunk.0, 0) }
-            .result()
-            .map_err(cuda_err("cuMemMap", "probe chunk"))?;
-        let access = sys::CUmemAccessDesc {
-            location: sys::CUmemLocation {
-                type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
-                id: device,
-            },
-            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
-        };
-        // SAFETY: the range was just mapped.
-        unsafe { sys::cuMemSetAccess(va, CHUNK as usize, &access, 1) }
-            .result()
-            .map_err(cuda_err("cuMemSetAccess", "probe chunk"))
-    }
-
-    fn unmap(&self, offset: u64) -> Result<()> {
-        // SAFETY: the chunk at `offset` was mapped by `map`.
-        unsafe { sys::cuMemUnmap(self.va + offset, CHUNK as usize) }
-            .result()
-            .map_err(cuda_err("cuMemUnmap", "probe chunk"))
-    }
-}
-
-impl Drop for Reserved {
-    fn drop(&mut self) {
-        // SAFETY: reserved above; every mapping in it was undone by its owner.
-        unsafe { sys::cuMemAddressFree(self.va, self.bytes as usize) };
-    }
+/// Maps `chunk` whole at `offset` in `range` and gives the device read-write access.
+fn map(range: &Reserved, offset: u64, chunk: &Physical, device: i32) -> Result<()> {
+    range.map(offset, chunk.bytes(), chunk, 0)?;
+    range.grant(offset, chunk.bytes(), device)
 }
 
 /// Pinned host memory (`cuMemHostAlloc`), freed on drop.
@@ -171,13 +79,7 @@ pub(super) fn rows(c: &Ctx<'_>, n: &mut Notes) -> Result<()> {
     let device = dev.ordinal() as i32;
     let chunks = (bytes / CHUNK).clamp(2, MAX_CHUNKS);
     let total = chunks * CHUNK;
-    let mut granularity = 0usize;
-    let p = prop(Place::Device(device));
-    let option = sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM;
-    // SAFETY: one out-value and a property struct that outlives the call.
-    unsafe { sys::cuMemGetAllocationGranularity(&mut granularity, &p, option) }
-        .result()
-        .map_err(cuda_err("cuMemGetAllocationGranularity", "device"))?;
+    let granularity = granularity(Place::Device(device))?;
     n.note("VMM: allocation granularity on the device", granularity as f64, "bytes", None);
 
     // A device-backed range, and pinned host memory of the same size.
@@ -186,7 +88,7 @@ pub(super) fn rows(c: &Ctx<'_>, n: &mut Notes) -> Result<()> {
     let t_map = host_timed(|| {
         for i in 0..chunks {
             let chunk = Physical::create(Place::Device(device), CHUNK)?;
-            range.map(i * CHUNK, &chunk, device)?;
+            map(&range, i * CHUNK, &chunk, device)?;
             device_chunks.push(chunk);
         }
         Ok(())
@@ -201,9 +103,9 @@ pub(super) fn rows(c: &Ctx<'_>, n: &mut Notes) -> Result<()> {
     fill(&host_a, total, 7);
 
     // One way each, then both at once on two streams.
-    let t_h2d = timed(s, || copy(range.va, host_a.addr(), total, s))?;
+    let t_h2d = timed(s, || copy(range.va(), host_a.addr(), total, s))?;
     let h2d = n.note("VMM: pinned host -> device chunks, 64 MiB copies", gbps(total, t_h2d), "GB/s", None);
-    let t_d2h = timed(s, || copy(host_b.addr(), range.va, total, s))?;
+    let t_d2h = timed(s, || copy(host_b.addr(), range.va(), total, s))?;
     let d2h = n.note("VMM: device chunks -> pinned host", gbps(total, t_d2h), "GB/s", None);
     // SAFETY: the copy is done (timed synchronises through its events' elapsed time).
     let back = unsafe { std::slice::from_raw_parts(host_b.ptr.cast::<u32>(), (total / 4) as usize) };
@@ -215,8 +117,8 @@ pub(super) fn rows(c: &Ctx<'_>, n: &mut Notes) -> Result<()> {
     let t_both = timed(s, || {
         let fork = s.record_event(None).map_err(cuda_err("cuEventRecord", "vmm duplex"))?;
         s2.wait(&fork).map_err(cuda_err("cuStreamWaitEvent", "vmm duplex"))?;
-        copy(range.va, host_a.addr(), half, s)?;
-        copy(host_b.addr(), range.va + half, half, s2)?;
+        copy(range.va(), host_a.addr(), half, s)?;
+        copy(host_b.addr(), range.va() + half, half, s2)?;
         let join = s2.record_event(None).map_err(cuda_err("cuEventRecord", "vmm duplex"))?;
         s.wait(&join).map_err(cuda_err("cuStreamWaitEvent", "vmm duplex"))
     })?;
@@ -225,26 +127,26 @@ pub(super) fn rows(c: &Ctx<'_>, n: &mut Notes) -> Result<()> {
 
     // Unmapping: alone, and while a kernel runs on other memory (does it wait for the device?).
     sync(s)?;
-    let t_unmap = host_timed(|| range.unmap(0))?;
+    let t_unmap = host_timed(|| range.unmap(0, CHUNK))?;
     n.note("VMM: unmap of a 64 MiB chunk, device idle (host time)", t_unmap as f64, "ns", None);
-    range.map(0, &device_chunks[0], device)?;
+    map(&range, 0, &device_chunks[0], device)?;
     let other = ManagedBuffer::alloc(dev, CHUNK)?;
     kernels.touch(s2, &[(other.ptr(), CHUNK, TouchMode::Write)], 4096, 50_000_000)?;
-    let t_busy = host_timed(|| range.unmap(CHUNK))?;
+    let t_busy = host_timed(|| range.unmap(CHUNK, CHUNK))?;
     n.note("VMM: unmap while a 50 ms kernel runs on other memory (host time)", t_busy as f64, "ns", None);
-    range.map(CHUNK, &device_chunks[1], device)?;
+    map(&range, CHUNK, &device_chunks[1], device)?;
     sync(s2)?;
 
     // Moving a chunk to host memory at the same address: copy out, unmap, map host memory.
     let host_chunk = Physical::create(Place::HostNuma(0), CHUNK)?;
     let staging = Reserved::new(CHUNK)?;
-    staging.map(0, &host_chunk, device)?;
-    let t_copy = timed(s, || copy(staging.va, range.va, CHUNK, s))?;
+    map(&staging, 0, &host_chunk, device)?;
+    let t_copy = timed(s, || copy(staging.va(), range.va(), CHUNK, s))?;
     n.note("VMM: device chunk -> HOST_NUMA chunk copy", gbps(CHUNK, t_copy), "GB/s", None);
-    staging.unmap(0)?;
+    staging.unmap(0, CHUNK)?;
     let t_remap = host_timed(|| {
-        range.unmap(0)?;
-        range.map(0, &host_chunk, device)
+        range.unmap(0, CHUNK)?;
+        map(&range, 0, &host_chunk, device)
     })?;
     n.note(
         "VMM: remap a 64 MiB chunk to HOST_NUMA memory at the same address (host time)",
@@ -256,21 +158,168 @@ pub(super) fn rows(c: &Ctx<'_>, n: &mut Notes) -> Result<()> {
     let words = CHUNK / 4;
     let mut got = 0;
     let t_read = timed(s, || {
-        got = kernels.sum_u32(s, range.va, words)?;
+        got = kernels.sum_u32(s, range.va(), words)?;
         Ok(())
     })?;
     n.note("VMM: kernel read of a chunk mapped to host memory", gbps(CHUNK, t_read), "GB/s", None);
     if got != expected_sum(words, 7) {
         return Err(Error::cuda("VMM probe", "a chunk remapped to host memory lost its data"));
     }
-    range.unmap(0)?;
+    range.unmap(0, CHUNK)?;
     for i in 1..chunks {
-        range.unmap(i * CHUNK)?;
+        range.unmap(i * CHUNK, CHUNK)?;
     }
     drop(host_chunk);
     drop(device_chunks);
 
+    block_rows(c, n)?;
     managed_copy_duplex(c, n)
+}
+
+/// 2 MiB blocks: the unit a placement in VMM memory would move. Per block, the host time of
+/// each call a block's move needs (create, map, grant, unmap, a remap to host memory at its
+/// address), whether one call covers many blocks' mappings, and the copy rates both ways at once
+/// in 2 MiB copies; beside them plain `cuMemAlloc` memory both ways at once.
+fn block_rows(c: &Ctx<'_>, n: &mut Notes) -> Result<()> {
+    let Ctx { dev, kernels, s, s2, .. } = *c;
+    let device = dev.ordinal() as i32;
+    let block = granularity(Place::Device(device))?.max(2 << 20);
+    let blocks = 64u64;
+    let total = blocks * block;
+    let per = |ns: u64| ns as f64 / blocks as f64;
+
+    let range = Reserved::new(total)?;
+    let mut chunks = Vec::new();
+    let t = host_timed(|| {
+        for _ in 0..blocks {
+            chunks.push(Physical::create(Place::Device(device), block)?);
+        }
+        Ok(())
+    })?;
+    n.note("VMM block: create a 2 MiB device chunk (host time)", per(t), "ns", None);
+    let t = host_timed(|| (0..blocks).try_for_each(|i| range.map(i * block, block, &chunks[i as usize], 0)))?;
+    n.note("VMM block: map a 2 MiB chunk (host time)", per(t), "ns", None);
+    let t = host_timed(|| (0..blocks).try_for_each(|i| range.grant(i * block, block, device)))?;
+    n.note("VMM block: set access on one 2 MiB mapping (host time)", per(t), "ns", None);
+    let t = host_timed(|| range.grant(0, total, device))?;
+    n.note("VMM block: set access on 64 mappings in one call, per block (host time)", per(t), "ns", None);
+    let t = host_timed(|| (0..blocks).try_for_each(|i| range.unmap(i * block, block)))?;
+    n.note("VMM block: unmap one 2 MiB mapping (host time)", per(t), "ns", None);
+    (0..blocks).try_for_each(|i| range.map(i * block, block, &chunks[i as usize], 0))?;
+    let t0 = std::time::Instant::now();
+    let spans = range.unmap(0, total).is_ok();
+    let t = t0.elapsed().as_nanos() as u64;
+    n.note(
+        "VMM block: one unmap over 64 adjacent mappings works (1 yes, 0 no)",
+        spans as u8 as f64,
+        "",
+        None,
+    );
+    if spans {
+        n.note("VMM block: that unmap, per block (host time)", per(t), "ns", None);
+    } else {
+        (0..blocks).try_for_each(|i| range.unmap(i * block, block))?;
+    }
+
+    // Host memory: a chunk per block (`cuMemMap` maps a whole allocation), each mapped at a
+    // mirror range for copies, and at the range as an evicted block would be.
+    n.note("VMM block: HOST_NUMA granularity", granularity(Place::HostNuma(0))? as f64, "bytes", None);
+    let mut host = Vec::new();
+    let t = host_timed(|| {
+        for _ in 0..blocks {
+            host.push(Physical::create(Place::HostNuma(0), block)?);
+        }
+        Ok(())
+    })?;
+    n.note("VMM block: create a 2 MiB HOST_NUMA chunk (host time)", per(t), "ns", None);
+    let mirror = Reserved::new(total)?;
+    (0..blocks).try_for_each(|i| range_map_grant(&mirror, i * block, block, &host[i as usize], device))?;
+    let pinned = Pinned::new(total)?;
+    fill(&pinned, total, 11);
+    let t = timed(s, || copy(mirror.va(), pinned.addr(), total, s))?;
+    n.note("VMM block: pinned -> HOST_NUMA memory, one copy", gbps(total, t), "GB/s", None);
+    let t = host_timed(|| {
+        for i in 0..blocks {
+            range.map(i * block, block, &host[i as usize], 0)?;
+            range.grant(i * block, block, device)?;
+        }
+        Ok(())
+    })?;
+    n.note("VMM block: map + set access of host memory per block (host time)", per(t), "ns", None);
+    let words = total / 4;
+    let got = kernels.sum_u32(s, range.va(), words)?;
+    if got != expected_sum(words, 11) {
+        return Err(Error::cuda("VMM probe", "blocks mapped to host memory lost their data"));
+    }
+    // Restore every block: copy in from the mirror through the chunks' own mapping, then remap
+    // the block to its device chunk.
+    let staging = Reserved::new(total)?;
+    (0..blocks).try_for_each(|i| range_map_grant(&staging, i * block, block, &chunks[i as usize], device))?;
+    let t = timed(s, || {
+        (0..blocks).try_for_each(|i| copy(staging.va() + i * block, mirror.va() + i * block, block, s))
+    })?;
+    n.note("VMM block: HOST_NUMA -> device chunks, 2 MiB copies", gbps(total, t), "GB/s", None);
+    sync(s)?;
+    let t = host_timed(|| {
+        for i in 0..blocks {
+            range.unmap(i * block, block)?;
+            range.map(i * block, block, &chunks[i as usize], 0)?;
+            range.grant(i * block, block, device)?;
+        }
+        Ok(())
+    })?;
+    n.note("VMM block: remap a block from host memory to its device chunk (host time)", per(t), "ns", None);
+    let got = kernels.sum_u32(s, range.va(), words)?;
+    if got != expected_sum(words, 11) {
+        return Err(Error::cuda("VMM probe", "blocks remapped to device chunks lost their data"));
+    }
+    // Both ways at once in 2 MiB copies: half the blocks out to host memory, half in.
+    let half = blocks / 2;
+    let t = timed(s, || {
+        let fork = s.record_event(None).map_err(cuda_err("cuEventRecord", "vmm block duplex"))?;
+        s2.wait(&fork).map_err(cuda_err("cuStreamWaitEvent", "vmm block duplex"))?;
+        for i in 0..half {
+            copy(mirror.va() + i * block, range.va() + i * block, block, s)?;
+            copy(range.va() + (half + i) * block, mirror.va() + (half + i) * block, block, s2)?;
+        }
+        let join = s2.record_event(None).map_err(cuda_err("cuEventRecord", "vmm block duplex"))?;
+        s.wait(&join).map_err(cuda_err("cuStreamWaitEvent", "vmm block duplex"))
+    })?;
+    n.note("VMM block: 2 MiB copies both ways at once, aggregate", gbps(total, t), "GB/s", None);
+    sync(s)?;
+    let t = host_timed(|| {
+        for i in 0..blocks {
+            range.unmap(i * block, block)?;
+            range.map(i * block, block, &host[i as usize], 0)?;
+            range.grant(i * block, block, device)?;
+        }
+        Ok(())
+    })?;
+    n.note("VMM block: remap a block from its device chunk to host memory (host time)", per(t), "ns", None);
+    (0..blocks).try_for_each(|i| range.unmap(i * block, block))?;
+    (0..blocks).try_for_each(|i| staging.unmap(i * block, block))?;
+    (0..blocks).try_for_each(|i| mirror.unmap(i * block, block))?;
+    drop(chunks);
+
+    // Plain device memory both ways at once with pinned memory.
+    let plain = DeviceMemory::alloc(total)?;
+    let other = Pinned::new(total)?;
+    let t = timed(s, || {
+        let fork = s.record_event(None).map_err(cuda_err("cuEventRecord", "plain duplex"))?;
+        s2.wait(&fork).map_err(cuda_err("cuStreamWaitEvent", "plain duplex"))?;
+        copy(plain.0, pinned.addr(), total / 2, s)?;
+        copy(other.addr(), plain.0 + total / 2, total / 2, s2)?;
+        let join = s2.record_event(None).map_err(cuda_err("cuEventRecord", "plain duplex"))?;
+        s.wait(&join).map_err(cuda_err("cuStreamWaitEvent", "plain duplex"))
+    })?;
+    n.note("cuMemAlloc memory <-> pinned both ways at once, aggregate", gbps(total, t), "GB/s", None);
+    sync(s)?;
+    Ok(())
+}
+
+fn range_map_grant(range: &Reserved, offset: u64, bytes: u64, chunk: &Physical, device: i32) -> Result<()> {
+    range.map(offset, bytes, chunk, 0)?;
+    range.grant(offset, bytes, device)
 }
 
 /// Managed memory: a stage-out (device-resident managed data copied into pinned memory) beside

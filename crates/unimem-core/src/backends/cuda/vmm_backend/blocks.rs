@@ -1,0 +1,635 @@
+//! Blocks moving: restores (map device chunks, copy in), evictions (copy out after the last
+//! kernel, remap to host chunks once done), room made as the driver would, kernel launches.
+
+use rustc_hash::FxHashSet;
+
+use super::*;
+
+/// Where the room a restore needed came from (the emulated driver's evictions are counted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Site {
+    Prefetch = 0,
+    Kernel = 1,
+}
+
+impl VmmBackend {
+    /// Remaps blocks whose eviction is done to their host chunks and releases freed regions
+    /// whose work is done; with `all` (the device is idle) every one.
+    pub(super) fn settle(&mut self, all: bool) -> Result<()> {
+        while let Some(front) = self.releasing.front() {
+            if !all && !front.after.iter().all(|e| e.is_complete()) {
+                break;
+            }
+            let rel = self.releasing.pop_front().expect("front");
+            self.release(rel.region)?;
+        }
+        let mut ready = Vec::new();
+        while let Some((block, ev)) = self.leaving.front() {
+            match self.leaving_state(*block, ev) {
+                None => {}
+                Some(done) if done || all => ready.push(*block),
+                Some(_) => break,
+            }
+            self.leaving.pop_front();
+        }
+        self.remap_to_host(ready)
+    }
+
+    /// For a queued eviction: `None` where it is stale (the block went, or a use cancelled it),
+    /// else whether everything it waits for is done.
+    fn leaving_state(&self, block: BlockId, ev: &Arc<CudaEvent>) -> Option<bool> {
+        let blk = self.regions.get(&block.region)?.blocks.get(block.block as usize)?;
+        let current = blk.leaving.as_ref().filter(|l| Arc::ptr_eq(l, ev))?;
+        let done = |e: &Option<Arc<CudaEvent>>| e.as_ref().is_none_or(|e| e.is_complete());
+        Some(current.is_complete() && done(&blk.host_ready))
+    }
+
+    /// Remaps `blocks` (evictions done) to their host chunks, or to nothing where they have
+    /// none (dead data); their device chunks become free (a lent one is its new owner's
+    /// already). One unmap and one grant per run; then free chunks past the capacity go.
+    fn remap_to_host(&mut self, mut blocks: Vec<BlockId>) -> Result<()> {
+        if blocks.is_empty() {
+            return Ok(());
+        }
+        let t0 = Instant::now();
+        blocks.sort_unstable();
+        blocks.dedup();
+        for run in runs(&blocks) {
+            let id = run[0].region;
+            let (first, n) = (run[0].block as u64, run.len() as u64);
+            let r = self.regions.get_mut(&id).expect("queued blocks are live");
+            r.va.as_ref().expect("blocks").unmap(first * BLOCK_SIZE, n * BLOCK_SIZE)?;
+            let mut mapped = Vec::new();
+            for blk in run {
+                let b = blk.block as usize;
+                let v = &mut r.blocks[b];
+                v.leaving = None;
+                v.arrive = None;
+                if let Some(chunk) = v.device.take() {
+                    self.free_chunks.push(chunk);
+                    self.budget.unstamp(*blk, std::mem::take(&mut v.stamp));
+                    self.budget.remove_data(BLOCK_SIZE);
+                    self.budget.add_spare(BLOCK_SIZE);
+                }
+                v.lent = false;
+                if let Some(h) = &v.host {
+                    r.va.as_ref().expect("blocks").map(b as u64 * BLOCK_SIZE, BLOCK_SIZE, &h.phys, 0)?;
+                    mapped.push(b as u64);
+                }
+            }
+            for (start, len) in spans(&mapped) {
+                r.va().grant(start * BLOCK_SIZE, len * BLOCK_SIZE, self.device)?;
+            }
+            self.log.remaps += n;
+        }
+        self.trim();
+        self.log.remap_ns += t0.elapsed().as_nanos() as u64;
+        Ok(())
+    }
+
+    /// Free chunks past the capacity go back to the driver (no mapping holds them).
+    fn trim(&mut self) {
+        while self.budget.held() > self.info.capacity && self.free_chunks.pop().is_some() {
+            self.budget.remove_spare(BLOCK_SIZE);
+        }
+    }
+
+    /// Unmaps a freed region and pools its chunks.
+    fn release(&mut self, mut r: VRegion) -> Result<()> {
+        self.unmap_region(&r)?;
+        let chunks_before = self.free_chunks.len();
+        for blk in &mut r.blocks {
+            if let Some(c) = blk.device.take() {
+                self.free_chunks.push(c); // its bytes moved to the spare at the free
+            }
+            blk.lent = false;
+            if let Some(h) = blk.host.take() {
+                self.host_free.push(h);
+            }
+        }
+        debug_assert!(self.free_chunks.len() >= chunks_before);
+        self.trim();
+        Ok(())
+    }
+
+    /// Undoes every mapping at a region's addresses.
+    pub(super) fn unmap_region(&self, r: &VRegion) -> Result<()> {
+        let mapped: Vec<u64> = (0..r.blocks.len() as u64)
+            .filter(|&b| {
+                let v = &r.blocks[b as usize];
+                v.device.is_some() || v.host.is_some() || v.lent
+            })
+            .collect();
+        for (start, len) in spans(&mapped) {
+            r.va().unmap(start * BLOCK_SIZE, len * BLOCK_SIZE)?;
+        }
+        Ok(())
+    }
+
+    /// Room for `n` more blocks: free chunks and new ones within the capacity, then chunks
+    /// lent by freed regions and by evictions under way (oldest first), then the emulated
+    /// driver's own evictions of the least recently used blocks `protected` does not keep,
+    /// whose chunks are lent in turn. A lent chunk comes with what its copies in must wait
+    /// for on the device (the host never waits for room).
+    fn make_room(&mut self, n: u64, protected: &FxHashSet<BlockId>, site: Site) -> Result<Vec<Credit>> {
+        let capacity = self.info.capacity;
+        let short =
+            |this: &Self, got: usize| short_of(n, capacity, &this.budget, this.free_chunks.len(), got);
+        let mut credits = Vec::new();
+        if short(self, 0) == 0 {
+            return Ok(credits);
+        }
+        self.settle(false)?;
+        // Freed regions' chunks, after the work issued before their free.
+        for rel in self.releasing.iter_mut() {
+            for v in rel.region.blocks.iter_mut().filter(|v| v.device.is_some()) {
+                if short_of(n, capacity, &self.budget, self.free_chunks.len(), credits.len()) == 0 {
+                    break;
+                }
+                let chunk = v.device.take().expect("filtered");
+                v.lent = true;
+                self.budget.remove_spare(BLOCK_SIZE);
+                credits.push(Credit { chunk, after: rel.after.clone() });
+            }
+        }
+        let mut evicted = false;
+        while short(self, credits.len()) > 0 {
+            // Evictions under way, oldest first.
+            let mut i = 0;
+            while i < self.leaving.len() && short(self, credits.len()) > 0 {
+                let (block, ev) = self.leaving[i].clone();
+                i += 1;
+                if self.leaving_state(block, &ev).is_none() {
+                    continue;
+                }
+                let v = &mut self.regions.get_mut(&block.region).expect("live").blocks[block.block as usize];
+                let Some(chunk) = v.device.take() else { continue };
+                v.lent = true;
+                let mut after = vec![ev];
+                after.extend(v.host_ready.clone());
+                self.budget.unstamp(block, std::mem::take(&mut v.stamp));
+                self.budget.remove_data(BLOCK_SIZE);
+                credits.push(Credit { chunk, after });
+            }
+            if short(self, credits.len()) == 0 || evicted {
+                break;
+            }
+            // The emulated driver: least recently used first, copied out.
+            let need = short(self, credits.len()) * BLOCK_SIZE;
+            let victims: Vec<BlockId> = self
+                .budget
+                .victims(need, |b| protected.contains(b), |_| BLOCK_SIZE)
+                .into_iter()
+                .filter(|b| self.regions[&b.region].blocks[b.block as usize].leaving.is_none())
+                .collect();
+            if victims.is_empty() {
+                break; // only the work's own blocks are left: it runs over the capacity
+            }
+            self.log.waits_for_room += 1;
+            self.log.driver_evicted[site as usize] += victims.len() as u64 * BLOCK_SIZE;
+            self.stats.evicted_bytes += victims.len() as u64 * BLOCK_SIZE;
+            self.stats.driver_dropped_bytes += victims.len() as u64 * BLOCK_SIZE;
+            self.evict_blocks(victims, true)?;
+            evicted = true;
+        }
+        Ok(credits)
+    }
+
+    /// A device chunk for one block (room made first).
+    fn take_chunk(&mut self) -> Result<Physical> {
+        if let Some(c) = self.free_chunks.pop() {
+            self.budget.remove_spare(BLOCK_SIZE);
+            return Ok(c);
+        }
+        if self.budget.held() + BLOCK_SIZE > self.info.capacity {
+            self.log.over_capacity += 1;
+        }
+        self.log.device_chunks_made += 1;
+        Physical::create(Place::Device(self.device), BLOCK_SIZE)
+    }
+
+    /// A host chunk for an evicted block: a free one, a new one within the staging size, one
+    /// taken from a block on the device whose copy it holds, or a new one past the size.
+    pub(super) fn take_host_chunk(&mut self, not: BlockId) -> Result<HostChunk> {
+        if let Some(h) = self.host_free.pop() {
+            return Ok(h);
+        }
+        if self.host_made < self.host_limit {
+            return self.new_host_chunk();
+        }
+        let donor = self.regions.iter().find_map(|(&id, r)| {
+            r.blocks.iter().enumerate().find_map(|(b, v)| {
+                let ok = v.device.is_some()
+                    && v.leaving.is_none()
+                    && v.host.is_some()
+                    && v.host_ready.as_ref().is_none_or(|e| e.is_complete())
+                    && BlockId::new(id, b) != not;
+                ok.then_some(BlockId::new(id, b))
+            })
+        });
+        if let Some(d) = donor {
+            let v = &mut self.regions.get_mut(&d.region).expect("found").blocks[d.block as usize];
+            v.host_valid = false;
+            v.host_ready = None;
+            self.log.host_chunks_stolen += 1;
+            return Ok(v.host.take().expect("found with one"));
+        }
+        self.new_host_chunk()
+    }
+
+    /// The mark after kernel `seq`, or one after everything on `compute` where it is no
+    /// longer kept.
+    fn mark_after(&self, seq: u64) -> Result<Arc<CudaEvent>> {
+        if let Some(&(first, _)) = self.kernel_marks.front() {
+            if seq >= first {
+                if let Some((_, ev)) = self.kernel_marks.get((seq - first) as usize) {
+                    return Ok(ev.clone());
+                }
+            }
+        }
+        self.record(&self.compute, "eviction after its kernels")
+    }
+
+    /// Evicts `blocks` on the device: data not in its host chunk is copied out on `d2h` after
+    /// the block's last kernel (`copy`; else it is dead and dropped); the address is remapped
+    /// once that is done (`settle`).
+    pub(super) fn evict_blocks(&mut self, blocks: Vec<BlockId>, copy: bool) -> Result<()> {
+        let mut dirty = Vec::new();
+        let mut last = 0u64;
+        for block in blocks {
+            let (id, b) = (block.region, block.block as usize);
+            let v = &self.regions[&id].blocks[b];
+            if v.device.is_none() || v.leaving.is_some() {
+                continue;
+            }
+            let keep = copy && v.data;
+            if keep && v.host.is_none() {
+                let h = self.take_host_chunk(block)?;
+                self.regions.get_mut(&id).expect("live").blocks[b].host = Some(h);
+            }
+            let v = &mut self.regions.get_mut(&id).expect("live").blocks[b];
+            if !keep {
+                v.data = false;
+                v.host_valid = false;
+            }
+            if keep && !v.host_valid {
+                last = last.max(v.last_kernel);
+                dirty.push(block);
+            } else {
+                if keep {
+                    self.stats.staged_clean_bytes += BLOCK_SIZE;
+                    self.stats.staged_out_bytes += BLOCK_SIZE;
+                }
+                let (seq, arrive) = (v.last_kernel, v.arrive.clone());
+                let mut ev = self.mark_after(seq)?;
+                if let Some(a) = arrive.as_ref().filter(|a| !a.is_complete()) {
+                    // Its restore's copy must land before the device chunk is unmapped.
+                    if !ev.is_complete() {
+                        self.d2h.wait(&ev).map_err(cuda_err("cuStreamWaitEvent", "clean eviction"))?;
+                    }
+                    self.d2h.wait(a).map_err(cuda_err("cuStreamWaitEvent", "clean eviction"))?;
+                    ev = self.record(&self.d2h, "clean eviction")?;
+                }
+                let v = &mut self.regions.get_mut(&id).expect("live").blocks[b];
+                v.leaving = Some(ev.clone());
+                self.leaving.push_back((block, ev));
+            }
+        }
+        if dirty.is_empty() {
+            return Ok(());
+        }
+        if last > 0 {
+            let mark = self.mark_after(last)?;
+            if !mark.is_complete() {
+                self.d2h.wait(&mark).map_err(cuda_err("cuStreamWaitEvent", "copy out after kernels"))?;
+            }
+        }
+        for block in &dirty {
+            let r = &self.regions[&block.region];
+            let v = &r.blocks[block.block as usize];
+            let src = r.addr() + block.block as u64 * BLOCK_SIZE;
+            let dst = v.host.as_ref().expect("given above").mirror.va();
+            copy_async(dst, src, BLOCK_SIZE, &self.d2h)?;
+        }
+        let ev = self.record(&self.d2h, "copy out")?;
+        let n = dirty.len() as u64 * BLOCK_SIZE;
+        self.stats.staged_out_bytes += n;
+        self.stats.d2h_bytes += n;
+        for block in dirty {
+            let v = &mut self.regions.get_mut(&block.region).expect("live").blocks[block.block as usize];
+            v.host_valid = true;
+            v.host_ready = Some(ev.clone());
+            v.leaving = Some(ev.clone());
+            self.leaving.push_back((block, ev.clone()));
+        }
+        Ok(())
+    }
+
+    /// Brings `blocks` (off the device) in: their device chunks mapped at their addresses,
+    /// their data copied in on `h2d` (a block never written is zeroed instead, as a first
+    /// touch is); returns the event of the copies, also each region's `ready`.
+    pub(super) fn restore_blocks(
+        &mut self,
+        mut blocks: Vec<BlockId>,
+        protected: &FxHashSet<BlockId>,
+        site: Site,
+    ) -> Result<u64> {
+        if blocks.is_empty() {
+            return Ok(0);
+        }
+        blocks.sort_unstable();
+        blocks.dedup();
+        let mut credits = self.make_room(blocks.len() as u64, protected, site)?;
+        let t0 = Instant::now();
+        // The copies in wait for the work that still holds the lent chunks.
+        let mut waited: Vec<*const CudaEvent> = Vec::new();
+        for c in &credits {
+            for e in &c.after {
+                if !waited.contains(&Arc::as_ptr(e)) && !e.is_complete() {
+                    self.h2d.wait(e).map_err(cuda_err("cuStreamWaitEvent", "a restore into lent pages"))?;
+                    waited.push(Arc::as_ptr(e));
+                }
+            }
+        }
+        let mut copied = 0u64;
+        for run in runs(&blocks) {
+            let id = run[0].region;
+            // A kernel still reading the host chunks over the link keeps their mappings.
+            let busy = run.iter().map(|b| self.regions[&id].blocks[b.block as usize].last_kernel).max();
+            if let Some(seq) = busy.filter(|&s| s > 0) {
+                let mark = self.mark_after(seq)?;
+                if !mark.is_complete() {
+                    let t = Instant::now();
+                    mark.synchronize().map_err(cuda_err("cuEventSynchronize", "restore after remote use"))?;
+                    self.log.host_waits += 1;
+                    self.log.wait_ns += t.elapsed().as_nanos() as u64;
+                }
+            }
+            let host_mapped: Vec<u64> = run
+                .iter()
+                .map(|b| b.block as u64)
+                .filter(|&b| self.regions[&id].blocks[b as usize].host.is_some())
+                .collect();
+            for (start, len) in spans(&host_mapped) {
+                self.regions[&id].va().unmap(start * BLOCK_SIZE, len * BLOCK_SIZE)?;
+            }
+            for blk in run {
+                let chunk = match credits.pop() {
+                    Some(c) => c.chunk,
+                    None => self.take_chunk()?,
+                };
+                self.budget.add_data(BLOCK_SIZE);
+                let b = blk.block as usize;
+                let r = self.regions.get_mut(&id).expect("live");
+                r.va().map(b as u64 * BLOCK_SIZE, BLOCK_SIZE, &chunk, 0)?;
+                let v = &mut r.blocks[b];
+                v.device = Some(chunk);
+                v.stamp = self.budget.restamp(*blk, v.stamp);
+            }
+            let (first, n) = (run[0].block as u64, run.len() as u64);
+            self.regions[&id].va().grant(first * BLOCK_SIZE, n * BLOCK_SIZE, self.device)?;
+            for blk in run {
+                let r = &self.regions[&id];
+                let v = &r.blocks[blk.block as usize];
+                let dst = r.addr() + blk.block as u64 * BLOCK_SIZE;
+                match v.host.as_ref().filter(|_| v.data && v.host_valid) {
+                    Some(h) => {
+                        copy_async(dst, h.mirror.va(), BLOCK_SIZE, &self.h2d)?;
+                        copied += BLOCK_SIZE;
+                    }
+                    None => zero_async(dst, BLOCK_SIZE, &self.h2d)?,
+                }
+            }
+        }
+        let ev = self.record(&self.h2d, "copy in")?;
+        for blk in &blocks {
+            let r = self.regions.get_mut(&blk.region).expect("live");
+            r.blocks[blk.block as usize].arrive = Some(ev.clone());
+            r.ready = Some(ev.clone());
+        }
+        self.stats.h2d_bytes += copied;
+        self.stats.staged_in_bytes += copied;
+        self.log.restore_ns += t0.elapsed().as_nanos() as u64;
+        self.budget.note_held();
+        Ok(copied)
+    }
+
+    /// The blocks of `ranges`, each once, in order.
+    fn blocks_in(&self, ranges: impl Iterator<Item = (RegionId, u64, u64)>) -> Vec<BlockId> {
+        let mut out: Vec<BlockId> = ranges
+            .flat_map(|(id, offset, len)| {
+                self.regions[&id].blocks_of(offset, len).map(move |b| BlockId::new(id, b))
+            })
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// A use of a block whose eviction is not done keeps it on the device; one whose chunk is
+    /// lent already waits for its eviction and is restored as any evicted block.
+    fn cancel_evictions(&mut self, blocks: &[BlockId]) -> Result<()> {
+        let mut lent = Vec::new();
+        for b in blocks {
+            let v = &mut self.regions.get_mut(&b.region).expect("live").blocks[b.block as usize];
+            if v.lent {
+                let t = Instant::now();
+                for e in v.leaving.iter().chain(v.host_ready.iter()) {
+                    e.synchronize().map_err(cuda_err("cuEventSynchronize", "a use of a lent block"))?;
+                }
+                self.log.host_waits += 1;
+                self.log.wait_ns += t.elapsed().as_nanos() as u64;
+                lent.push(*b);
+            } else if v.leaving.take().is_some() {
+                self.log.cancelled_evictions += 1;
+            }
+        }
+        self.remap_to_host(lent)
+    }
+
+    pub(super) fn prefetch_in(&mut self, ranges: &[ByteRange]) -> Result<()> {
+        self.settle(false)?;
+        let blocks = self.blocks_in(ranges.iter().map(|r| (r.region, r.offset, r.len)));
+        self.cancel_evictions(&blocks)?;
+        let protected: FxHashSet<BlockId> = blocks.iter().copied().collect();
+        let need: Vec<BlockId> = blocks
+            .iter()
+            .copied()
+            .filter(|b| self.regions[&b.region].blocks[b.block as usize].device.is_none())
+            .collect();
+        for b in &need {
+            self.regions.get_mut(&b.region).expect("live").blocks[b.block as usize].prefetched = true;
+        }
+        let n = need.len() as u64 * BLOCK_SIZE;
+        let copied = self.restore_blocks(need, &protected, Site::Prefetch)?;
+        self.stats.prefetch_ranges += ranges.len() as u64;
+        self.stats.prefetch_h2d_bytes += copied;
+        self.stats.prefetch_arrived_bytes += n;
+        Ok(())
+    }
+
+    pub(super) fn evict_ranges(&mut self, ranges: &[ByteRange], staged: bool) -> Result<()> {
+        self.settle(false)?;
+        let blocks = self.blocks_in(ranges.iter().map(|r| (r.region, r.offset, r.len)));
+        let before = self.stats.staged_out_bytes;
+        self.evict_blocks(blocks, true)?;
+        if !staged {
+            self.stats.prefetch_d2h_bytes += self.stats.staged_out_bytes - before;
+        }
+        Ok(())
+    }
+
+    /// Dead data: blocks wholly inside the ranges are dropped without a copy (a block only
+    /// partly inside keeps its bytes).
+    pub(super) fn discard_ranges(&mut self, ranges: &[ByteRange]) -> Result<()> {
+        self.settle(false)?;
+        let mut whole = Vec::new();
+        for r in ranges {
+            let reg = &self.regions[&r.region];
+            for b in reg.blocks_of(r.offset, r.len) {
+                let (lo, hi) = (b as u64 * BLOCK_SIZE, ((b as u64 + 1) * BLOCK_SIZE).min(reg.bytes));
+                if r.offset <= lo && hi <= r.offset + r.len {
+                    whole.push(BlockId::new(r.region, b));
+                }
+            }
+        }
+        for b in &whole {
+            let v = &mut self.regions.get_mut(&b.region).expect("live").blocks[b.block as usize];
+            if v.data {
+                self.stats.discarded_bytes += BLOCK_SIZE;
+            }
+            v.prefetched = false;
+            if v.device.is_none() {
+                v.data = false;
+                v.host_valid = false;
+            }
+        }
+        self.evict_blocks(whole, false)
+    }
+
+    pub(super) fn launch_kernel(&mut self, kernel: &KernelLaunch<'_>) -> Result<()> {
+        self.settle(false)?;
+        let blocks = self.blocks_in(kernel.accesses.iter().map(|a| (a.region, a.offset, a.len)));
+        self.cancel_evictions(&blocks)?;
+        let protected: FxHashSet<BlockId> = blocks.iter().copied().collect();
+        let need: Vec<BlockId> = blocks
+            .iter()
+            .copied()
+            .filter(|b| {
+                let v = &self.regions[&b.region].blocks[b.block as usize];
+                v.device.is_none() && !(v.remote && v.host.is_some())
+            })
+            .collect();
+        self.restore_blocks(need, &protected, Site::Kernel)?;
+        // Data in flight: the kernel waits for it.
+        let mut late: FxHashSet<RegionId> = FxHashSet::default();
+        let mut seen: FxHashSet<RegionId> = FxHashSet::default();
+        for a in kernel.accesses {
+            if !seen.insert(a.region) {
+                continue;
+            }
+            if let Some(ev) = self.regions.get_mut(&a.region).expect("checked").ready.take() {
+                if !ev.is_complete() {
+                    late.insert(a.region);
+                    self.compute.wait(&ev).map_err(cuda_err("cuStreamWaitEvent", "kernel after its data"))?;
+                }
+            }
+        }
+        let ranges = touch_ranges(&self.regions, kernel);
+        self.kernels.touch(&self.compute, &ranges, crate::seam::PAGE_SIZE as u32, kernel.dur_ns)?;
+        let seq = self.stats.kernels + 1;
+        let mark = self.record(&self.compute, "kernel mark")?;
+        self.kernel_marks.push_back((seq, mark));
+        if self.kernel_marks.len() > KERNEL_MARKS {
+            self.kernel_marks.pop_front();
+        }
+        let mut writes: FxHashSet<BlockId> = FxHashSet::default();
+        for a in kernel.accesses.iter().filter(|a| a.mode.writes()) {
+            writes.extend(
+                self.regions[&a.region].blocks_of(a.offset, a.len).map(|b| BlockId::new(a.region, b)),
+            );
+        }
+        for block in &blocks {
+            let v = &mut self.regions.get_mut(&block.region).expect("live").blocks[block.block as usize];
+            v.last_kernel = seq;
+            if writes.contains(block) {
+                v.data = true;
+                v.host_valid = false;
+            }
+            if v.device.is_some() {
+                v.stamp = self.budget.restamp(*block, v.stamp);
+            } else {
+                self.stats.remote_bytes += BLOCK_SIZE;
+            }
+            if std::mem::take(&mut v.prefetched) {
+                self.stats.prefetch_used_bytes += BLOCK_SIZE;
+                if !late.contains(&block.region) {
+                    self.stats.prefetch_timely_bytes += BLOCK_SIZE;
+                }
+            }
+        }
+        self.stats.kernels += 1;
+        Ok(())
+    }
+}
+
+/// A device chunk lent to a restore, and what its copies in wait for.
+pub(super) struct Credit {
+    chunk: Physical,
+    after: Vec<Arc<CudaEvent>>,
+}
+
+/// Blocks still short of `n` with `free` chunks and `got` lent ones (which left the account
+/// when lent, and are held all the same until used).
+fn short_of<T: Buffer, E>(
+    n: u64,
+    capacity: u64,
+    budget: &DeviceBudget<T, E>,
+    free: usize,
+    got: usize,
+) -> u64 {
+    let fits = capacity.saturating_sub(budget.held() + got as u64 * BLOCK_SIZE) / BLOCK_SIZE;
+    n.saturating_sub(free as u64 + fits + got as u64)
+}
+
+/// Runs of adjacent blocks of one region in sorted `blocks`.
+fn runs(blocks: &[BlockId]) -> impl Iterator<Item = &[BlockId]> {
+    blocks.chunk_by(|a, b| a.region == b.region && a.block + 1 == b.block)
+}
+
+/// (first, count) spans of adjacent indices in sorted `xs`.
+pub(super) fn spans(xs: &[u64]) -> Vec<(u64, u64)> {
+    xs.chunk_by(|a, b| a + 1 == *b).map(|s| (s[0], s.len() as u64)).collect()
+}
+
+/// Copies `bytes` from `src` to `dst` (device addresses) on `stream`.
+fn copy_async(dst: u64, src: u64, bytes: u64, stream: &CudaStream) -> Result<()> {
+    // SAFETY: both ranges are mapped for the device and stay so until the copy's event
+    // completes (evictions and frees wait for it before unmapping).
+    unsafe { cudarc::driver::sys::cuMemcpyAsync(dst, src, bytes as usize, stream.cu_stream()) }
+        .result()
+        .map_err(cuda_err("cuMemcpyAsync", format!("{bytes} bytes")))
+}
+
+/// Zeroes `bytes` at `dst` on `stream`.
+fn zero_async(dst: u64, bytes: u64, stream: &CudaStream) -> Result<()> {
+    // SAFETY: as for `copy_async`.
+    unsafe { cudarc::driver::sys::cuMemsetD8Async(dst, 0, bytes as usize, stream.cu_stream()) }
+        .result()
+        .map_err(cuda_err("cuMemsetD8Async", format!("{bytes} bytes")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_and_spans_split_where_blocks_are_not_adjacent() {
+        let b = |r: u64, i: usize| BlockId::new(RegionId(r), i);
+        let blocks = [b(1, 0), b(1, 1), b(1, 3), b(2, 4), b(2, 5)];
+        let got: Vec<usize> = runs(&blocks).map(|r| r.len()).collect();
+        assert_eq!(got, vec![2, 1, 2]);
+        assert_eq!(spans(&[0, 1, 2, 5, 7, 8]), vec![(0, 3), (5, 1), (7, 2)]);
+        assert!(spans(&[]).is_empty());
+    }
+}

@@ -1,0 +1,138 @@
+//! The host's side: bytes read and written through a block's address wherever it is mapped
+//! (after the device is done with it), CPU touches as the copies they take, data from before
+//! the work, and where data is.
+
+use rustc_hash::FxHashSet;
+
+use super::blocks::{spans, Site};
+use super::*;
+use crate::access::RangeAccess;
+
+impl VmmBackend {
+    /// Every block of the range mapped: one never used gets a zeroed device chunk.
+    fn ensure_mapped(&mut self, id: RegionId, offset: u64, len: u64) -> Result<()> {
+        let r = &self.regions[&id];
+        let unmapped: Vec<BlockId> = r
+            .blocks_of(offset, len)
+            .filter(|&b| r.blocks[b].device.is_none() && r.blocks[b].host.is_none())
+            .map(|b| BlockId::new(id, b))
+            .collect();
+        if unmapped.is_empty() {
+            return Ok(());
+        }
+        let protected: FxHashSet<BlockId> = unmapped.iter().copied().collect();
+        self.restore_blocks(unmapped, &protected, Site::Kernel)?;
+        self.h2d.synchronize().map_err(cuda_err("cuStreamSynchronize", "first touch by the host"))
+    }
+
+    pub(super) fn read_bytes(&mut self, id: RegionId, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.checked(id, offset, buf.len() as u64)?;
+        self.sync_all()?;
+        self.ensure_mapped(id, offset, buf.len() as u64)?;
+        let ptr = self.regions[&id].addr() + offset;
+        // SAFETY: the range is mapped and the device idle; the copy is synchronised below.
+        unsafe { cudarc::driver::result::memcpy_dtoh_async(buf, ptr, self.compute.cu_stream()) }
+            .map_err(cuda_err("cuMemcpyDtoHAsync", format!("{} bytes of {id}", buf.len())))?;
+        self.compute.synchronize().map_err(cuda_err("cuStreamSynchronize", "host read"))
+    }
+
+    pub(super) fn write_bytes(&mut self, id: RegionId, offset: u64, data: &[u8]) -> Result<()> {
+        self.checked(id, offset, data.len() as u64)?;
+        self.sync_all()?;
+        self.ensure_mapped(id, offset, data.len() as u64)?;
+        let ptr = self.regions[&id].addr() + offset;
+        // SAFETY: as above.
+        unsafe { cudarc::driver::result::memcpy_htod_async(ptr, data, self.compute.cu_stream()) }
+            .map_err(cuda_err("cuMemcpyHtoDAsync", format!("{} bytes of {id}", data.len())))?;
+        self.compute.synchronize().map_err(cuda_err("cuStreamSynchronize", "host write"))?;
+        let r = self.regions.get_mut(&id).expect("checked");
+        for b in r.blocks_of(offset, data.len() as u64) {
+            let v = &mut r.blocks[b];
+            v.data = true;
+            // Written through a device chunk: its host copy is stale. Through the host chunk
+            // (mapped there), the host chunk is the data.
+            v.host_valid = v.device.is_none();
+        }
+        Ok(())
+    }
+
+    /// The CPU touches ranges: it reads what it reads through a copy to the host, and writes
+    /// by copying back what it read (the bytes stay as they were).
+    pub(super) fn touch_host(&mut self, accesses: &[RangeAccess]) -> Result<()> {
+        for a in accesses {
+            self.checked(a.region, a.offset, a.len)?;
+        }
+        let t0 = Instant::now();
+        for a in accesses.iter().filter(|a| a.len > 0) {
+            let mut buf = vec![0u8; a.len as usize];
+            self.read_bytes(a.region, a.offset, &mut buf)?;
+            self.stats.d2h_bytes += a.len;
+            if a.mode.writes() {
+                self.write_bytes(a.region, a.offset, &buf)?;
+                self.stats.h2d_bytes += a.len;
+            }
+        }
+        self.stats.host.add(HostOp::HostAccess, t0.elapsed().as_nanos() as u64);
+        Ok(())
+    }
+
+    /// Data from before the work: blocks not on the device start in host chunks, valid there
+    /// (set-up, off the clock).
+    pub(super) fn preload(&mut self, range: ByteRange) -> Result<()> {
+        self.checked(range.region, range.offset, range.len)?;
+        self.sync_all()?;
+        let t0 = Instant::now();
+        let id = range.region;
+        let todo: Vec<u64> = self.regions[&id]
+            .blocks_of(range.offset, range.len)
+            .filter(|&b| {
+                let v = &self.regions[&id].blocks[b];
+                v.device.is_none() && v.host.is_none()
+            })
+            .map(|b| b as u64)
+            .collect();
+        for &b in &todo {
+            let h = self.take_host_chunk(BlockId::new(id, b as usize))?;
+            let r = self.regions.get_mut(&id).expect("checked");
+            r.va().map(b * BLOCK_SIZE, BLOCK_SIZE, &h.phys, 0)?;
+            r.blocks[b as usize].host = Some(h);
+        }
+        for (start, len) in spans(&todo) {
+            self.regions[&id].va().grant(start * BLOCK_SIZE, len * BLOCK_SIZE, self.device)?;
+        }
+        let r = self.regions.get_mut(&id).expect("checked");
+        for b in r.blocks_of(range.offset, range.len) {
+            let v = &mut r.blocks[b];
+            v.data = true;
+            if v.device.is_none() {
+                v.host_valid = true;
+            }
+        }
+        self.excluded_ns += t0.elapsed().as_nanos() as u64;
+        Ok(())
+    }
+
+    pub(super) fn residency_of(&self, range: ByteRange) -> Result<Residency> {
+        self.checked(range.region, range.offset, range.len)?;
+        let r = &self.regions[&range.region];
+        let mut out = Residency::default();
+        if r.packed.is_some() {
+            out.device = range.len;
+            return Ok(out);
+        }
+        for b in r.blocks_of(range.offset, range.len) {
+            let lo = (b as u64 * BLOCK_SIZE).max(range.offset);
+            let hi = ((b as u64 + 1) * BLOCK_SIZE).min(range.offset + range.len);
+            let v = &r.blocks[b];
+            let slot = if v.device.is_some() {
+                &mut out.device
+            } else if v.host.is_some() && v.data {
+                &mut out.staged
+            } else {
+                &mut out.unpopulated
+            };
+            *slot += hi - lo;
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,598 @@
+//! `VmmBackend`: the [`MemoryBackend`] seam on a real GPU with regions in CUDA virtual memory
+//! (`memory = "vmm"`), where managed memory's copies are half duplex and its restores wait for
+//! the driver to repopulate pages (`docs/decisions.md`, "Regions in CUDA virtual memory").
+//!
+//! - A region is a reserved virtual range of 2 MiB blocks. Each block's address maps either a
+//!   2 MiB **device chunk** (`cuMemCreate` on the device) or a 2 MiB **host chunk** (pinned
+//!   `HOST_NUMA` memory): data evicted stays at its address, and a kernel that touches it
+//!   without declaring it reads and writes it over the link instead of faulting. A block never
+//!   used maps nothing until its first declared use.
+//! - Every host chunk is also mapped at a mirror address of its own, which the copies use.
+//!   Host chunks cost 0.55 ms each to create on the H200, so they are made at set-up
+//!   (`with_staging`) and pooled; a block keeps its host chunk while the chunk holds a valid
+//!   copy, so an eviction of data not written since its restore copies nothing.
+//! - Streams: kernels on `compute`, copies in on `h2d`, copies out on `d2h`. Copies between
+//!   device chunks and host memory run both ways at once (92 GB/s in 2 MiB copies on the
+//!   H200, against 52 for managed memory). A restore maps the block's device chunk first (host
+//!   calls, in place at once) and copies in; the next kernel using the region waits for the
+//!   copy's event. An eviction copies out after the block's last kernel (an event after each
+//!   kernel); its address is remapped to the host chunk only once the copy and the kernel are
+//!   done (`settle`), because nothing orders a mapping change with a stream. Until then the
+//!   block still counts on the device, and a kernel that uses it again cancels the eviction.
+//! - Mapping calls are batched per run of adjacent blocks: one `cuMemUnmap` and one
+//!   `cuMemSetAccess` cover a run (0.3 and 0.1 us per block; 15 and 24 us for one block alone).
+//! - The budget is emulated as in the managed backend ([`DeviceBudget`]): device chunks in use
+//!   are the data, free chunks the spare pages, evicted in least-recently-used order by the
+//!   emulated driver when a kernel or prefetch needs room the policy did not make.
+//! - Host accesses synchronise the device and copy through the block's address.
+//! - The clock is the host's monotonic clock since the backend opened, minus set-up. No
+//!   device-timed events are recorded (telemetry of this placement has the backend's counters,
+//!   and CUPTI's records).
+
+mod blocks;
+mod host;
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Instant;
+
+use cudarc::driver::{CudaEvent, CudaStream};
+use rustc_hash::FxHashMap;
+
+use super::vmm::{granularity, Physical, Place, Reserved};
+use super::{cuda_err, CudaDevice, Kernels, TouchMode};
+use crate::error::{Error, Result};
+use crate::mechanism::budget::{BlockId, DeviceBudget};
+use crate::mechanism::pool::Buffer;
+use crate::region::RegionId;
+use crate::seam::{
+    Advice, BackendInfo, BackendKind, BackendStats, ByteRange, Destination, DeviceId, HostAccess, HostOp,
+    KernelLaunch, Location, MemoryBackend, Recorder, Residency, Transfer, BLOCK_SIZE,
+};
+
+/// A 2 MiB chunk of pinned host memory, mapped at a mirror address for copies.
+#[derive(Debug)]
+struct HostChunk {
+    phys: Physical,
+    mirror: Reserved,
+}
+
+impl Drop for HostChunk {
+    fn drop(&mut self) {
+        // The mirror's mapping goes before its addresses are freed (the chunk's after it).
+        let _ = self.mirror.unmap(0, BLOCK_SIZE);
+    }
+}
+
+/// One 2 MiB block of a region. Its address maps `device` where it has one, else `host`,
+/// else nothing.
+#[derive(Debug, Default)]
+struct VBlock {
+    device: Option<Physical>,
+    host: Option<HostChunk>,
+    /// The host chunk holds the block's data (once `host_ready` completes).
+    host_valid: bool,
+    /// A copy into the host chunk still running.
+    host_ready: Option<Arc<CudaEvent>>,
+    /// Written since the region was allocated (else there is nothing to copy).
+    data: bool,
+    /// An eviction waits for this (its copy, or the block's last kernel) before the address
+    /// is remapped to the host chunk.
+    leaving: Option<Arc<CudaEvent>>,
+    /// The copy in of its restore, still running: an eviction waits for it before unmapping.
+    arrive: Option<Arc<CudaEvent>>,
+    /// Order of last use on the device (0: none).
+    stamp: u64,
+    /// The last kernel (the backend's count, from 1) that touched it.
+    last_kernel: u64,
+    /// Host-preferred: kernels use it where it is.
+    remote: bool,
+    /// Its address still maps a device chunk it gave to another block's restore (its eviction
+    /// or its region's free not done yet); remapped once it is.
+    lent: bool,
+    /// Brought by a prefetch and not used by a kernel since.
+    prefetched: bool,
+}
+
+#[derive(Debug)]
+struct VRegion {
+    /// The reserved range of its blocks; `None` for a region packed in the slab.
+    va: Option<Reserved>,
+    /// A region under 2 MiB: its slot in the slab (size class, address). It has no blocks.
+    packed: Option<(usize, u64)>,
+    bytes: u64,
+    blocks: Vec<VBlock>,
+    /// The last copy in; the next kernel using the region waits for it.
+    ready: Option<Arc<CudaEvent>>,
+}
+
+impl VRegion {
+    fn blocks_of(&self, offset: u64, len: u64) -> std::ops::Range<usize> {
+        if len == 0 || self.blocks.is_empty() {
+            return 0..0;
+        }
+        (offset / BLOCK_SIZE) as usize..(offset + len).div_ceil(BLOCK_SIZE) as usize
+    }
+
+    /// The region's device address.
+    fn addr(&self) -> u64 {
+        match (&self.va, self.packed) {
+            (Some(va), _) => va.va(),
+            (None, Some((_, addr))) => addr,
+            (None, None) => unreachable!("a region is reserved or packed"),
+        }
+    }
+
+    /// Its reserved range (regions with blocks have one).
+    fn va(&self) -> &Reserved {
+        self.va.as_ref().expect("a region with blocks has a reserved range")
+    }
+}
+
+/// A freed region whose mappings wait for the work issued before the free.
+#[derive(Debug)]
+struct Releasing {
+    region: VRegion,
+    after: Vec<Arc<CudaEvent>>,
+}
+
+/// Regions under 2 MiB, packed into device chunks by power-of-two size classes (512 bytes
+/// up): a chunk per region would put 513 regions of 7 MB in all at 1.07 GB on the
+/// transformer's trace. They stay on the device, counted in whole chunks.
+#[derive(Debug, Default)]
+struct Slab {
+    chunks: Vec<(Physical, Reserved)>,
+    free: Vec<Vec<u64>>,
+}
+
+/// The smallest slot in the slab.
+const MIN_SLOT: u64 = 512;
+
+/// The budget's pool is not used here (free chunks are its spare pages).
+#[derive(Debug)]
+struct NoBuffer;
+
+impl Buffer for NoBuffer {
+    fn len(&self) -> u64 {
+        0
+    }
+}
+
+/// What the backend logs at `info` when it closes.
+#[derive(Debug, Default)]
+struct VmmLog {
+    device_chunks_made: u64,
+    host_chunks_made: u64,
+    host_chunks_stolen: u64,
+    remaps: u64,
+    remap_ns: u64,
+    /// Host time mapping restored blocks and issuing their copies.
+    restore_ns: u64,
+    cancelled_evictions: u64,
+    waits_for_room: u64,
+    /// Host waits for the device: count and time.
+    host_waits: u64,
+    wait_ns: u64,
+    /// Bytes the emulated driver evicted for prefetches and for kernels.
+    driver_evicted: [u64; 2],
+    over_capacity: u64,
+}
+
+/// Kernel marks kept for evictions to wait on.
+const KERNEL_MARKS: usize = 4096;
+
+/// The CUDA backend with regions in virtual memory. See the module documentation.
+pub struct VmmBackend {
+    dev: CudaDevice,
+    device: i32,
+    numa: i32,
+    kernels: Kernels,
+    compute: Arc<CudaStream>,
+    h2d: Arc<CudaStream>,
+    d2h: Arc<CudaStream>,
+    regions: FxHashMap<RegionId, VRegion>,
+    slab: Slab,
+    budget: DeviceBudget<NoBuffer, ()>,
+    free_chunks: Vec<Physical>,
+    host_free: Vec<HostChunk>,
+    /// Host chunks made, and how many may be (the staging size).
+    host_made: u64,
+    host_limit: u64,
+    /// Blocks with an eviction issued, in order (entries may be stale).
+    leaving: VecDeque<(BlockId, Arc<CudaEvent>)>,
+    releasing: VecDeque<Releasing>,
+    kernel_marks: VecDeque<(u64, Arc<CudaEvent>)>,
+    stats: BackendStats,
+    log: VmmLog,
+    start: Instant,
+    excluded_ns: u64,
+    recorder: Recorder,
+    info: BackendInfo,
+    /// The mapping calls' counters when it opened (they count for the process).
+    calls_at_open: [(u64, u64); 4],
+}
+
+/// The process's mapping-call counters: (calls, host ns) per kind.
+fn call_counters() -> [(u64, u64); 4] {
+    use std::sync::atomic::Ordering::Relaxed;
+    std::array::from_fn(|i| (super::vmm::CALLS[i].load(Relaxed), super::vmm::CALL_NS[i].load(Relaxed)))
+}
+
+impl std::fmt::Debug for VmmBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VmmBackend").field("device", &self.dev.capabilities().name).finish()
+    }
+}
+
+impl VmmBackend {
+    /// Opens device `ordinal`, emulating a GPU of `capacity` bytes. Errors (never panics)
+    /// without a driver or device, or where the device has no virtual memory management.
+    pub fn open(ordinal: usize, capacity: u64) -> Result<Self> {
+        let dev = CudaDevice::open(ordinal)?;
+        let c = dev.capabilities().clone();
+        let device = ordinal as i32;
+        let chunk = granularity(Place::Device(device))?;
+        if chunk > BLOCK_SIZE || BLOCK_SIZE % chunk != 0 {
+            return Err(Error::BackendUnavailable {
+                backend: "cuda (vmm)".into(),
+                reason: format!("device memory comes in {chunk}-byte chunks, not 2 MiB blocks"),
+            });
+        }
+        let numa = dev
+            .context()
+            .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID)
+            .ok()
+            .filter(|&n| n >= 0)
+            .unwrap_or(0);
+        let kernels = Kernels::load(&dev)?;
+        let (compute, h2d, d2h) = (dev.new_stream()?, dev.new_stream()?, dev.new_stream()?);
+        kernels.touch(&compute, &[], 1, 0)?;
+        compute.synchronize().map_err(cuda_err("cuStreamSynchronize", "warm-up"))?;
+        let start = Instant::now();
+        let info = BackendInfo {
+            kind: BackendKind::Cuda,
+            description: format!(
+                "{} (CUDA driver {}, compute {}.{}), regions in virtual memory, budget emulated in software",
+                c.name, c.driver_version, c.compute_capability.0, c.compute_capability.1
+            ),
+            capacity,
+            staging_bytes: 0,
+            records_faults: false,
+            clock_origin: Some(start),
+        };
+        Ok(Self {
+            dev,
+            device,
+            numa,
+            kernels,
+            compute,
+            h2d,
+            d2h,
+            regions: FxHashMap::default(),
+            slab: Slab::default(),
+            budget: DeviceBudget::new(capacity),
+            free_chunks: Vec::new(),
+            host_free: Vec::new(),
+            host_made: 0,
+            host_limit: 0,
+            leaving: VecDeque::new(),
+            releasing: VecDeque::new(),
+            kernel_marks: VecDeque::new(),
+            stats: BackendStats::default(),
+            log: VmmLog::default(),
+            start,
+            excluded_ns: 0,
+            recorder: Recorder::default(),
+            info,
+            calls_at_open: call_counters(),
+        })
+    }
+
+    /// The same backend with up to `bytes` of host chunks for evicted data, of which `reserve`
+    /// bytes are made now (set-up, off the clock: 0.55 ms per chunk on the H200).
+    pub fn with_staging(mut self, bytes: u64, reserve: u64) -> Result<Self> {
+        let bytes = match super::backend::host_memory_bytes() {
+            Some(total) if bytes > total / 2 => total / 2,
+            _ => bytes,
+        };
+        self.host_limit = bytes / BLOCK_SIZE;
+        self.info.staging_bytes = self.host_limit * BLOCK_SIZE;
+        let t0 = Instant::now();
+        for _ in 0..(reserve.min(bytes) / BLOCK_SIZE) {
+            let chunk = self.new_host_chunk()?;
+            self.host_free.push(chunk);
+        }
+        self.excluded_ns += t0.elapsed().as_nanos() as u64;
+        Ok(self)
+    }
+
+    fn new_host_chunk(&mut self) -> Result<HostChunk> {
+        let phys = Physical::create(Place::HostNuma(self.numa), BLOCK_SIZE)?;
+        let mirror = Reserved::new(BLOCK_SIZE)?;
+        mirror.map(0, BLOCK_SIZE, &phys, 0)?;
+        mirror.grant(0, BLOCK_SIZE, self.device)?;
+        self.host_made += 1;
+        self.log.host_chunks_made += 1;
+        Ok(HostChunk { phys, mirror })
+    }
+
+    fn ordinal(&self) -> DeviceId {
+        DeviceId(self.device as u32)
+    }
+
+    /// The device address of a region (for tests).
+    pub fn address(&self, id: RegionId) -> Result<u64> {
+        Ok(self.region(id)?.addr())
+    }
+
+    fn timed<T>(&mut self, op: HostOp, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
+        let t0 = Instant::now();
+        let out = f(self);
+        self.stats.host.add(op, t0.elapsed().as_nanos() as u64);
+        out
+    }
+
+    fn now(&self) -> u64 {
+        (self.start.elapsed().as_nanos() as u64).saturating_sub(self.excluded_ns)
+    }
+
+    fn region(&self, id: RegionId) -> Result<&VRegion> {
+        self.regions.get(&id).ok_or(Error::UnknownRegion(id))
+    }
+
+    fn checked(&self, id: RegionId, offset: u64, len: u64) -> Result<()> {
+        let r = self.region(id)?;
+        match offset.checked_add(len) {
+            Some(end) if end <= r.bytes => Ok(()),
+            _ => Err(Error::OutOfRange { region: id, offset, len, size: r.bytes }),
+        }
+    }
+
+    fn record(&self, stream: &CudaStream, what: &str) -> Result<Arc<CudaEvent>> {
+        Ok(Arc::new(stream.record_event(None).map_err(cuda_err("cuEventRecord", what.to_string()))?))
+    }
+
+    fn alloc_region(&mut self, id: RegionId, bytes: u64) -> Result<u64> {
+        crate::seam::check_new_region(id, bytes, self.regions.contains_key(&id))?;
+        self.timed(HostOp::Allocate, |this| {
+            if bytes < BLOCK_SIZE {
+                let (class, addr) = this.slab_take(bytes)?;
+                let r =
+                    VRegion { va: None, packed: Some((class, addr)), bytes, blocks: Vec::new(), ready: None };
+                this.regions.insert(id, r);
+                return Ok(addr);
+            }
+            let n = bytes.div_ceil(BLOCK_SIZE);
+            let va = Reserved::new(n * BLOCK_SIZE)?;
+            let addr = va.va();
+            let blocks = (0..n).map(|_| VBlock::default()).collect();
+            this.regions.insert(id, VRegion { va: Some(va), packed: None, bytes, blocks, ready: None });
+            Ok(addr)
+        })
+    }
+
+    /// A zeroed slot of the slab for `bytes` (under 2 MiB): its size class and address. The
+    /// zeroing runs on `compute`, after the kernels of the slot's last region.
+    fn slab_take(&mut self, bytes: u64) -> Result<(usize, u64)> {
+        let size = bytes.max(MIN_SLOT).next_power_of_two();
+        let class = (size / MIN_SLOT).trailing_zeros() as usize;
+        if self.slab.free.len() <= class {
+            self.slab.free.resize_with(class + 1, Vec::new);
+        }
+        if self.slab.free[class].is_empty() {
+            let phys = Physical::create(Place::Device(self.device), BLOCK_SIZE)?;
+            let va = Reserved::new(BLOCK_SIZE)?;
+            va.map(0, BLOCK_SIZE, &phys, 0)?;
+            va.grant(0, BLOCK_SIZE, self.device)?;
+            let base = va.va();
+            self.slab.free[class].extend((0..BLOCK_SIZE / size).rev().map(|i| base + i * size));
+            self.slab.chunks.push((phys, va));
+            self.budget.add_data(BLOCK_SIZE);
+            self.budget.note_held();
+        }
+        let addr = self.slab.free[class].pop().expect("carved above");
+        // SAFETY: the slot is mapped for the device; the stream orders it after earlier kernels.
+        unsafe { cudarc::driver::sys::cuMemsetD8Async(addr, 0, size as usize, self.compute.cu_stream()) }
+            .result()
+            .map_err(cuda_err("cuMemsetD8Async", "a packed region"))?;
+        Ok((class, addr))
+    }
+
+    fn free_region(&mut self, id: RegionId) -> Result<()> {
+        let mut r = self.regions.remove(&id).ok_or(Error::UnknownRegion(id))?;
+        if let Some((class, addr)) = r.packed {
+            // Its next region is zeroed on `compute`, after this one's kernels.
+            self.slab.free[class].push(addr);
+            return Ok(());
+        }
+        for (b, blk) in r.blocks.iter_mut().enumerate() {
+            if blk.device.is_some() {
+                self.budget.unstamp(BlockId::new(id, b), blk.stamp);
+                self.budget.remove_data(BLOCK_SIZE);
+                self.budget.add_spare(BLOCK_SIZE); // held until its mapping goes
+            }
+            blk.leaving = None;
+        }
+        // The mappings go once the work issued before the free is done with them.
+        let after = vec![
+            self.record(&self.compute, "free")?,
+            self.record(&self.h2d, "free")?,
+            self.record(&self.d2h, "free")?,
+        ];
+        self.releasing.push_back(Releasing { region: r, after });
+        self.settle(false)
+    }
+
+    fn advise_range(&mut self, range: ByteRange, advice: Advice) -> Result<()> {
+        self.checked(range.region, range.offset, range.len)?;
+        let r = self.regions.get_mut(&range.region).expect("checked");
+        for b in r.blocks_of(range.offset, range.len) {
+            let blk = &mut r.blocks[b];
+            match advice {
+                // No duplicates in this placement: a clean block's eviction copies nothing,
+                // which is what read-mostly data gains from them.
+                Advice::SetReadMostly | Advice::UnsetReadMostly => {}
+                Advice::SetPreferredLocation(Location::Host) | Advice::SetAccessedByDevice => {
+                    blk.remote = true
+                }
+                Advice::UnsetPreferredLocation
+                | Advice::UnsetAccessedByDevice
+                | Advice::SetPreferredLocation(Location::Device(_)) => blk.remote = false,
+            }
+        }
+        Ok(())
+    }
+
+    fn sync_all(&mut self) -> Result<()> {
+        self.dev.synchronize()?;
+        self.settle(true)
+    }
+}
+
+impl Drop for VmmBackend {
+    fn drop(&mut self) {
+        // Nothing may be unmapped under the device's feet.
+        let _ = self.dev.synchronize();
+        let _ = self.settle(true);
+        for (_, r) in std::mem::take(&mut self.regions) {
+            let _ = self.unmap_region(&r);
+        }
+        for (_, va) in &self.slab.chunks {
+            let _ = va.unmap(0, BLOCK_SIZE);
+        }
+        let l = &self.log;
+        let now = call_counters();
+        let calls: Vec<String> = ["create", "map", "set access", "unmap"]
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let (n, ns) = (now[i].0 - self.calls_at_open[i].0, now[i].1 - self.calls_at_open[i].1);
+                format!("{name} {n} calls {:.1} ms", ns as f64 / 1e6)
+            })
+            .collect();
+        tracing::info!("cuda vmm backend mapping calls: {}", calls.join(", "));
+        tracing::info!(
+            "cuda vmm backend: {} device chunks made, {} host chunks made ({} taken from clean copies); {} remaps to host chunks in {:.1} ms; restores mapped and issued in {:.1} ms; {} evictions cancelled by a use; {} times the emulated driver made room; {} host waits for the device ({:.1} ms); emulated driver evicted {:.1} MB for prefetches and {:.1} MB for kernels; {} chunks over the capacity",
+            l.device_chunks_made,
+            l.host_chunks_made,
+            l.host_chunks_stolen,
+            l.remaps,
+            l.remap_ns as f64 / 1e6,
+            l.restore_ns as f64 / 1e6,
+            l.cancelled_evictions,
+            l.waits_for_room,
+            l.host_waits,
+            l.wait_ns as f64 / 1e6,
+            l.driver_evicted[0] as f64 / 1e6,
+            l.driver_evicted[1] as f64 / 1e6,
+            l.over_capacity,
+        );
+    }
+}
+
+impl MemoryBackend for VmmBackend {
+    fn info(&self) -> &BackendInfo {
+        &self.info
+    }
+
+    fn allocate(&mut self, id: RegionId, bytes: u64) -> Result<u64> {
+        self.alloc_region(id, bytes)
+    }
+
+    fn free(&mut self, id: RegionId) -> Result<()> {
+        self.free_region(id)
+    }
+
+    fn advise(&mut self, range: ByteRange, advice: Advice) -> Result<()> {
+        self.timed(HostOp::Advise, |this| this.advise_range(range, advice))
+    }
+
+    fn migrate(&mut self, ranges: &[ByteRange], to: Destination) -> Result<()> {
+        for r in ranges {
+            self.checked(r.region, r.offset, r.len)?;
+        }
+        match to {
+            Destination::Device(d) if d == self.ordinal() => {
+                self.timed(HostOp::PrefetchToDevice, |this| this.prefetch_in(ranges))
+            }
+            Destination::Device(other) => Err(Error::InvalidArgument(format!(
+                "this backend runs on device {}; asked for device {}",
+                self.ordinal().0,
+                other.0
+            ))),
+            Destination::Host => self.timed(HostOp::PrefetchToHost, |this| this.evict_ranges(ranges, false)),
+            Destination::HostStaged => self.timed(HostOp::StageOut, |this| this.evict_ranges(ranges, true)),
+        }
+    }
+
+    fn discard(&mut self, ranges: &[ByteRange]) -> Result<()> {
+        for r in ranges {
+            self.checked(r.region, r.offset, r.len)?;
+        }
+        self.timed(HostOp::Discard, |this| this.discard_ranges(ranges))
+    }
+
+    fn launch(&mut self, kernel: &KernelLaunch<'_>) -> Result<()> {
+        for a in kernel.accesses {
+            self.checked(a.region, a.offset, a.len)?;
+        }
+        self.timed(HostOp::Launch, |this| this.launch_kernel(kernel))
+    }
+
+    fn host_access(&mut self, access: HostAccess<'_>) -> Result<()> {
+        match access {
+            HostAccess::Touch(accesses) => self.touch_host(accesses),
+            HostAccess::Preload(range) => self.preload(range),
+        }
+    }
+
+    fn copy(&mut self, id: RegionId, offset: u64, transfer: Transfer<'_>) -> Result<()> {
+        match transfer {
+            Transfer::HostRead(buf) | Transfer::KernelRead(buf) => self.read_bytes(id, offset, buf),
+            Transfer::HostWrite(data) | Transfer::KernelWrite(data) => self.write_bytes(id, offset, data),
+        }
+    }
+
+    fn synchronize(&mut self) -> Result<u64> {
+        self.sync_all()?;
+        Ok(self.now())
+    }
+
+    fn completion_ns(&self) -> u64 {
+        if let Err(e) = self.compute.synchronize() {
+            tracing::warn!("synchronising the compute stream failed: {e:?}");
+        }
+        self.now()
+    }
+
+    fn residency(&self, range: ByteRange) -> Result<Residency> {
+        self.residency_of(range)
+    }
+
+    fn stats(&self) -> BackendStats {
+        let (peak_device_bytes, peak_footprint_bytes) = self.budget.peaks();
+        BackendStats {
+            device_bytes: self.budget.data_bytes(),
+            peak_device_bytes,
+            peak_footprint_bytes,
+            ..self.stats
+        }
+    }
+
+    fn events(&mut self) -> &mut Recorder {
+        &mut self.recorder
+    }
+}
+
+/// Touch-kernel ranges of a launch, at the regions' addresses.
+fn touch_ranges(
+    regions: &FxHashMap<RegionId, VRegion>,
+    kernel: &KernelLaunch<'_>,
+) -> Vec<(u64, u64, TouchMode)> {
+    kernel
+        .accesses
+        .iter()
+        .filter(|a| a.len > 0)
+        .map(|a| (regions[&a.region].addr() + a.offset, a.len, TouchMode::from(a.mode)))
+        .collect()
+}

@@ -1,0 +1,152 @@
+//! The VMM placement on a real GPU (`--features gpu-tests`): every byte survives evictions,
+//! restores, discards, cancelled evictions, recycled chunks and host access within the software
+//! budget, and a kernel that touches an evicted region without declaring it reads and writes
+//! its data over the link. At most 4 GiB of device memory and as much host memory.
+#![cfg(feature = "gpu-tests")]
+
+use unimem_core::backends::cuda::{CudaDevice, Kernels, VmmBackend};
+use unimem_core::seam::{ByteRange, KernelLaunch, Location, MemoryBackend, MemoryBackendExt};
+use unimem_core::{AccessMode, RangeAccess, RegionId};
+
+const MIB: u64 = 1 << 20;
+
+fn pattern(seed: u32, bytes: u64) -> Vec<u8> {
+    (0..bytes / 4)
+        .flat_map(|i| (i as u32).wrapping_mul(2654435761).wrapping_add(seed).to_le_bytes())
+        .collect()
+}
+
+fn open(budget: u64, host: u64) -> VmmBackend {
+    VmmBackend::open(0, budget).unwrap().with_staging(host, host).unwrap()
+}
+
+fn kernel<B: MemoryBackend>(b: &mut B, id: RegionId, bytes: u64, mode: AccessMode, dur_ns: u64) {
+    let acc = [RangeAccess { region: id, offset: 0, len: bytes, mode }];
+    b.launch(&KernelLaunch { name: "k", dur_ns, accesses: &acc }).unwrap();
+}
+
+fn bad_pages(seen: &[u8], want: &[u8]) -> usize {
+    seen.chunks(4096).zip(want.chunks(4096)).filter(|(a, b)| a != b).count()
+}
+
+/// 8 regions of 512 MiB (4 GiB through) on a 1 GiB budget: host writes and device writes,
+/// kernels that force the emulated driver's evictions, prefetches both ways, stage-outs with
+/// and without a copy (clean data), a discard, frees and reallocations; every region reads
+/// back as last written and the footprint stays within the budget plus the running kernel.
+#[test]
+fn every_byte_survives_every_move_within_the_budget() {
+    let (n, size, budget) = (8u64, 512 * MIB, 1024 * MIB);
+    let mut b = open(budget, 4096 * MIB);
+    let mut data: Vec<Vec<u8>> = (0..n).map(|i| pattern(i as u32, size)).collect();
+    for i in 0..n {
+        let id = RegionId(i);
+        b.allocate(id, size).unwrap();
+        if i % 2 == 0 {
+            b.write(id, 0, &data[i as usize]).unwrap();
+        } else {
+            b.prefetch(&[ByteRange::whole(id, size)], Location::DEVICE).unwrap();
+            b.kernel_store(id, 0, &data[i as usize]).unwrap();
+        }
+    }
+    for round in 0..3u64 {
+        for i in 0..n {
+            let id = RegionId(i);
+            let whole = ByteRange::whole(id, size);
+            match (i + round) % 4 {
+                0 => b.prefetch(&[whole], Location::DEVICE).unwrap(),
+                1 => b.stage_out(&[whole]).unwrap(),
+                2 => b.prefetch(&[whole], Location::Host).unwrap(),
+                _ => {}
+            }
+            kernel(&mut b, id, size, AccessMode::Read, 1000);
+            assert!(b.device_resident_bytes() <= budget + size, "round {round}: over the budget");
+        }
+        // One region rewritten on the device (its host copy is stale now) and staged out again.
+        let id = RegionId(round);
+        data[round as usize] = pattern(100 + round as u32, size);
+        b.kernel_store(id, 0, &data[round as usize]).unwrap();
+        b.stage_out(&[ByteRange::whole(id, size)]).unwrap();
+    }
+    // A discarded region is dead; a freed one's chunks serve a new region.
+    b.discard(&[ByteRange::whole(RegionId(7), size)]).unwrap();
+    b.free(RegionId(6)).unwrap();
+    b.allocate(RegionId(16), size).unwrap();
+    data[6] = pattern(66, size);
+    b.write(RegionId(16), 0, &data[6]).unwrap();
+    kernel(&mut b, RegionId(16), size, AccessMode::Read, 1000);
+    b.synchronize().unwrap();
+    for i in 0..7 {
+        let id = RegionId(if i == 6 { 16 } else { i });
+        let mut seen = vec![0u8; size as usize];
+        b.read(id, 0, &mut seen).unwrap();
+        assert_eq!(bad_pages(&seen, &data[i as usize]), 0, "region {id} lost bytes");
+    }
+    let s = b.stats();
+    assert!(s.staged_out_bytes > 0 && s.staged_in_bytes > 0 && s.staged_clean_bytes > 0, "{s:?}");
+    assert!(s.evicted_bytes > 0 && s.prefetch_h2d_bytes > 0, "{s:?}");
+    assert!(s.peak_footprint_bytes <= budget + size, "{s:?}");
+}
+
+/// A kernel that does not declare its accesses finds an evicted region's data at its address
+/// (mapped to host memory, read over the link), and its writes there are what a declared
+/// kernel and the host see next.
+#[test]
+fn an_undeclared_access_to_an_evicted_region_sees_its_data() {
+    let size = 256 * MIB;
+    let mut b = open(1024 * MIB, 1024 * MIB);
+    let id = RegionId(1);
+    let addr = b.allocate(id, size).unwrap();
+    let data = pattern(5, size);
+    b.write(id, 0, &data).unwrap();
+    kernel(&mut b, id, size, AccessMode::Read, 1000);
+    b.stage_out(&[ByteRange::whole(id, size)]).unwrap();
+    b.synchronize().unwrap();
+    assert_eq!(b.residency(ByteRange::whole(id, size)).unwrap().staged, size, "evicted");
+    let dev = CudaDevice::open(0).unwrap();
+    let kernels = Kernels::load(&dev).unwrap();
+    let s = dev.new_stream().unwrap();
+    let words = size / 4;
+    let want: u64 = data.chunks(4).map(|w| u32::from_le_bytes(w.try_into().unwrap()) as u64).sum();
+    assert_eq!(kernels.sum_u32(&s, addr, words).unwrap(), want, "read over the link");
+    kernels.add_u32(&s, addr, words, 3).unwrap();
+    s.synchronize().unwrap();
+    assert_eq!(b.residency(ByteRange::whole(id, size)).unwrap().staged, size, "still in host memory");
+    kernel(&mut b, id, size, AccessMode::Read, 1000);
+    assert_eq!(b.residency(ByteRange::whole(id, size)).unwrap().device, size, "restored for the kernel");
+    let mut seen = vec![0u8; size as usize];
+    b.read(id, 0, &mut seen).unwrap();
+    let plus: Vec<u8> = data
+        .chunks(4)
+        .flat_map(|w| u32::from_le_bytes(w.try_into().unwrap()).wrapping_add(3).to_le_bytes())
+        .collect();
+    assert_eq!(bad_pages(&seen, &plus), 0, "the undeclared writes were lost");
+}
+
+/// Uses right behind an eviction: a kernel queued behind a 100 ms kernel cancels the eviction
+/// still waiting for it, a write after that is copied out again, a prefetch brings the newest
+/// bytes back; four rounds on recycled chunks.
+#[test]
+fn a_use_right_behind_an_eviction_keeps_the_newest_bytes() {
+    let size = 128 * MIB;
+    let mut b = open(512 * MIB, 1024 * MIB);
+    for round in 0..4u64 {
+        let id = RegionId(10 + round);
+        let whole = ByteRange::whole(id, size);
+        b.allocate(id, size).unwrap();
+        b.prefetch(&[whole], Location::DEVICE).unwrap();
+        b.kernel_store(id, 0, &pattern(round as u32, size)).unwrap();
+        kernel(&mut b, id, size, AccessMode::Read, 100_000_000);
+        b.stage_out(&[whole]).unwrap();
+        kernel(&mut b, id, size, AccessMode::ReadWrite, 1000);
+        let newest = pattern(50 + round as u32, size);
+        b.kernel_store(id, 0, &newest).unwrap();
+        b.stage_out(&[whole]).unwrap();
+        b.synchronize().unwrap();
+        b.prefetch(&[whole], Location::DEVICE).unwrap();
+        kernel(&mut b, id, size, AccessMode::Read, 1000);
+        let mut seen = vec![0u8; size as usize];
+        b.read(id, 0, &mut seen).unwrap();
+        assert_eq!(bad_pages(&seen, &newest), 0, "round {round}");
+        b.free(id).unwrap();
+    }
+}
