@@ -44,19 +44,19 @@ impl<T: Buffer, E> DeviceBudget<T, E> {
         }
     }
 
-    /// Bytes of data on the device.
-    pub fn data_bytes(&self) -> u64 {
-        self.data
-    }
-
     /// Device memory held: the data, the pooled pages and the spare pages.
     pub fn held(&self) -> u64 {
         self.data + self.pool.resident_bytes() + self.spare
     }
 
-    /// The most data, and the most memory held, at once so far.
-    pub fn peaks(&self) -> (u64, u64) {
-        (self.peak_data, self.peak_held)
+    /// `stats` with the device's bytes now and its peaks from this account.
+    pub fn report(&self, stats: crate::seam::BackendStats) -> crate::seam::BackendStats {
+        crate::seam::BackendStats {
+            device_bytes: self.data,
+            peak_device_bytes: self.peak_data,
+            peak_footprint_bytes: self.peak_held,
+            ..stats
+        }
     }
 
     /// The freed buffers kept for reuse.
@@ -198,6 +198,7 @@ mod tests {
         assert_eq!(d.victims(8 * MIB, |_| false, two), vec![block(1, 0)]);
         d.unstamp(block(1, 0), s1);
         assert!(d.victims(16 * MIB, |_| false, two).is_empty(), "nothing left to evict");
-        assert_eq!(d.peaks(), (4 * MIB, 8 * MIB));
+        let r = d.report(Default::default());
+        assert_eq!((r.peak_device_bytes, r.peak_footprint_bytes), (4 * MIB, 8 * MIB));
     }
 }

@@ -37,6 +37,15 @@ pub fn page_round(len: u64) -> u64 {
 
 /// What every backend checks of a region it is asked to allocate: at least one byte, and an id
 /// not in use (`in_use`).
+/// `len` bytes at `offset` lie inside region `id` of `size` bytes: every backend's check of
+/// a range it is given.
+pub(crate) fn check_range(id: RegionId, offset: u64, len: u64, size: u64) -> Result<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(crate::Error::OutOfRange { region: id, offset, len, size }),
+    }
+}
+
 pub(crate) fn check_new_region(id: RegionId, bytes: u64, in_use: bool) -> Result<()> {
     if bytes == 0 {
         return Err(crate::Error::Allocation { bytes, reason: "regions must be at least 1 byte".into() });

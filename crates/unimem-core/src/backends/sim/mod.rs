@@ -231,10 +231,8 @@ impl SimBackend {
 
     fn checked(&self, id: RegionId, offset: u64, len: u64) -> Result<(usize, usize)> {
         let r = self.region(id)?;
-        match offset.checked_add(len) {
-            Some(end) if end <= r.bytes => Ok(r.page_range(offset, len)),
-            _ => Err(Error::OutOfRange { region: id, offset, len, size: r.bytes }),
-        }
+        crate::seam::check_range(id, offset, len, r.bytes)?;
+        Ok(r.page_range(offset, len))
     }
 
     fn emit(&mut self, event: impl FnOnce() -> MemEvent) {
@@ -343,13 +341,7 @@ impl MemoryBackend for SimBackend {
     }
 
     fn stats(&self) -> BackendStats {
-        let (peak_device_bytes, peak_footprint_bytes) = self.budget.peaks();
-        BackendStats {
-            device_bytes: self.budget.data_bytes(),
-            peak_device_bytes,
-            peak_footprint_bytes,
-            ..self.stats
-        }
+        self.budget.report(self.stats)
     }
 
     fn events(&mut self) -> &mut Recorder {

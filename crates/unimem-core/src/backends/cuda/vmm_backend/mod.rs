@@ -341,11 +341,7 @@ impl VmmBackend {
     }
 
     fn checked(&self, id: RegionId, offset: u64, len: u64) -> Result<()> {
-        let r = self.region(id)?;
-        match offset.checked_add(len) {
-            Some(end) if end <= r.bytes => Ok(()),
-            _ => Err(Error::OutOfRange { region: id, offset, len, size: r.bytes }),
-        }
+        crate::seam::check_range(id, offset, len, self.region(id)?.bytes)
     }
 
     fn record(&self, stream: &CudaStream, what: &str) -> Result<Arc<CudaEvent>> {
@@ -570,13 +566,7 @@ impl MemoryBackend for VmmBackend {
     }
 
     fn stats(&self) -> BackendStats {
-        let (peak_device_bytes, peak_footprint_bytes) = self.budget.peaks();
-        BackendStats {
-            device_bytes: self.budget.data_bytes(),
-            peak_device_bytes,
-            peak_footprint_bytes,
-            ..self.stats
-        }
+        self.budget.report(self.stats)
     }
 
     fn events(&mut self) -> &mut Recorder {
