@@ -128,9 +128,9 @@ impl Reserved {
     ) -> Result<()> {
         debug_assert!(offset + bytes <= self.bytes && physical_offset + bytes <= physical.bytes);
         // SAFETY: the range lies inside the reservation and inside the physical allocation.
-        unsafe {
+        counted(1, || unsafe {
             sys::cuMemMap(self.va + offset, bytes as usize, physical_offset as usize, physical.handle, 0)
-        }
+        })
         .result()
         .map_err(cuda_err(
             "cuMemMap",
