@@ -20,7 +20,9 @@
 //!   done (`settle`), because nothing orders a mapping change with a stream. Until then the
 //!   block still counts on the device, and a kernel that uses it again cancels the eviction.
 //! - Mapping calls are batched per run of adjacent blocks: one `cuMemUnmap` and one
-//!   `cuMemSetAccess` cover a run (0.3 and 0.1 us per block; 15 and 24 us for one block alone).
+//!   `cuMemSetAccess` cover a run (0.3 and 0.1 us per block on an idle H200; 15 and 24 us for
+//!   one block alone). On a busy device each call costs 0.3-0.4 ms, which makes this
+//!   placement 2.5-3.5x slower than managed memory on the sample traces (`docs/decisions.md`).
 //! - The budget is emulated as in the managed backend ([`DeviceBudget`]): device chunks in use
 //!   are the data, free chunks the spare pages, evicted in least-recently-used order by the
 //!   emulated driver when a kernel or prefetch needs room the policy did not make.
