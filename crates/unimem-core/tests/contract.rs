@@ -76,6 +76,7 @@ contract!(
     a_region_swapped_out_keeps_its_data_every_way_back,
     a_prefetch_behind_a_swap_out_leaves_it_and_every_byte_comes_back,
     a_clean_region_comes_back_into_pooled_pages_right_behind_its_stage_out,
+    read_mostly_regions_swap_and_relocate_with_their_data_and_their_advice,
     clean_restored_data_is_staged_again_without_a_copy,
     data_staged_from_the_device_is_read_straight_back_by_the_host,
 );
@@ -597,6 +598,58 @@ fn a_clean_region_comes_back_into_pooled_pages_right_behind_its_stage_out<B: Ope
         b.synchronize().unwrap();
         pages_wrong(&mut b, x, &data, &mut wrong, round);
         b.free(x).unwrap();
+    }
+    assert!(wrong.is_empty(), "data lost: {wrong:?}");
+    let s = b.stats();
+    assert!(s.peak_footprint_bytes <= budget, "over the budget: {s:?}");
+}
+
+/// With relocation allowed, read-mostly regions staged whole swap out and come back into
+/// each other's pages like any: x and y (read-mostly, 256 MiB each) staged out in turn, y
+/// swapping out while x waits staged; x then relocates into y's old pages. Both read back as
+/// written by a kernel and by the host, and once read-mostly is unset (as a policy must before
+/// a kernel writes) a kernel writes x anew and it reads back (four rounds: 3 GiB through the
+/// moves on the GPU).
+fn read_mostly_regions_swap_and_relocate_with_their_data_and_their_advice<B: Open>() {
+    let size = 256 * B::MIB;
+    let budget = 1024 * B::MIB;
+    let mut b = B::open(budget, 1024 * B::MIB, 1024 * B::MIB).relocating();
+    b.record_events(true);
+    let mut wrong = Vec::new();
+    for round in 0..4u64 {
+        let (x, y) = (RegionId(7000 + 2 * round), RegionId(7001 + 2 * round));
+        let data = [pattern(x.0 as u32, size), pattern(y.0 as u32, size)];
+        for (id, d) in [x, y].iter().zip(&data) {
+            b.allocate(*id, size).unwrap();
+            b.prefetch(&[ByteRange::whole(*id, size)], Location::DEVICE).unwrap();
+            b.kernel_store(*id, 0, d).unwrap();
+            b.advise(ByteRange::whole(*id, size), Advice::SetReadMostly).unwrap();
+        }
+        b.stage_out(&[ByteRange::whole(x, size)]).unwrap();
+        b.synchronize().unwrap();
+        let mut events = Vec::new();
+        b.drain_events(&mut events);
+        b.stage_out(&[ByteRange::whole(y, size)]).unwrap();
+        b.synchronize().unwrap();
+        b.prefetch(&[ByteRange::whole(x, size)], Location::DEVICE).unwrap();
+        events.clear();
+        b.drain_events(&mut events);
+        let moved = moves(&events, x);
+        assert_eq!(moved.len(), 1, "round {round}: x relocated once: {moved:?}");
+        read_kernel(&mut b, x, size);
+        read_kernel(&mut b, y, size);
+        b.synchronize().unwrap();
+        pages_wrong(&mut b, x, &data[0], &mut wrong, round);
+        pages_wrong(&mut b, y, &data[1], &mut wrong, round);
+        let again = pattern(x.0 as u32 + 99, size);
+        b.advise(ByteRange::whole(x, size), Advice::UnsetReadMostly).unwrap();
+        b.prefetch(&[ByteRange::whole(x, size)], Location::DEVICE).unwrap();
+        b.kernel_store(x, 0, &again).unwrap();
+        b.synchronize().unwrap();
+        pages_wrong(&mut b, x, &again, &mut wrong, round);
+        for id in [x, y] {
+            b.free(id).unwrap();
+        }
     }
     assert!(wrong.is_empty(), "data lost: {wrong:?}");
     let s = b.stats();

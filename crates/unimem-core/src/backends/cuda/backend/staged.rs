@@ -101,7 +101,7 @@ impl CudaBackend {
                         .map_err(cuda_err("cuEventRecord", "staged eviction"))?,
                 );
                 for (id, buf) in swaps {
-                    this.swap_out(id, buf, &copied);
+                    this.swap_out(id, buf, &copied)?;
                 }
                 if !staged.is_empty() {
                     let blocks: Vec<BlockId> = staged.iter().map(|s| s.block).collect();

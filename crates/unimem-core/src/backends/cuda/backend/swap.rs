@@ -11,10 +11,35 @@ use super::*;
 use crate::mechanism::pool::Owner;
 
 impl CudaBackend {
-    /// Whether every block of `r` is staged (none spare, read-mostly or remote): it may come
-    /// back into any buffer of its size.
+    /// Whether every block of `r` is staged (none spare or remote): it may come back into any
+    /// buffer of its size, its read-mostly advice carried along (`carry_advice`).
     pub(super) fn wholly_staged(r: &CudaRegion) -> bool {
-        r.blocks.iter().all(|b| b.staged.is_some() && !b.spare && !b.read_mostly && !b.remote)
+        r.blocks.iter().all(|b| b.staged.is_some() && !b.spare && !b.remote)
+    }
+
+    /// Region `id` moved out of buffer `from` into its present one: its read-mostly blocks
+    /// get the advice there, and `from` loses it before it serves another region (advice is
+    /// on addresses; the region keeps what its policy set). A staged block has no pages, so
+    /// neither call moves data.
+    pub(super) fn carry_advice(&mut self, id: RegionId, from: &ManagedBuffer) -> Result<()> {
+        let r = &self.regions[&id];
+        let mut b = 0;
+        while b < r.blocks.len() {
+            if !r.blocks[b].read_mostly {
+                b += 1;
+                continue;
+            }
+            let start = b;
+            while b < r.blocks.len() && r.blocks[b].read_mostly {
+                b += 1;
+            }
+            let offset = start as u64 * BLOCK_SIZE;
+            let len = (b as u64 * BLOCK_SIZE).min(r.bytes) - offset;
+            r.buf.advise(offset, len, Advice::SetReadMostly)?;
+            from.advise(offset, len, Advice::UnsetReadMostly)?;
+            self.log.advice_carried += 1;
+        }
+        Ok(())
     }
 
     /// The regions of `blocks` (just staged out, their pages still on the device) to swap out,
@@ -59,9 +84,16 @@ impl CudaBackend {
 
     /// Swaps region `id` out into `buf` (see the module documentation): its own buffer goes to
     /// the pool with its pages on the device once `copied` (its copies out) is done.
-    pub(super) fn swap_out(&mut self, id: RegionId, buf: ManagedBuffer, copied: &Arc<CudaEvent>) {
+    pub(super) fn swap_out(
+        &mut self,
+        id: RegionId,
+        buf: ManagedBuffer,
+        copied: &Arc<CudaEvent>,
+    ) -> Result<()> {
         let r = self.regions.get_mut(&id).expect("checked by the caller");
         let old = std::mem::replace(&mut r.buf, buf);
+        self.carry_advice(id, &old)?;
+        let r = &self.regions[&id];
         let (from, to, blocks) = (old.ptr(), r.buf.ptr(), r.blocks.len());
         for b in 0..blocks as u32 {
             // A restore copies the slots in once they hold the data.
@@ -72,6 +104,7 @@ impl CudaBackend {
         self.log.swaps += 1;
         let at_ns = self.now();
         self.recorder.emit(|| MemEvent::Relocated { region: id, from, to, at_ns });
+        Ok(())
     }
 
     /// A shed buffer, its discard issued on `remap` and ending at `discarded`, goes back to
@@ -106,7 +139,8 @@ impl CudaBackend {
         }
         let r = self.regions.get_mut(&id).expect("checked");
         let held = std::mem::replace(&mut r.buf, entry.buf);
-        let (from, to) = (held.ptr(), r.buf.ptr());
+        self.carry_advice(id, &held)?;
+        let (from, to) = (held.ptr(), self.regions[&id].buf.ptr());
         self.budget.pool_mut().put(held, vec![false; blocks as usize], after, None);
         self.log.swaps_back += 1;
         let at_ns = self.now();
