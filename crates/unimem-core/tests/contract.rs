@@ -76,7 +76,7 @@ contract!(
     a_region_swapped_out_keeps_its_data_every_way_back,
     a_prefetch_behind_a_swap_out_leaves_it_and_every_byte_comes_back,
     a_clean_region_comes_back_into_pooled_pages_right_behind_its_stage_out,
-    read_mostly_regions_swap_and_relocate_with_their_data_and_their_advice,
+    read_mostly_regions_swap_and_relocate_with_their_data,
     clean_restored_data_is_staged_again_without_a_copy,
     data_staged_from_the_device_is_read_straight_back_by_the_host,
 );
@@ -605,12 +605,12 @@ fn a_clean_region_comes_back_into_pooled_pages_right_behind_its_stage_out<B: Ope
 }
 
 /// With relocation allowed, read-mostly regions staged whole swap out and come back into
-/// each other's pages like any: x and y (read-mostly, 256 MiB each) staged out in turn, y
-/// swapping out while x waits staged; x then relocates into y's old pages. Both read back as
-/// written by a kernel and by the host, and once read-mostly is unset (as a policy must before
-/// a kernel writes) a kernel writes x anew and it reads back (four rounds: 3 GiB through the
-/// moves on the GPU).
-fn read_mostly_regions_swap_and_relocate_with_their_data_and_their_advice<B: Open>() {
+/// each other's pages like any (their advice dropped as they move): x and y (read-mostly,
+/// 256 MiB each) staged out in turn, y swapping out while x waits staged; x then relocates
+/// into y's old pages. Both read back as written by a kernel and by the host, and once
+/// read-mostly is unset (as a policy must before a kernel writes) a kernel writes x anew and
+/// it reads back (four rounds: 3 GiB through the moves on the GPU).
+fn read_mostly_regions_swap_and_relocate_with_their_data<B: Open>() {
     let size = 256 * B::MIB;
     let budget = 1024 * B::MIB;
     let mut b = B::open(budget, 1024 * B::MIB, 1024 * B::MIB).relocating();

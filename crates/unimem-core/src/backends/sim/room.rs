@@ -44,6 +44,8 @@ impl SimBackend {
         if r.addr != placeholder || !r.wholly_staged() {
             return false;
         }
+        self.drop_advice(region);
+        let r = self.regions.get_mut(&region).expect("checked");
         r.addr = e.buf.addr;
         let (blocks, bytes) = (r.blocks.len(), r.bytes);
         self.budget.pool_mut().put(

@@ -254,6 +254,7 @@ impl SimBackend {
             None => self.new_buffer(bytes),
         };
         let swapped = emptied.len() as u64;
+        self.drop_advice(id);
         let r = self.regions.get_mut(&id).expect("checked by caller");
         let from = std::mem::replace(&mut r.addr, to);
         // Its next user writes the pages once the copies out of them are done.
@@ -272,6 +273,21 @@ impl SimBackend {
         swapped
     }
 
+    /// A wholly staged region moving to another buffer leaves its read-mostly advice behind,
+    /// as the CUDA backend unsets it there (`CudaBackend::drop_advice`): the call holds the host.
+    pub(super) fn drop_advice(&mut self, id: RegionId) {
+        let r = self.regions.get_mut(&id).expect("checked by caller");
+        let mut bytes = 0;
+        for (b, blk) in r.blocks.iter_mut().enumerate() {
+            if blk.advice & ADV_READ_MOSTLY != 0 {
+                blk.advice &= !ADV_READ_MOSTLY;
+                bytes += (b as u64 * BLOCK_SIZE + BLOCK_SIZE).min(r.bytes) - b as u64 * BLOCK_SIZE;
+            }
+        }
+        let per_gib = self.cost.advise_unset_read_mostly_ns_per_gib as f64;
+        self.host_now += (bytes as f64 / (1u64 << 30) as f64 * per_gib).round() as u64;
+    }
+
     /// As a restore begins, when relocation is allowed: as the CUDA backend, a region whose
     /// every page is staged moves into a pooled buffer of its size with pages on the device,
     /// which need no repopulation, for this restore and the region's next ones (its blocks
@@ -283,6 +299,7 @@ impl SimBackend {
             return 0;
         }
         let Some(entry) = self.budget.pool_mut().take_resident(r.bytes) else { return 0 };
+        self.drop_advice(id);
         let r = self.regions.get_mut(&id).expect("checked by caller");
         r.spare = entry.resident;
         let from = std::mem::replace(&mut r.addr, entry.buf.addr);

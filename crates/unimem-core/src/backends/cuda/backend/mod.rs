@@ -215,8 +215,9 @@ struct BackendLog {
     /// Regions swapped out (their buffer pooled with its pages), and swapped back when shed.
     swaps: u64,
     swaps_back: u64,
-    /// Runs of read-mostly blocks whose advice moved with their region to another buffer.
-    advice_carried: u64,
+    /// Runs of read-mostly blocks whose advice was unset as their region moved to another
+    /// buffer.
+    advice_dropped: u64,
     /// Host time spent making room (inside the calls that needed it).
     make_room_ns: u64,
     /// Allocations served by the pool / by a new `cuMemAllocManaged`.
@@ -450,7 +451,7 @@ impl Drop for CudaBackend {
             .map(|(op, ns)| format!("{op} {:.1} ms", ns as f64 / 1e6))
             .collect();
         tracing::info!(
-            "cuda backend host time: {}; set-up (off the clock) {:.1} ms; allocations: {} from the pool, {} new; {} restores relocated, {:.1} MB into pages on the device; {} regions swapped out, {} back; read-mostly advice carried {} times; {} pooled buffers shed ({:.1} MB); {} kernel waits for prefetches; {} prefetch ranges; emulated driver evictions {:.1} MB for prefetches, {:.1} MB for kernels, {:.1} MB for staged data kernels needed; {:.1} MB asked to stage were not on the device; stage-outs migrated {:.1} MB with a host copy or remote and {:.1} MB for want of a slot (staging {:.1} MB, {:.1} MB pinned); {} full synchronisations waited {:.1} ms, then freed {} retired buffers in {:.1} ms",
+            "cuda backend host time: {}; set-up (off the clock) {:.1} ms; allocations: {} from the pool, {} new; {} restores relocated, {:.1} MB into pages on the device; {} regions swapped out, {} back; read-mostly advice dropped by moves {} times; {} pooled buffers shed ({:.1} MB); {} kernel waits for prefetches; {} prefetch ranges; emulated driver evictions {:.1} MB for prefetches, {:.1} MB for kernels, {:.1} MB for staged data kernels needed; {:.1} MB asked to stage were not on the device; stage-outs migrated {:.1} MB with a host copy or remote and {:.1} MB for want of a slot (staging {:.1} MB, {:.1} MB pinned); {} full synchronisations waited {:.1} ms, then freed {} retired buffers in {:.1} ms",
             parts.join(", "),
             self.excluded_ns as f64 / 1e6,
             self.log.pool_hits,
@@ -459,7 +460,7 @@ impl Drop for CudaBackend {
             self.log.relocated_resident as f64 / 1e6,
             self.log.swaps,
             self.log.swaps_back,
-            self.log.advice_carried,
+            self.log.advice_dropped,
             self.log.shed_buffers,
             self.log.shed_bytes as f64 / 1e6,
             self.log.kernel_waits,

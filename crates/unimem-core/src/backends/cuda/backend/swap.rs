@@ -12,17 +12,19 @@ use crate::mechanism::pool::Owner;
 
 impl CudaBackend {
     /// Whether every block of `r` is staged (none spare or remote): it may come back into any
-    /// buffer of its size, its read-mostly advice carried along (`carry_advice`).
+    /// buffer of its size (read-mostly advice dropped, `drop_advice`).
     pub(super) fn wholly_staged(r: &CudaRegion) -> bool {
         r.blocks.iter().all(|b| b.staged.is_some() && !b.spare && !b.remote)
     }
 
-    /// Region `id` moved out of buffer `from` into its present one: its read-mostly blocks
-    /// get the advice there, and `from` loses it before it serves another region (advice is
-    /// on addresses; the region keeps what its policy set). A staged block has no pages, so
-    /// neither call moves data.
-    pub(super) fn carry_advice(&mut self, id: RegionId, from: &ManagedBuffer) -> Result<()> {
-        let r = &self.regions[&id];
+    /// Region `id`, wholly staged, moved out of buffer `from`: its blocks' read-mostly advice
+    /// stays behind and is unset there (advice is on addresses; a pooled buffer must not
+    /// surprise its next user). The region loses nothing by it: a staged block has no pages,
+    /// and it comes back by copy into device pages with no host copy to duplicate; setting
+    /// the advice again would cost 70.8 ms of host time per GiB on the H200 (`unimem probe`),
+    /// unsetting it 1.56.
+    pub(super) fn drop_advice(&mut self, id: RegionId, from: &ManagedBuffer) -> Result<()> {
+        let r = self.regions.get_mut(&id).expect("checked by the caller");
         let mut b = 0;
         while b < r.blocks.len() {
             if !r.blocks[b].read_mostly {
@@ -31,13 +33,12 @@ impl CudaBackend {
             }
             let start = b;
             while b < r.blocks.len() && r.blocks[b].read_mostly {
+                r.blocks[b].read_mostly = false;
                 b += 1;
             }
             let offset = start as u64 * BLOCK_SIZE;
-            let len = (b as u64 * BLOCK_SIZE).min(r.bytes) - offset;
-            r.buf.advise(offset, len, Advice::SetReadMostly)?;
-            from.advise(offset, len, Advice::UnsetReadMostly)?;
-            self.log.advice_carried += 1;
+            from.advise(offset, (b as u64 * BLOCK_SIZE).min(r.bytes) - offset, Advice::UnsetReadMostly)?;
+            self.log.advice_dropped += 1;
         }
         Ok(())
     }
@@ -92,7 +93,7 @@ impl CudaBackend {
     ) -> Result<()> {
         let r = self.regions.get_mut(&id).expect("checked by the caller");
         let old = std::mem::replace(&mut r.buf, buf);
-        self.carry_advice(id, &old)?;
+        self.drop_advice(id, &old)?;
         let r = &self.regions[&id];
         let (from, to, blocks) = (old.ptr(), r.buf.ptr(), r.blocks.len());
         for b in 0..blocks as u32 {
@@ -139,7 +140,7 @@ impl CudaBackend {
         }
         let r = self.regions.get_mut(&id).expect("checked");
         let held = std::mem::replace(&mut r.buf, entry.buf);
-        self.carry_advice(id, &held)?;
+        self.drop_advice(id, &held)?;
         let (from, to) = (held.ptr(), self.regions[&id].buf.ptr());
         self.budget.pool_mut().put(held, vec![false; blocks as usize], after, None);
         self.log.swaps_back += 1;

@@ -239,7 +239,7 @@ impl CudaBackend {
         let (buf, pages) = self.reuse(entry, true)?;
         let r = self.regions.get_mut(&id).expect("checked");
         let old = std::mem::replace(&mut r.buf, buf);
-        self.carry_advice(id, &old)?;
+        self.drop_advice(id, &old)?;
         let r = self.regions.get_mut(&id).expect("checked");
         let (from, to) = (old.ptr(), r.buf.ptr());
         for (b, page) in pages.iter().enumerate() {
