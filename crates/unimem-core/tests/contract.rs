@@ -75,7 +75,6 @@ contract!(
     wholly_staged_regions_come_back_into_pooled_pages_with_their_data,
     a_region_swapped_out_keeps_its_data_every_way_back,
     a_prefetch_behind_a_swap_out_leaves_it_and_every_byte_comes_back,
-    a_clean_region_comes_back_into_pooled_pages_right_behind_its_stage_out,
     read_mostly_regions_swap_and_relocate_with_their_data,
     clean_restored_data_is_staged_again_without_a_copy,
     data_staged_from_the_device_is_read_straight_back_by_the_host,
@@ -550,54 +549,6 @@ fn a_prefetch_behind_a_swap_out_leaves_it_and_every_byte_comes_back<B: Open>() {
         for id in ids {
             b.free(id).unwrap();
         }
-    }
-    assert!(wrong.is_empty(), "data lost: {wrong:?}");
-    let s = b.stats();
-    assert!(s.peak_footprint_bytes <= budget, "over the budget: {s:?}");
-}
-
-/// With relocation allowed, a region restored and not written since (its slot holds a clean
-/// copy) staged out behind a 200 ms kernel that reads it: a prefetch at once brings it back
-/// into a pooled buffer of its size (a freed region's, pages on the device) without waiting
-/// for that stage-out, where a region copied out is left to its kernel. Every byte comes back
-/// (256 MiB, eight rounds: 2 GiB through the relocation on the GPU), within the budget.
-fn a_clean_region_comes_back_into_pooled_pages_right_behind_its_stage_out<B: Open>() {
-    let size = 256 * B::MIB;
-    let budget = 1024 * B::MIB;
-    let mut b = B::open(budget, 1024 * B::MIB, 1024 * B::MIB).relocating();
-    let mut wrong = Vec::new();
-    for round in 0..8u64 {
-        let (x, y) = (RegionId(5000 + 2 * round), RegionId(5001 + 2 * round));
-        let data = pattern(x.0 as u32, size);
-        for id in [x, y] {
-            b.allocate(id, size).unwrap();
-            b.prefetch(&[ByteRange::whole(id, size)], Location::DEVICE).unwrap();
-        }
-        b.kernel_store(x, 0, &data).unwrap();
-        b.kernel_store(y, 0, &pattern(7, size)).unwrap();
-        // x's slot gets a clean copy: out (copied), back, read.
-        b.stage_out(&[ByteRange::whole(x, size)]).unwrap();
-        b.synchronize().unwrap();
-        b.prefetch(&[ByteRange::whole(x, size)], Location::DEVICE).unwrap();
-        read_kernel(&mut b, x, size);
-        // y's buffer goes to the pool with its pages on the device.
-        b.free(y).unwrap();
-        let acc = [RangeAccess { region: x, offset: 0, len: size, mode: AccessMode::Read }];
-        b.launch(&KernelLaunch { name: "long", dur_ns: 200_000_000, accesses: &acc }).unwrap();
-        let before = b.stats();
-        b.stage_out(&[ByteRange::whole(x, size)]).unwrap();
-        let out = b.stats();
-        assert_eq!(out.staged_clean_bytes - before.staged_clean_bytes, size, "round {round}: clean");
-        b.prefetch(&[ByteRange::whole(x, size)], Location::DEVICE).unwrap();
-        let r = b.residency(ByteRange::whole(x, size)).unwrap();
-        assert_eq!((r.staged, r.device), (0, size), "round {round}: back at once: {r:?}");
-        assert_eq!(b.stats().prefetch_arrived_bytes - out.prefetch_arrived_bytes, size, "as a prefetch");
-        if round % 2 == 0 {
-            read_kernel(&mut b, x, size);
-        }
-        b.synchronize().unwrap();
-        pages_wrong(&mut b, x, &data, &mut wrong, round);
-        b.free(x).unwrap();
     }
     assert!(wrong.is_empty(), "data lost: {wrong:?}");
     let s = b.stats();

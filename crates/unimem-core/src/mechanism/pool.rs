@@ -82,12 +82,6 @@ impl<T: Buffer, E> BufferPool<T, E> {
         self.resident_bytes
     }
 
-    /// Whether a buffer of `bytes` bytes with pages on the device waits (what
-    /// [`take_resident`](Self::take_resident) would take).
-    pub fn has_resident(&self, bytes: u64) -> bool {
-        self.by_size.get(&bytes).is_some_and(|list| list.iter().any(|e| e.resident_bytes() > 0))
-    }
-
     pub fn is_empty(&self) -> bool {
         self.by_size.values().all(|v| v.is_empty())
     }

@@ -23,9 +23,6 @@ pub(super) struct Block {
     pub(super) last_use_ns: u64,
     /// When its last staged eviction ends (its copy out and the discard of its pages).
     pub(super) staged_until: u64,
-    /// Its last stage-out copied nothing (its staging copy was valid): a restore may read the
-    /// slot before that stage-out ends.
-    pub(super) staged_clean: bool,
     /// `ADV_*` flags.
     pub(super) advice: u8,
 }

@@ -71,8 +71,7 @@ impl SimBackend {
                     } else {
                         (start_at, start_at)
                     };
-                    let blk = &mut this.regions.get_mut(&id).expect("checked").blocks[b];
-                    (blk.staged_until, blk.staged_clean) = (end, copied == 0);
+                    this.regions.get_mut(&id).expect("checked").blocks[b].staged_until = end;
                     copies += 1;
                     this.stats.d2h_bytes += copied;
                     this.stats.staged_out_bytes += bytes;
@@ -122,16 +121,10 @@ impl SimBackend {
         let mut out: Vec<ByteRange> = Vec::with_capacity(ranges.len());
         for range in ranges {
             let r = &self.regions[&range.region];
-            // A region coming back into another buffer's pages reads its clean blocks' slots
-            // at once: the discard of its own pages does not hold it.
-            let relocates = self.relocate && r.wholly_staged() && self.budget.pool().has_resident(r.bytes);
             let (s, e) = r.page_range(range.offset, range.len);
             for b in r.block_range(s, e) {
                 let (bs, be) = r.block_pages(b);
-                if r.blocks[b].staged_until > self.host_now
-                    && r.staged.count(bs, be) > 0
-                    && !(r.blocks[b].staged_clean && relocates)
-                {
+                if r.blocks[b].staged_until > self.host_now && r.staged.count(bs, be) > 0 {
                     continue;
                 }
                 let lo = (bs.max(s) as u64 * PAGE_SIZE).max(range.offset);

@@ -105,9 +105,6 @@ struct Block {
     /// restore is a copy alone. Outside the account of data until then, but counted against
     /// the capacity (`spare_bytes`), as pooled pages are.
     spare: bool,
-    /// Its last stage-out copied nothing (its slot held a clean copy): a restore into other
-    /// pages may read the slot before that stage-out (the discard) ends.
-    staged_clean: bool,
 }
 
 struct CudaRegion {

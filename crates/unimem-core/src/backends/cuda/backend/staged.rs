@@ -49,9 +49,7 @@ impl CudaBackend {
                 }
                 after = after.max(blk.last_kernel);
                 let key = BlockId { region: id, block: b };
-                let clean_copy = this.kept.remove(&key);
-                let staged_clean = clean_copy.is_some();
-                let slot = if let Some((slot, _)) = clean_copy {
+                let slot = if let Some((slot, _)) = this.kept.remove(&key) {
                     clean.push(StagedBlock { block: key, slot });
                     this.stats.staged_clean_bytes += len;
                     this.recorder.emit(|| MemEvent::Drop {
@@ -74,7 +72,6 @@ impl CudaBackend {
                 this.leave_device(id, b as usize);
                 let blk = &mut this.regions.get_mut(&id).expect("checked").blocks[b as usize];
                 blk.staged = Some(slot);
-                blk.staged_clean = staged_clean;
                 blk.on_host = false;
                 this.stats.staged_out_bytes += len;
             }

@@ -71,7 +71,7 @@ impl CudaBackend {
         self.issue_discards(false)?;
         let in_place = self.relocate_staged(ranges, explicit)?;
         let (mut blocks, mut need) = self.missing(ranges.iter().map(|r| (r.region, r.offset, r.len)));
-        let left_out = explicit && self.leave_unsettled(&mut blocks, &mut need, &in_place);
+        let left_out = explicit && self.leave_unsettled(&mut blocks, &mut need);
         let mut protect = keep.clone();
         protect.extend(blocks.iter().copied());
         let site = if explicit { RoomSite::Prefetch } else { RoomSite::Restore };
@@ -208,29 +208,19 @@ impl CudaBackend {
         if !Self::wholly_staged(r) {
             return Ok(());
         }
-        // A prefetch leaves out blocks whose copies out are still running (`leave_unsettled`);
-        // their new pages would wait outside the account for a kernel's restore. Clean blocks
-        // copied nothing out: their slots hold the data already.
+        // A prefetch leaves out blocks still being staged out (`leave_unsettled`); their new
+        // pages would wait outside the account for a kernel's restore.
         let mut running = FxHashMap::default();
-        if explicit
-            && (0..r.blocks.len() as u32)
-                .any(|b| !r.blocks[b as usize].staged_clean && self.unsettled(id, b, &mut running))
-        {
+        if explicit && (0..r.blocks.len() as u32).any(|b| self.unsettled(id, b, &mut running)) {
             return Ok(());
         }
         let Some(entry) = self.budget.pool_mut().take_resident(r.bytes) else { return Ok(()) };
         // The old buffer's stage-out ends with its discards (issued now where pending): the
-        // buffer's next user waits for them, and so do the copies in of blocks copied out
-        // (they follow the copies out). A clean block's slot held its data all along: its copy
-        // in waits for nothing of the old buffer, whose discard waits for its kernels.
+        // copies in wait for them (they follow the copies out), the buffer's next user too.
         let (h2d, mut waited) = ([self.streams.h2d.clone()], FxHashSet::default());
         let mut after: Vec<Arc<CudaEvent>> = Vec::new();
         for b in 0..r.blocks.len() as u32 {
-            let clean = self.regions[&id].blocks[b as usize].staged_clean;
-            let streams: &[Arc<CudaStream>] = if clean { &[] } else { &h2d };
-            if let Some(ev) =
-                self.after_stage_out(id, b, streams, &mut waited, "copy in after the stage-out")?
-            {
+            if let Some(ev) = self.after_stage_out(id, b, &h2d, &mut waited, "copy in after the stage-out")? {
                 if !after.iter().any(|e| Arc::ptr_eq(e, &ev)) {
                     after.push(ev);
                 }
@@ -325,15 +315,8 @@ impl CudaBackend {
     }
 
     /// Takes out of `blocks` (and their bytes off `need`) the staged blocks whose stage-out is
-    /// still running on the device, but for clean ones coming back into other pages
-    /// (`in_place`: their slots hold the data, and their own pages are not written). Returns
-    /// whether it took any.
-    pub(super) fn leave_unsettled(
-        &self,
-        blocks: &mut FxHashSet<BlockId>,
-        need: &mut u64,
-        in_place: &FxHashSet<BlockId>,
-    ) -> bool {
+    /// still running on the device. Returns whether it took any.
+    pub(super) fn leave_unsettled(&self, blocks: &mut FxHashSet<BlockId>, need: &mut u64) -> bool {
         if self.staged_done.is_empty() && self.pending_blocks.is_empty() {
             return false;
         }
@@ -341,9 +324,7 @@ impl CudaBackend {
         let before = blocks.len();
         blocks.retain(|&BlockId { region: id, block: b }| {
             let r = &self.regions[&id];
-            let blk = &r.blocks[b as usize];
-            if blk.staged.is_none() || (blk.staged_clean && in_place.contains(&BlockId::new(id, b as usize)))
-            {
+            if r.blocks[b as usize].staged.is_none() {
                 return true;
             }
             let unsettled = self.unsettled(id, b, &mut running);
