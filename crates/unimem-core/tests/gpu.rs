@@ -600,7 +600,11 @@ fn a_program_recorded_on_the_gpu_has_measured_kernel_times() {
     for (i, (name, dur)) in times.iter().enumerate() {
         let want = if i % 2 == 0 { "spin" } else { "add_u32" };
         assert_eq!(name, want, "kernel {i} in launch order");
-        if i % 2 == 0 {
+        if i == 0 {
+            // A backend-timed kernel's slice starts before its waits for data: the first one
+            // waits for the 64 MiB the host wrote (1.3-2.5 ms over the link).
+            assert!((150_000..50_000_000).contains(dur), "spin {i}: {dur} ns");
+        } else if i % 2 == 0 {
             // The spin kernel takes its declared 200 us with its data resident.
             assert!((150_000..2_000_000).contains(dur), "spin {i}: {dur} ns");
         } else {
