@@ -274,7 +274,7 @@ impl SimBackend {
         for (b, blk) in r.blocks.iter_mut().enumerate() {
             if blk.advice & ADV_READ_MOSTLY != 0 {
                 blk.advice &= !ADV_READ_MOSTLY;
-                bytes += (b as u64 * BLOCK_SIZE + BLOCK_SIZE).min(r.bytes) - b as u64 * BLOCK_SIZE;
+                bytes += crate::seam::block_bytes(r.bytes, b as u64);
             }
         }
         let per_gib = self.cost.advise_unset_read_mostly_ns_per_gib as f64;

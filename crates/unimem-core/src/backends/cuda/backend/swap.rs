@@ -25,19 +25,14 @@ impl CudaBackend {
     /// unsetting it 1.56.
     pub(super) fn drop_advice(&mut self, id: RegionId, from: &ManagedBuffer) -> Result<()> {
         let r = self.regions.get_mut(&id).expect("checked by the caller");
-        let mut b = 0;
-        while b < r.blocks.len() {
-            if !r.blocks[b].read_mostly {
-                b += 1;
-                continue;
-            }
-            let start = b;
-            while b < r.blocks.len() && r.blocks[b].read_mostly {
-                r.blocks[b].read_mostly = false;
-                b += 1;
-            }
-            let offset = start as u64 * BLOCK_SIZE;
-            from.advise(offset, (b as u64 * BLOCK_SIZE).min(r.bytes) - offset, Advice::UnsetReadMostly)?;
+        let mut runs: Vec<ByteRange> = Vec::new();
+        for (b, blk) in r.blocks.iter_mut().enumerate().filter(|(_, blk)| blk.read_mostly) {
+            blk.read_mostly = false;
+            let (offset, len) = (b as u64 * BLOCK_SIZE, block_bytes(r.bytes, b as u64));
+            crate::seam::push_merged(&mut runs, ByteRange { region: id, offset, len });
+        }
+        for run in runs {
+            from.advise(run.offset, run.len, Advice::UnsetReadMostly)?;
             self.log.advice_dropped += 1;
         }
         Ok(())
