@@ -277,8 +277,7 @@ impl SimBackend {
                 bytes += crate::seam::block_bytes(r.bytes, b as u64);
             }
         }
-        let per_gib = self.cost.advise_unset_read_mostly_ns_per_gib as f64;
-        self.host_now += (bytes as f64 / (1u64 << 30) as f64 * per_gib).round() as u64;
+        self.host_now += Self::advise_host_ns(bytes, self.cost.advise_unset_read_mostly_ns_per_gib as f64);
     }
 
     /// As a restore begins, when relocation is allowed: as the CUDA backend, a region whose

@@ -180,6 +180,11 @@ impl SimBackend {
         (bytes as f64 / (1u64 << 30) as f64 * self.cost.discard_host_ns_per_gib as f64) as u64
     }
 
+    /// Host time of an advice call over `bytes` at `per_gib` nanoseconds per GiB.
+    pub(super) fn advise_host_ns(bytes: u64, per_gib: f64) -> u64 {
+        (bytes as f64 / (1u64 << 30) as f64 * per_gib).round() as u64
+    }
+
     pub(super) fn advise_range(&mut self, range: ByteRange, advice: Advice) -> Result<()> {
         self.host_timed(HostOp::Advise, |this| {
             let (s, e) = this.checked(range.region, range.offset, range.len)?;
@@ -193,7 +198,7 @@ impl SimBackend {
                 }
                 _ => 0.0,
             };
-            this.host_now += (range.len as f64 / (1u64 << 30) as f64 * per_gib).round() as u64;
+            this.host_now += Self::advise_host_ns(range.len, per_gib);
             let r = this.region_mut(range.region)?;
             let blocks = r.block_range(s, e);
             for b in blocks.clone() {
