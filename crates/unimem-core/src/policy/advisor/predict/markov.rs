@@ -17,8 +17,8 @@ const MAX_SUCCESSORS: usize = 16;
 /// Regions followed from one predicted kernel to the next (the most likely). 16 kept the
 /// sample traces' results and cut the advisor's host time (each kernel forecasts).
 const MAX_FRONTIER: usize = 16;
-/// Predictions less likely than this are not emitted: no consumer acts on them, and on
-/// branchy histories they would be most of the work.
+/// Successors less likely than this, from the kernel before, are not emitted: no consumer acts
+/// on them, and on branchy histories they would be most of the work.
 const MIN_EMITTED: f32 = 0.3;
 /// A successor this likely is followed further along the chain.
 const MIN_FOLLOWED: f32 = 0.5;
@@ -122,9 +122,9 @@ impl Markov {
 
     /// Expected successors of `from`, with confidence: count over occurrences, each key with
     /// its largest over the regions of `from`, most likely first. Candidates that could be
-    /// neither emitted (`p * carried` under [`MIN_EMITTED`]) nor followed are left out
-    /// before sorting: on branchy histories they are most of them.
-    fn step(&mut self, from: &[Id], carried: f32, v: &mut Vec<Candidate>) {
+    /// neither emitted (under [`MIN_EMITTED`]) nor followed are left out before sorting: on
+    /// branchy histories they are most of them.
+    fn step(&mut self, from: &[Id], v: &mut Vec<Candidate>) {
         v.clear();
         self.marks.start(self.keys.len());
         for &k in from {
@@ -147,7 +147,7 @@ impl Markov {
                 }
             }
         }
-        v.retain(|e| e.p * carried >= MIN_EMITTED || e.p >= MIN_FOLLOWED);
+        v.retain(|e| e.p >= MIN_EMITTED.min(MIN_FOLLOWED));
         // Most likely first (ties by key, for determinism).
         v.sort_unstable_by(|a, b| b.p.total_cmp(&a.p).then(a.key.cmp(&b.key)));
     }
@@ -211,12 +211,16 @@ impl Predictor for Markov {
         from.clone_from(&self.previous);
         let mut carried = 1.0f32;
         for at in now + 1..=now + horizon {
-            self.step(&from, carried, &mut next);
+            self.step(&from, &mut next);
             if next.is_empty() {
                 break;
             }
             let emitted = out.len();
-            for c in next.iter().take_while(|e| e.p * carried >= MIN_EMITTED) {
+            // What a step emits is judged by its own likelihood, so a chain that stays sure
+            // reaches the horizon (cut short, it leaves the units used just past its end
+            // unpredicted, and those are evicted first, oldest first: on a cycle, what is
+            // needed next). Its confidence decays along the chain; the tournament calibrates it.
+            for c in next.iter().take_while(|e| e.p >= MIN_EMITTED) {
                 let (key, offset, len, mode) = (c.key, 0, c.len, c.mode);
                 out.push(Prediction { key, offset, len, mode, at, confidence: c.p * carried });
             }

@@ -178,3 +178,19 @@ fn accuracy_table() {
         }
     }
 }
+
+#[test]
+fn a_sure_markov_chain_reaches_the_horizon() {
+    // A cycle of 24 regions, seen twice: every successor is certain, so a forecast of 20
+    // kernels names one region for each of them (the chain's decay ranks, it does not cut).
+    let mut p = Markov::new();
+    let cycle: Vec<Vec<(u64, u64)>> = (0..48).map(|k| vec![(k % 24, 0)]).collect();
+    let kernels: Vec<&[(u64, u64)]> = cycle.iter().map(|v| v.as_slice()).collect();
+    run(&mut p, &kernels);
+    let mut out = Vec::new();
+    p.predict(47, 20, &mut out);
+    let at: Vec<_> = out.iter().map(|x| (x.at, x.key.0)).collect();
+    let want: Vec<_> = (48..68).map(|k| (k, k % 24)).collect();
+    assert_eq!(at, want);
+    assert!(out.windows(2).all(|w| w[1].confidence < w[0].confidence), "{out:?}");
+}

@@ -114,7 +114,7 @@ impl Predictor for PlainMarkov {
                 break;
             }
             let emitted = out.len();
-            for &(key, p, mode, len) in next.iter().take_while(|e| e.1 * carried >= MIN_EMITTED) {
+            for &(key, p, mode, len) in next.iter().take_while(|e| e.1 >= MIN_EMITTED) {
                 out.push(Prediction { key, offset: 0, len, mode, at, confidence: p * carried });
             }
             if out.len() == emitted {
