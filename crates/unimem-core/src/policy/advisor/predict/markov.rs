@@ -1,6 +1,11 @@
-//! What follows what: for each region, the regions used by the kernel right after a kernel
-//! that used it, with counts. Predicting the next kernel combines the successors of the
-//! current kernel's regions; further kernels follow the chain of the most likely successors.
+//! What follows what: for each region, the regions used by the kernel right after the last
+//! kernel of a run of consecutive kernels that used it, with counts, and how long its runs
+//! last. A region one kernel makes and the next reads runs two kernels: it is forecast for
+//! the second, and what follows it after that. (Learned after every use instead, its row
+//! would hold the reader's regions, forecast again for the kernel after the reader, wrongly,
+//! as often as rightly: a half-right predictor whose confidence stays under what is acted
+//! on.) Predicting the next kernel combines the rows of the current kernel's regions;
+//! further kernels follow the chain of the most likely successors.
 //!
 //! This runs for every kernel (learning) and for every forecast kernel of every kernel
 //! (predicting), on the host path that issues the kernels, so regions are numbered densely
@@ -35,6 +40,31 @@ struct Successor {
     len: u64,
 }
 
+/// A region's runs of consecutive kernels.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    /// The first and last kernel of its latest run (none before its first use).
+    span: Option<(u64, u64)>,
+    /// Kernels its last ended run lasted (0: none ended yet).
+    len: u64,
+    /// Its mode and length in its latest use.
+    mode: AccessMode,
+    bytes: u64,
+}
+
+impl Default for Run {
+    fn default() -> Self {
+        Self { span: None, len: 0, mode: AccessMode::Read, bytes: 0 }
+    }
+}
+
+impl Run {
+    /// Whether a run that was under way in kernel `now` is expected to go on into the next.
+    fn goes_on(&self, now: u64) -> bool {
+        matches!(self.span, Some((start, last)) if last == now && self.len > now - start + 1)
+    }
+}
+
 #[derive(Debug, Default, Clone)]
 struct Successors {
     total: u32,
@@ -47,6 +77,10 @@ struct Candidate {
     key: RegionKey,
     id: Id,
     p: f32,
+    /// The largest p of one row (whose mode and length it takes).
+    best: f32,
+    /// A region of the kernel before whose run goes on.
+    sure: bool,
     mode: AccessMode,
     len: u64,
 }
@@ -92,12 +126,16 @@ pub struct Markov {
     keys: Vec<RegionKey>,
     /// Successors by region number.
     table: Vec<Successors>,
+    /// Runs by region number.
+    runs: Vec<Run>,
     /// Regions of the last kernel that ended (the rows the next one adds to, and where a
     /// forecast starts), and of the running one.
     previous: Vec<Id>,
     current: Vec<(Id, AccessMode, u64)>,
     /// Scratch: where each candidate sits in a step's output, or a successor in its row.
     marks: Marks,
+    /// Scratch: the regions of the kernel ending.
+    running: Marks,
     /// Scratch for `predict`.
     from: Vec<Id>,
     next: Vec<Candidate>,
@@ -117,35 +155,81 @@ impl Markov {
         self.ids.insert(key, id);
         self.keys.push(key);
         self.table.push(Successors::default());
+        self.runs.push(Run::default());
         id
     }
 
-    /// Expected successors of `from`, with confidence: count over occurrences, each key with
-    /// its largest over the regions of `from`, most likely first. Candidates that could be
+    /// Expected successors of `from`, with confidence (count over occurrences), most likely
+    /// first. With `now`, `from` are the regions of kernel `now` and the step forecasts the
+    /// next kernel: a region whose run is expected to go on is a candidate itself (p = 1), in
+    /// place of its row, and the other rows that have any history are averaged, so that a row
+    /// split between two futures (a buffer reused every step by data that alternates) is
+    /// outvoted by the kernel's sure rows instead of forecasting both at 0.5. Further along
+    /// the chain the regions followed are forecasts themselves, not all used in the same
+    /// kernel, and each key takes its largest p over their rows. Candidates that could be
     /// neither emitted (under [`MIN_EMITTED`]) nor followed are left out before sorting: on
     /// branchy histories they are most of them.
-    fn step(&mut self, from: &[Id], v: &mut Vec<Candidate>) {
+    fn step(&mut self, from: &[Id], now: Option<u64>, v: &mut Vec<Candidate>) {
         v.clear();
         self.marks.start(self.keys.len());
+        let mut rows = 0u32;
         for &k in from {
-            let s = &self.table[k as usize];
-            for n in &s.next {
-                let p = n.count as f32 / s.total.max(1) as f32;
-                match self.marks.get(n.id) {
-                    // Each key keeps its largest p (and that one's mode and length).
+            let run = self.runs[k as usize];
+            if now.is_some_and(|now| run.goes_on(now)) {
+                let (mode, len) = (run.mode, run.bytes);
+                match self.marks.get(k) {
                     Some(i) => {
                         let e = &mut v[i as usize];
-                        if p > e.p {
-                            (e.p, e.mode, e.len) = (p, n.mode, n.len);
+                        (e.sure, e.mode, e.len) = (true, mode, len);
+                    }
+                    None => {
+                        self.marks.set(k, v.len() as u32);
+                        let key = self.keys[k as usize];
+                        v.push(Candidate { key, id: k, p: 0.0, best: 1.0, sure: true, mode, len });
+                    }
+                }
+                continue;
+            }
+            let s = &self.table[k as usize];
+            if s.total == 0 {
+                continue;
+            }
+            rows += 1;
+            for n in &s.next {
+                let p = n.count as f32 / s.total as f32;
+                match self.marks.get(n.id) {
+                    // Each key takes the mode and length of its likeliest row.
+                    Some(i) => {
+                        let e = &mut v[i as usize];
+                        e.p = if now.is_some() { e.p + p } else { e.p.max(p) };
+                        if p > e.best && !e.sure {
+                            (e.best, e.mode, e.len) = (p, n.mode, n.len);
                         }
                     }
                     None => {
                         self.marks.set(n.id, v.len() as u32);
                         let key = self.keys[n.id as usize];
-                        v.push(Candidate { key, id: n.id, p, mode: n.mode, len: n.len });
+                        v.push(Candidate {
+                            key,
+                            id: n.id,
+                            p,
+                            best: p,
+                            sure: false,
+                            mode: n.mode,
+                            len: n.len,
+                        });
                     }
                 }
             }
+        }
+        for e in v.iter_mut() {
+            e.p = if e.sure {
+                1.0
+            } else if now.is_some() {
+                e.p / rows.max(1) as f32
+            } else {
+                e.p
+            };
         }
         v.retain(|e| e.p >= MIN_EMITTED.min(MIN_FOLLOWED));
         // Most likely first (ties by key, for determinism).
@@ -165,8 +249,26 @@ impl Predictor for Markov {
         }
     }
 
-    fn end_kernel(&mut self, _kernel: u64) {
+    fn end_kernel(&mut self, kernel: u64) {
+        self.running.start(self.keys.len());
+        for &(id, mode, bytes) in &self.current {
+            self.running.set(id, 0);
+            let run = &mut self.runs[id as usize];
+            run.span = match run.span {
+                Some((start, last)) if last + 1 == kernel => Some((start, kernel)),
+                _ => Some((kernel, kernel)),
+            };
+            (run.mode, run.bytes) = (mode, bytes);
+        }
         for p in std::mem::take(&mut self.previous) {
+            // A region this kernel uses again runs on: its row learns what follows its run.
+            if self.running.get(p).is_some() {
+                continue;
+            }
+            let run = &mut self.runs[p as usize];
+            if let Some((start, last)) = run.span {
+                run.len = last - start + 1;
+            }
             let s = &mut self.table[p as usize];
             s.total += 1;
             // Where each of the row's successors sits, so that each current region finds its
@@ -211,7 +313,7 @@ impl Predictor for Markov {
         from.clone_from(&self.previous);
         let mut carried = 1.0f32;
         for at in now + 1..=now + horizon {
-            self.step(&from, &mut next);
+            self.step(&from, (at == now + 1).then_some(now), &mut next);
             if next.is_empty() {
                 break;
             }

@@ -7,6 +7,16 @@ use crate::trace::{TraceEvent, TraceReader};
 /// Replays `events` through `p`; before each kernel (from step `from_step` on) scores what was
 /// predicted for it with confidence >= 0.5 against the regions it touches.
 fn evaluate(p: &mut dyn Predictor, events: impl Iterator<Item = TraceEvent>, from_step: u64) -> Score {
+    evaluate_at(p, events, from_step, 0.5)
+}
+
+/// [`evaluate`], scoring the predictions of confidence `min` or more.
+fn evaluate_at(
+    p: &mut dyn Predictor,
+    events: impl Iterator<Item = TraceEvent>,
+    from_step: u64,
+    min: f32,
+) -> Score {
     let mut idn = Identity::new();
     let mut score = Score::default();
     let (mut kernel, mut step, mut preds) = (0u64, 0u64, Vec::new());
@@ -32,7 +42,7 @@ fn evaluate(p: &mut dyn Predictor, events: impl Iterator<Item = TraceEvent>, fro
                     p.predict(kernel - 1, 1, &mut preds);
                     let predicted: Vec<_> = preds
                         .iter()
-                        .filter(|x| x.at == kernel && x.confidence >= 0.5)
+                        .filter(|x| x.at == kernel && x.confidence >= min)
                         .map(|x| x.key)
                         .collect();
                     score.add(&predicted, &keys);
@@ -140,10 +150,14 @@ fn tournament_on_synthetic_patterns() {
     }
     let s = evaluate(&mut Tournament::standard(), synth(Pattern::Alternating), 2);
     assert!(s.precision() >= 0.9, "alternating: {s:?}");
-    // A random walk on a graph: what follows what is learnable, one step ahead.
-    let markov = evaluate(&mut Markov::new(), synth(Pattern::Graph), 2);
-    let seq = evaluate(&mut Sequential::new(), synth(Pattern::Graph), 2);
-    assert!(markov.recall() >= 0.8 && markov.recall() > 10.0 * seq.recall(), "{markov:?} vs {seq:?}");
+    // A random walk on a graph: what follows what is learnable, one step ahead, but never
+    // sure (each region has two successors, taken alike), so scored at any confidence. Each
+    // successor's 0.5 is averaged with the row of the kernel's other input, a buffer whose
+    // row knows nothing of the walk, and falls to about the emission threshold: 0.72 of the
+    // accesses are forecast (0.8 or more taking each key's largest p over the rows).
+    let markov = evaluate_at(&mut Markov::new(), synth(Pattern::Graph), 2, 0.0);
+    let seq = evaluate_at(&mut Sequential::new(), synth(Pattern::Graph), 2, 0.0);
+    assert!(markov.recall() >= 0.7 && markov.recall() > 10.0 * seq.recall(), "{markov:?} vs {seq:?}");
 }
 
 #[test]
@@ -193,4 +207,23 @@ fn a_sure_markov_chain_reaches_the_horizon() {
     let want: Vec<_> = (48..68).map(|k| (k, k % 24)).collect();
     assert_eq!(at, want);
     assert!(out.windows(2).all(|w| w[1].confidence < w[0].confidence), "{out:?}");
+}
+
+#[test]
+fn markov_forecasts_a_consumer_once_not_again_after_it() {
+    // Layer i reads weight 100 + i and the activation 200 + i - 1 the layer before made, and
+    // makes activation 200 + i: each activation runs two kernels. After two passes over 6
+    // layers, the forecast after layer 2 is layer 3's regions (activation 202 goes on into
+    // it), and none of layer 2's weights: learned after each use, activation 201's row held
+    // layer 2's regions at 0.5 and forecast them again.
+    let layer = |i: u64| vec![(100 + i, 0), (200 + i, 0), (200 + (i + 5) % 6, 0)];
+    let kernels: Vec<Vec<(u64, u64)>> = (0..15).map(|k| layer(k % 6)).collect();
+    let refs: Vec<&[(u64, u64)]> = kernels.iter().map(|v| v.as_slice()).collect();
+    let mut p = Markov::new();
+    run(&mut p, &refs);
+    let mut out = Vec::new();
+    p.predict(14, 1, &mut out);
+    let mut next: Vec<_> = out.iter().filter(|x| x.confidence >= 0.5).map(|x| x.key.0).collect();
+    next.sort_unstable();
+    assert_eq!(next, vec![103, 202, 203], "{out:?}");
 }

@@ -25,6 +25,10 @@ struct Successors {
     next: Vec<(RegionKey, u32, AccessMode, u64)>, // key, count, last mode, last len
 }
 
+/// A key's latest run (first and last kernel), its last ended run's length, its latest mode
+/// and length.
+type PlainRun = (Option<(u64, u64)>, u64, AccessMode, u64);
+
 /// The Markov predictor as it was written first (keys hashed, every candidate sorted).
 #[derive(Debug, Default)]
 pub struct PlainMarkov {
@@ -32,6 +36,9 @@ pub struct PlainMarkov {
     previous: Vec<RegionKey>,
     current: Vec<(RegionKey, AccessMode, u64)>,
     last: Vec<RegionKey>,
+    /// Per key: its latest run's first and last kernel, its last ended run's length, and its
+    /// latest mode and length.
+    runs: FxHashMap<RegionKey, PlainRun>,
     /// Scratch for `step`: where each candidate key sits in its output.
     seen: FxHashMap<RegionKey, usize>,
 }
@@ -41,32 +48,60 @@ impl PlainMarkov {
         Self::default()
     }
 
-    /// Expected successors of `from`, with confidence: count over occurrences, summed over the
-    /// regions of `from` and capped at 1.
-    fn step(&mut self, from: &[RegionKey], v: &mut Vec<(RegionKey, f32, AccessMode, u64)>) {
-        // At most MAX_FRONTIER x MAX_SUCCESSORS candidates, merged by key as they come (this
-        // runs for every forecast kernel of every kernel: sorting them by key to merge cost
-        // more than the rest of the forecast).
-        v.clear();
+    /// Expected successors of `from`, with confidence: count over occurrences; with `now`
+    /// (the first forecast kernel), the mean over the rows that have any, and a region of
+    /// kernel `now` whose run goes on a candidate itself (p = 1) instead of its row; further
+    /// on, the largest over the rows.
+    fn step(&mut self, from: &[RegionKey], now: Option<u64>, v: &mut Vec<(RegionKey, f32, AccessMode, u64)>) {
+        // Per candidate: (key, sum or largest p, largest p of one row, sure, mode, len).
+        let mut c: Vec<(RegionKey, f32, f32, bool, AccessMode, u64)> = Vec::new();
         self.seen.clear();
+        let mut rows = 0u32;
         for k in from {
-            let Some(s) = self.table.get(k) else { continue };
-            for &(n, c, m, l) in &s.next {
-                let p = c as f32 / s.total.max(1) as f32;
-                match self.seen.entry(n) {
-                    // Each key keeps its largest p (and that one's mode and length).
-                    std::collections::hash_map::Entry::Occupied(e) => {
-                        let e = &mut v[*e.get()];
-                        if p > e.1 {
-                            *e = (n, p, m, l);
+            if let (Some(now), Some(&(Some((start, last)), len, m, l))) = (now, self.runs.get(k)) {
+                if last == now && len > now - start + 1 {
+                    match self.seen.get(k) {
+                        Some(&i) => (c[i].3, c[i].4, c[i].5) = (true, m, l),
+                        None => {
+                            self.seen.insert(*k, c.len());
+                            c.push((*k, 0.0, 1.0, true, m, l));
                         }
                     }
-                    std::collections::hash_map::Entry::Vacant(e) => {
-                        e.insert(v.len());
-                        v.push((n, p, m, l));
+                    continue;
+                }
+            }
+            let Some(s) = self.table.get(k) else { continue };
+            if s.total == 0 {
+                continue;
+            }
+            rows += 1;
+            for &(n, count, m, l) in &s.next {
+                let p = count as f32 / s.total as f32;
+                match self.seen.get(&n) {
+                    Some(&i) => {
+                        let e = &mut c[i];
+                        e.1 = if now.is_some() { e.1 + p } else { e.1.max(p) };
+                        if p > e.2 && !e.3 {
+                            (e.2, e.4, e.5) = (p, m, l);
+                        }
+                    }
+                    None => {
+                        self.seen.insert(n, c.len());
+                        c.push((n, p, p, false, m, l));
                     }
                 }
             }
+        }
+        v.clear();
+        for (key, p, _, sure, m, l) in c {
+            let p = if sure {
+                1.0
+            } else if now.is_some() {
+                p / rows.max(1) as f32
+            } else {
+                p
+            };
+            v.push((key, p, m, l));
         }
         // Most likely first (ties by key, for determinism).
         v.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
@@ -84,8 +119,23 @@ impl Predictor for PlainMarkov {
         }
     }
 
-    fn end_kernel(&mut self, _kernel: u64) {
+    fn end_kernel(&mut self, kernel: u64) {
+        for &(k, m, l) in &self.current {
+            let run = self.runs.entry(k).or_insert((None, 0, m, l));
+            run.0 = match run.0 {
+                Some((start, last)) if last + 1 == kernel => Some((start, kernel)),
+                _ => Some((kernel, kernel)),
+            };
+            (run.2, run.3) = (m, l);
+        }
         for p in std::mem::take(&mut self.previous) {
+            if self.current.iter().any(|c| c.0 == p) {
+                continue;
+            }
+            let run = self.runs.get_mut(&p).expect("used");
+            if let Some((start, last)) = run.0 {
+                run.1 = last - start + 1;
+            }
             let s = self.table.entry(p).or_default();
             s.total += 1;
             for &(k, m, l) in &self.current {
@@ -109,7 +159,7 @@ impl Predictor for PlainMarkov {
         let mut next = Vec::new();
         let mut carried = 1.0f32;
         for at in now + 1..=now + horizon {
-            self.step(&from, &mut next);
+            self.step(&from, (at == now + 1).then_some(now), &mut next);
             if next.is_empty() {
                 break;
             }
