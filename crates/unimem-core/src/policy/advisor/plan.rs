@@ -427,7 +427,15 @@ impl Planner {
         // Future uses per unit, soonest first.
         by_kernel.clear();
         by_kernel.extend(input.predicted.iter().copied().filter(|u| u.at >= input.now));
-        by_kernel.sort_by(|a, b| a.at.cmp(&b.at).then(a.unit.cmp(&b.unit)));
+        // Forecasts come soonest first, so each kernel's uses need sorting alone: the same
+        // order as a stable sort by (kernel, unit), at a fraction of its comparisons.
+        if by_kernel.is_sorted_by_key(|u| u.at) {
+            for uses in by_kernel.chunk_by_mut(|a, b| a.at == b.at) {
+                uses.sort_by_key(|u| u.unit);
+            }
+        } else {
+            by_kernel.sort_by(|a, b| a.at.cmp(&b.at).then(a.unit.cmp(&b.unit)));
+        }
         uses.clear();
         // A predicted overwrite does not prove the data dead: count it as a plain use.
         uses.extend(by_kernel.iter().map(|u| (u.unit, u.at, u.overwrite && u.certain)));

@@ -244,7 +244,7 @@ fn both(c: &Case, planner: &mut Planner) -> (Plan, Plan) {
             certain: true,
         })
         .collect();
-    let predicted: Vec<UnitUse> = c
+    let mut predicted: Vec<UnitUse> = c
         .predicted
         .iter()
         .map(|&(r, b, ahead, overwrite, certain, confidence)| UnitUse {
@@ -256,6 +256,11 @@ fn both(c: &Case, planner: &mut Planner) -> (Plan, Plan) {
             certain,
         })
         .collect();
+    // In half the cases soonest first, as the advisor's forecasts come (the planner then sorts
+    // each kernel's uses alone).
+    if now % 2 == 0 {
+        predicted.sort_by_key(|u| u.at);
+    }
     // Recorded as the advisor records them: by last use, some used again later.
     let mut by_use = c.resident.clone();
     by_use.sort_by_key(|r| r.2);
