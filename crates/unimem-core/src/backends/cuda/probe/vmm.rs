@@ -29,7 +29,7 @@ impl Pinned {
     fn new(bytes: u64) -> Result<Self> {
         let mut p: *mut std::ffi::c_void = std::ptr::null_mut();
         // SAFETY: one out-pointer.
-        unsafe { sys::cuMemHostAlloc(&mut p, bytes as usize, 0) }
+        unsafe { sys::cuMemHostAlloc(&mut p, bytes as usize, sys::CU_MEMHOSTALLOC_DEVICEMAP) }
             .result()
             .map_err(cuda_err("cuMemHostAlloc", format!("{} MiB", bytes >> 20)))?;
         Ok(Self { ptr: p.cast() })
@@ -355,6 +355,143 @@ fn managed_copy_duplex(c: &Ctx<'_>, n: &mut Notes) -> Result<()> {
     let got = kernels.sum_u32(s, b.ptr(), total / 4)?;
     if got != expected_sum(total / 4, 3) {
         return Err(Error::cuda("managed copy probe", "a restore beside a stage-out lost data"));
+    }
+    kernel_copy_duplex(c, n, (&a, &b), (&out, &into), total, h2d)
+}
+
+/// A copy kernel moves data over the link without a copy engine: the SMs store into mapped
+/// pinned memory (a stage-out) or load from it (a restore). Does it run beside the copy
+/// engine's copy the other way, where two copy-engine copies of managed memory do not? And how
+/// many thread blocks does it need?
+fn kernel_copy_duplex(
+    c: &Ctx<'_>,
+    n: &mut Notes,
+    (a, b): (&ManagedBuffer, &ManagedBuffer),
+    (out, into): (&Pinned, &Pinned),
+    total: u64,
+    ce_h2d: f64,
+) -> Result<()> {
+    let Ctx { kernels, s, s2, .. } = *c;
+    let sms = 132u32;
+    // Data the stage-outs must carry: the device's words, changed on the device.
+    kernels.add_u32(s, a.ptr(), total / 4, 7)?;
+    let mut k_d2h = 0.0;
+    let rows = [
+        (16, "managed: stage-out by a copy kernel of 16 blocks, alone"),
+        (32, "managed: stage-out by a copy kernel of 32 blocks, alone"),
+        (64, "managed: stage-out by a copy kernel of 64 blocks, alone"),
+        (sms * 2, "managed: stage-out by a copy kernel of 2 blocks per SM, alone"),
+    ];
+    for (blocks, label) in rows {
+        let t = timed(s, || kernels.copy(s, out.addr(), a.ptr(), total, blocks))?;
+        k_d2h = n.note(label, gbps(total, t), "GB/s", None);
+    }
+    let t = timed(s, || kernels.copy(s, b.ptr(), into.addr(), total, sms * 2))?;
+    let k_h2d = n.note("managed: restore by a copy kernel, alone", gbps(total, t), "GB/s", None);
+    // (stage-out by a kernel of this many blocks or the copy engine, restore by a kernel or
+    // the copy engine)
+    let both = |(out_blocks, in_blocks): (Option<u32>, Option<u32>)| {
+        timed(s, || {
+            let fork = s.record_event(None).map_err(cuda_err("cuEventRecord", "kernel duplex"))?;
+            s2.wait(&fork).map_err(cuda_err("cuStreamWaitEvent", "kernel duplex"))?;
+            match out_blocks {
+                Some(blocks) => kernels.copy(s, out.addr(), a.ptr(), total, blocks)?,
+                None => copy(out.addr(), a.ptr(), total, s)?,
+            }
+            match in_blocks {
+                Some(blocks) => kernels.copy(s2, b.ptr(), into.addr(), total, blocks)?,
+                None => copy(b.ptr(), into.addr(), total, s2)?,
+            }
+            let join = s2.record_event(None).map_err(cuda_err("cuEventRecord", "kernel duplex"))?;
+            s.wait(&join).map_err(cuda_err("cuStreamWaitEvent", "kernel duplex"))
+        })
+    };
+    let t = both((Some(sms * 2), None))?;
+    let agg = n.note(
+        "managed: copy-kernel stage-out beside a copy-engine restore, aggregate",
+        gbps(2 * total, t),
+        "GB/s",
+        None,
+    );
+    n.note("managed: that aggregate / (one way + the other)", agg / (k_d2h + ce_h2d), "", None);
+    let t = both((Some(16), None))?;
+    n.note("managed: that, the copy kernel of 16 blocks, aggregate", gbps(2 * total, t), "GB/s", None);
+    let t = both((Some(sms), Some(sms)))?;
+    n.note(
+        "managed: copy-kernel stage-out beside a copy-kernel restore, aggregate",
+        gbps(2 * total, t),
+        "GB/s",
+        None,
+    );
+    let t = both((None, Some(sms * 2)))?;
+    let agg = n.note(
+        "managed: copy-engine stage-out beside a copy-kernel restore, aggregate",
+        gbps(2 * total, t),
+        "GB/s",
+        None,
+    );
+    n.note("managed: that aggregate / (one way + the other)", agg / (k_h2d + ce_h2d), "", None);
+    // A stage-out bounced through plain device memory: a device-side copy kernel, then the
+    // copy engine out of `cuMemAlloc` memory beside the copy engine's restore into managed pages.
+    let plain = DeviceMemory::alloc(total)?;
+    let bounce = |by_kernel: bool| {
+        timed(s, || {
+            let fork = s.record_event(None).map_err(cuda_err("cuEventRecord", "bounce duplex"))?;
+            s2.wait(&fork).map_err(cuda_err("cuStreamWaitEvent", "bounce duplex"))?;
+            // In 64 MiB pieces, as a stage-out of many blocks would go.
+            for off in (0..total).step_by(CHUNK as usize) {
+                if by_kernel {
+                    kernels.copy(s, plain.0 + off, a.ptr() + off, CHUNK, sms * 2)?;
+                } else {
+                    copy(plain.0 + off, a.ptr() + off, CHUNK, s)?;
+                }
+                copy(out.addr() + off, plain.0 + off, CHUNK, s)?;
+            }
+            copy(b.ptr(), into.addr(), total, s2)?;
+            let join = s2.record_event(None).map_err(cuda_err("cuEventRecord", "bounce duplex"))?;
+            s.wait(&join).map_err(cuda_err("cuStreamWaitEvent", "bounce duplex"))
+        })
+    };
+    let t = bounce(true)?;
+    n.note(
+        "managed: stage-out bounced through device memory by a kernel, beside a restore, aggregate",
+        gbps(2 * total, t),
+        "GB/s",
+        None,
+    );
+    let t = bounce(false)?;
+    n.note(
+        "managed: stage-out bounced through device memory by the copy engine, beside a restore, aggregate",
+        gbps(2 * total, t),
+        "GB/s",
+        None,
+    );
+    // A copy kernel beside a kernel holding every SM (a program's kernel): does it get to run?
+    let spin_ns = 100_000_000;
+    let t = timed(s, || {
+        let fork = s.record_event(None).map_err(cuda_err("cuEventRecord", "copy beside compute"))?;
+        s2.wait(&fork).map_err(cuda_err("cuStreamWaitEvent", "copy beside compute"))?;
+        kernels.touch(s2, &[], 1, spin_ns)?;
+        kernels.copy(s, out.addr(), a.ptr(), total, 64)?;
+        Ok(())
+    })?;
+    n.note(
+        "managed: a 64-block copy kernel's stage-out beside a 100 ms kernel on every SM, its time",
+        t as f64 / 1e6,
+        "ms",
+        None,
+    );
+    sync(s2)?;
+    let got = kernels.sum_u32(s, b.ptr(), total / 4)?;
+    if got != expected_sum(total / 4, 3) {
+        return Err(Error::cuda("managed copy probe", "a copy kernel's restore lost data"));
+    }
+    // The stage-outs copied `a` (the device's data, written by the touch) to `out`: compare.
+    let want = kernels.sum_u32(s, a.ptr(), total / 4)?;
+    // SAFETY: the probe owns `total` bytes of pinned memory at `out`; the stream is idle.
+    let words = unsafe { std::slice::from_raw_parts(out.ptr.cast::<u32>(), (total / 4) as usize) };
+    if words.iter().map(|&w| w as u64).sum::<u64>() != want {
+        return Err(Error::cuda("managed copy probe", "a copy kernel's stage-out lost data"));
     }
     Ok(())
 }
