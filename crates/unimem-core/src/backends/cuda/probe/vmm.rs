@@ -69,6 +69,23 @@ fn fill(p: &Pinned, bytes: u64, seed: u32) {
     }
 }
 
+/// Times the work `f` enqueues on `s` and `s2` together: `s2` starts behind what `s` has
+/// queued, and the time ends when both are done.
+fn timed_on_two(
+    s: &CudaStream,
+    s2: &CudaStream,
+    what: &'static str,
+    f: impl FnOnce() -> Result<()>,
+) -> Result<u64> {
+    timed(s, || {
+        let fork = s.record_event(None).map_err(cuda_err("cuEventRecord", what))?;
+        s2.wait(&fork).map_err(cuda_err("cuStreamWaitEvent", what))?;
+        f()?;
+        let join = s2.record_event(None).map_err(cuda_err("cuEventRecord", what))?;
+        s.wait(&join).map_err(cuda_err("cuStreamWaitEvent", what))
+    })
+}
+
 fn sync(s: &CudaStream) -> Result<()> {
     s.synchronize().map_err(cuda_err("cuStreamSynchronize", "probe"))
 }
@@ -114,13 +131,10 @@ pub(super) fn rows(c: &Ctx<'_>, n: &mut Notes) -> Result<()> {
         return Err(Error::cuda("VMM probe", "data lost between pinned host and device chunks"));
     }
     let half = total / 2;
-    let t_both = timed(s, || {
-        let fork = s.record_event(None).map_err(cuda_err("cuEventRecord", "vmm duplex"))?;
-        s2.wait(&fork).map_err(cuda_err("cuStreamWaitEvent", "vmm duplex"))?;
+    let t_both = timed_on_two(s, s2, "vmm duplex", || {
         copy(range.va(), host_a.addr(), half, s)?;
         copy(host_b.addr(), range.va() + half, half, s2)?;
-        let join = s2.record_event(None).map_err(cuda_err("cuEventRecord", "vmm duplex"))?;
-        s.wait(&join).map_err(cuda_err("cuStreamWaitEvent", "vmm duplex"))
+        Ok(())
     })?;
     let both = n.note("VMM: both ways at once (two streams), aggregate", gbps(total, t_both), "GB/s", None);
     n.note("VMM: aggregate / (H2D + D2H one way)", both / (h2d + d2h), "", None);
@@ -275,15 +289,12 @@ fn block_rows(c: &Ctx<'_>, n: &mut Notes) -> Result<()> {
     }
     // Both ways at once in 2 MiB copies: half the blocks out to host memory, half in.
     let half = blocks / 2;
-    let t = timed(s, || {
-        let fork = s.record_event(None).map_err(cuda_err("cuEventRecord", "vmm block duplex"))?;
-        s2.wait(&fork).map_err(cuda_err("cuStreamWaitEvent", "vmm block duplex"))?;
+    let t = timed_on_two(s, s2, "vmm block duplex", || {
         for i in 0..half {
             copy(mirror.va() + i * block, range.va() + i * block, block, s)?;
             copy(range.va() + (half + i) * block, mirror.va() + (half + i) * block, block, s2)?;
         }
-        let join = s2.record_event(None).map_err(cuda_err("cuEventRecord", "vmm block duplex"))?;
-        s.wait(&join).map_err(cuda_err("cuStreamWaitEvent", "vmm block duplex"))
+        Ok(())
     })?;
     n.note("VMM block: 2 MiB copies both ways at once, aggregate", gbps(total, t), "GB/s", None);
     sync(s)?;
@@ -304,13 +315,10 @@ fn block_rows(c: &Ctx<'_>, n: &mut Notes) -> Result<()> {
     // Plain device memory both ways at once with pinned memory.
     let plain = DeviceMemory::alloc(total)?;
     let other = Pinned::new(total)?;
-    let t = timed(s, || {
-        let fork = s.record_event(None).map_err(cuda_err("cuEventRecord", "plain duplex"))?;
-        s2.wait(&fork).map_err(cuda_err("cuStreamWaitEvent", "plain duplex"))?;
+    let t = timed_on_two(s, s2, "plain duplex", || {
         copy(plain.0, pinned.addr(), total / 2, s)?;
         copy(other.addr(), plain.0 + total / 2, total / 2, s2)?;
-        let join = s2.record_event(None).map_err(cuda_err("cuEventRecord", "plain duplex"))?;
-        s.wait(&join).map_err(cuda_err("cuStreamWaitEvent", "plain duplex"))
+        Ok(())
     })?;
     n.note("cuMemAlloc memory <-> pinned both ways at once, aggregate", gbps(total, t), "GB/s", None);
     sync(s)?;
@@ -337,13 +345,10 @@ fn managed_copy_duplex(c: &Ctx<'_>, n: &mut Notes) -> Result<()> {
     let d2h = n.note("managed: device-resident -> pinned copy alone", gbps(total, t_out), "GB/s", None);
     let t_in = timed(s, || copy(b.ptr(), into.addr(), total, s))?;
     let h2d = n.note("managed: pinned -> device-resident copy alone", gbps(total, t_in), "GB/s", None);
-    let t_both = timed(s, || {
-        let fork = s.record_event(None).map_err(cuda_err("cuEventRecord", "managed duplex"))?;
-        s2.wait(&fork).map_err(cuda_err("cuStreamWaitEvent", "managed duplex"))?;
+    let t_both = timed_on_two(s, s2, "managed duplex", || {
         copy(out.addr(), a.ptr(), total, s)?;
         copy(b.ptr(), into.addr(), total, s2)?;
-        let join = s2.record_event(None).map_err(cuda_err("cuEventRecord", "managed duplex"))?;
-        s.wait(&join).map_err(cuda_err("cuStreamWaitEvent", "managed duplex"))
+        Ok(())
     })?;
     let both = n.note(
         "managed: stage-out beside a restore into resident pages, aggregate",
@@ -391,9 +396,7 @@ fn kernel_copy_duplex(
     // (stage-out by a kernel of this many blocks or the copy engine, restore by a kernel or
     // the copy engine)
     let both = |(out_blocks, in_blocks): (Option<u32>, Option<u32>)| {
-        timed(s, || {
-            let fork = s.record_event(None).map_err(cuda_err("cuEventRecord", "kernel duplex"))?;
-            s2.wait(&fork).map_err(cuda_err("cuStreamWaitEvent", "kernel duplex"))?;
+        timed_on_two(s, s2, "kernel duplex", || {
             match out_blocks {
                 Some(blocks) => kernels.copy(s, out.addr(), a.ptr(), total, blocks)?,
                 None => copy(out.addr(), a.ptr(), total, s)?,
@@ -402,8 +405,7 @@ fn kernel_copy_duplex(
                 Some(blocks) => kernels.copy(s2, b.ptr(), into.addr(), total, blocks)?,
                 None => copy(b.ptr(), into.addr(), total, s2)?,
             }
-            let join = s2.record_event(None).map_err(cuda_err("cuEventRecord", "kernel duplex"))?;
-            s.wait(&join).map_err(cuda_err("cuStreamWaitEvent", "kernel duplex"))
+            Ok(())
         })
     };
     let t = both((Some(sms * 2), None))?;
@@ -435,9 +437,7 @@ fn kernel_copy_duplex(
     // copy engine out of `cuMemAlloc` memory beside the copy engine's restore into managed pages.
     let plain = DeviceMemory::alloc(total)?;
     let bounce = |by_kernel: bool| {
-        timed(s, || {
-            let fork = s.record_event(None).map_err(cuda_err("cuEventRecord", "bounce duplex"))?;
-            s2.wait(&fork).map_err(cuda_err("cuStreamWaitEvent", "bounce duplex"))?;
+        timed_on_two(s, s2, "bounce duplex", || {
             // In 64 MiB pieces, as a stage-out of many blocks would go.
             for off in (0..total).step_by(CHUNK as usize) {
                 if by_kernel {
@@ -448,8 +448,7 @@ fn kernel_copy_duplex(
                 copy(out.addr() + off, plain.0 + off, CHUNK, s)?;
             }
             copy(b.ptr(), into.addr(), total, s2)?;
-            let join = s2.record_event(None).map_err(cuda_err("cuEventRecord", "bounce duplex"))?;
-            s.wait(&join).map_err(cuda_err("cuStreamWaitEvent", "bounce duplex"))
+            Ok(())
         })
     };
     let t = bounce(true)?;
