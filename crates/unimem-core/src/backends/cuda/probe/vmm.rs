@@ -334,7 +334,7 @@ fn range_map_grant(range: &Reserved, offset: u64, bytes: u64, chunk: &Physical, 
 /// a restore into another buffer's device-resident pages (a relocation's copy), against each
 /// alone: do the two directions of copies between managed and pinned memory overlap?
 fn managed_copy_duplex(c: &Ctx<'_>, n: &mut Notes) -> Result<()> {
-    let Ctx { dev, kernels, s, s2, bytes, .. } = *c;
+    let Ctx { dev, kernels, s, bytes, .. } = *c;
     let total = (bytes / CHUNK).clamp(2, MAX_CHUNKS) * CHUNK;
     let (a, b) = (ManagedBuffer::alloc(dev, total)?, ManagedBuffer::alloc(dev, total)?);
     kernels.touch(s, &[(a.ptr(), total, TouchMode::Write), (b.ptr(), total, TouchMode::Write)], 4096, 0)?;
@@ -345,11 +345,7 @@ fn managed_copy_duplex(c: &Ctx<'_>, n: &mut Notes) -> Result<()> {
     let d2h = n.note("managed: device-resident -> pinned copy alone", gbps(total, t_out), "GB/s", None);
     let t_in = timed(s, || copy(b.ptr(), into.addr(), total, s))?;
     let h2d = n.note("managed: pinned -> device-resident copy alone", gbps(total, t_in), "GB/s", None);
-    let t_both = timed_on_two(s, s2, "managed duplex", || {
-        copy(out.addr(), a.ptr(), total, s)?;
-        copy(b.ptr(), into.addr(), total, s2)?;
-        Ok(())
-    })?;
+    let t_both = stage_out_beside_restore(c, (&a, &b), (&out, &into), total, (None, None))?;
     let both = n.note(
         "managed: stage-out beside a restore into resident pages, aggregate",
         gbps(2 * total, t_both),
@@ -362,6 +358,29 @@ fn managed_copy_duplex(c: &Ctx<'_>, n: &mut Notes) -> Result<()> {
         return Err(Error::cuda("managed copy probe", "a restore beside a stage-out lost data"));
     }
     kernel_copy_duplex(c, n, (&a, &b), (&out, &into), total, h2d)
+}
+
+/// Times a stage-out of `a` into `out` on one stream beside a restore of `into` into `b` on
+/// the other, each by a copy kernel of this many blocks or (`None`) by the copy engine.
+fn stage_out_beside_restore(
+    c: &Ctx<'_>,
+    (a, b): (&ManagedBuffer, &ManagedBuffer),
+    (out, into): (&Pinned, &Pinned),
+    total: u64,
+    (out_blocks, in_blocks): (Option<u32>, Option<u32>),
+) -> Result<u64> {
+    let Ctx { kernels, s, s2, .. } = *c;
+    timed_on_two(s, s2, "stage-out beside a restore", || {
+        match out_blocks {
+            Some(blocks) => kernels.copy(s, out.addr(), a.ptr(), total, blocks)?,
+            None => copy(out.addr(), a.ptr(), total, s)?,
+        }
+        match in_blocks {
+            Some(blocks) => kernels.copy(s2, b.ptr(), into.addr(), total, blocks)?,
+            None => copy(b.ptr(), into.addr(), total, s2)?,
+        }
+        Ok(())
+    })
 }
 
 /// A copy kernel moves data over the link without a copy engine: the SMs store into mapped
@@ -393,21 +412,7 @@ fn kernel_copy_duplex(
     }
     let t = timed(s, || kernels.copy(s, b.ptr(), into.addr(), total, sms * 2))?;
     let k_h2d = n.note("managed: restore by a copy kernel, alone", gbps(total, t), "GB/s", None);
-    // (stage-out by a kernel of this many blocks or the copy engine, restore by a kernel or
-    // the copy engine)
-    let both = |(out_blocks, in_blocks): (Option<u32>, Option<u32>)| {
-        timed_on_two(s, s2, "kernel duplex", || {
-            match out_blocks {
-                Some(blocks) => kernels.copy(s, out.addr(), a.ptr(), total, blocks)?,
-                None => copy(out.addr(), a.ptr(), total, s)?,
-            }
-            match in_blocks {
-                Some(blocks) => kernels.copy(s2, b.ptr(), into.addr(), total, blocks)?,
-                None => copy(b.ptr(), into.addr(), total, s2)?,
-            }
-            Ok(())
-        })
-    };
+    let both = |by| stage_out_beside_restore(c, (a, b), (out, into), total, by);
     let t = both((Some(sms * 2), None))?;
     let agg = n.note(
         "managed: copy-kernel stage-out beside a copy-engine restore, aggregate",
