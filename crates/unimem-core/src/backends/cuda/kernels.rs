@@ -170,6 +170,11 @@ impl Kernels {
         })
     }
 
+    /// The device's multiprocessors (the default grid is 8 blocks per SM).
+    pub fn sms(&self) -> u32 {
+        self.grid / 8
+    }
+
     fn cfg(&self) -> LaunchConfig {
         self.cfg_blocks(self.grid)
     }

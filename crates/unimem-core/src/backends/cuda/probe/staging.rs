@@ -146,7 +146,7 @@ pub(super) fn stage_out_and_back(
     sync(s)?;
     // Back to the device, several ways; after each, whether the pages are device-resident (a
     // kernel reading them runs at HBM speed if so) and whether the data is intact.
-    let sms = 132u32;
+    let sms = kernels.sms();
     let mut best = 0.0f64;
     for (k, name) in [
         "  back: prefetch (populate), then copy engine",
@@ -394,8 +394,8 @@ pub(super) fn beside_the_other_way(
     n: &mut Notes,
     a: &mut ManagedBuffer,
 ) -> Result<Other> {
-    let sms = 132u32;
     let Ctx { dev, kernels, s, s2, bytes, .. } = *st.c;
+    let sms = kernels.sms();
     let pool = &st.pool;
     // Beside transfers the other way: `e` is staged out (issued first, as the planner issues
     // evictions before prefetches) while `a` comes to the device by a prefetch, or by a copy

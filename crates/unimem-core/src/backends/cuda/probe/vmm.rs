@@ -396,7 +396,7 @@ fn kernel_copy_duplex(
     ce_h2d: f64,
 ) -> Result<()> {
     let Ctx { kernels, s, s2, .. } = *c;
-    let sms = 132u32;
+    let sms = kernels.sms();
     // Data the stage-outs must carry: the device's words, changed on the device.
     kernels.add_u32(s, a.ptr(), total / 4, 7)?;
     let mut k_d2h = 0.0;
