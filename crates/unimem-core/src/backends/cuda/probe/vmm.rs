@@ -357,7 +357,64 @@ fn managed_copy_duplex(c: &Ctx<'_>, n: &mut Notes) -> Result<()> {
     if got != expected_sum(total / 4, 3) {
         return Err(Error::cuda("managed copy probe", "a restore beside a stage-out lost data"));
     }
+    population_beside_copies(c, n, (&a, &b), (&out, &into), total, (t_out, t_in))?;
     kernel_copy_duplex(c, n, (&a, &b), (&out, &into), total, h2d)
+}
+
+/// A new region's first prefetch populates its pages on the device without a transfer. Does
+/// it hold up a copy the other way (a stage-out), or one the same way (a restore), as the
+/// simulator assumes when it puts population on the link?
+fn population_beside_copies(
+    c: &Ctx<'_>,
+    n: &mut Notes,
+    (a, b): (&ManagedBuffer, &ManagedBuffer),
+    (out, into): (&Pinned, &Pinned),
+    total: u64,
+    (t_out, t_in): (u64, u64),
+) -> Result<()> {
+    let Ctx { dev, s, s2, .. } = *c;
+    let fresh = || ManagedBuffer::alloc(dev, total);
+    let f = fresh()?;
+    let t_pop = timed(s2, || f.prefetch(0, total, Location::DEVICE, s2))?;
+    n.note("managed: population of fresh pages by prefetch, alone", gbps(total, t_pop), "GB/s", None);
+    // Each pair on fresh pages of its own: a prefetch of pages already on the device is free.
+    let g = fresh()?;
+    let t = timed_on_two(s, s2, "stage-out beside a population", || {
+        copy(out.addr(), a.ptr(), total, s)?;
+        g.prefetch(0, total, Location::DEVICE, s2)
+    })?;
+    pair(
+        n,
+        [
+            "managed: stage-out beside a population, time / (the two in turn)",
+            "managed: stage-out beside a population, time / (the longer alone)",
+        ],
+        t,
+        (t_out, t_pop),
+    );
+    let h = fresh()?;
+    let t = timed_on_two(s, s2, "restore beside a population", || {
+        copy(b.ptr(), into.addr(), total, s)?;
+        h.prefetch(0, total, Location::DEVICE, s2)
+    })?;
+    pair(
+        n,
+        [
+            "managed: restore beside a population, time / (the two in turn)",
+            "managed: restore beside a population, time / (the longer alone)",
+        ],
+        t,
+        (t_in, t_pop),
+    );
+    Ok(())
+}
+
+/// Notes two transfers' time together against the two in turn (1 when they serialise) and
+/// against the longer alone (1 when they overlap fully).
+fn pair(n: &mut Notes, [in_turn, longer]: [&'static str; 2], together: u64, (one, other): (u64, u64)) {
+    let t = together as f64;
+    n.note(in_turn, t / (one + other) as f64, "", None);
+    n.note(longer, t / one.max(other) as f64, "", None);
 }
 
 /// Times a stage-out of `a` into `out` on one stream beside a restore of `into` into `b` on
