@@ -205,7 +205,7 @@ impl SimBackend {
                 + per_block
                 + CostModel::transfer_ns(bytes - resident_bytes, self.cost.stage_h2d_rate_gbps)
                 + CostModel::transfer_ns(resident_bytes, self.cost.stage_h2d_resident_rate_gbps);
-            let (start, end) = self.occupy_link(Direction::H2D, room_at.max(self.host_now), dur);
+            let (start, end) = self.occupy_h2d_stream(room_at.max(self.host_now), dur, true);
             let r = self.regions.get_mut(&id).expect("checked by caller");
             for b in blocks.clone() {
                 r.blocks[b].ready_ns = r.blocks[b].ready_ns.max(end);

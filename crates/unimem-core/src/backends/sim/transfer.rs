@@ -77,7 +77,7 @@ impl SimBackend {
         let dur = call_ns
             + CostModel::transfer_ns(bytes, rate)
             + CostModel::transfer_ns(m.populated as u64 * PAGE_SIZE, self.cost.prefetch_populate_rate_gbps);
-        let (start, end) = self.occupy_link(Direction::H2D, room_at, dur);
+        let (start, end) = self.occupy_h2d_stream(room_at, dur, bytes > 0);
         // The CUDA backend queues it behind a short kernel: the driver
         // defers the work, and the call holds the host for itself alone.
         self.host_now += self.cost.prefetch_deferred_call_ns;
