@@ -406,6 +406,21 @@ fn population_beside_copies(
         t,
         (t_in, t_pop),
     );
+    // Beside a program's kernel holding every SM: does the driver's population wait for it?
+    let k = fresh()?;
+    let t = timed(s, || {
+        let fork = s.record_event(None).map_err(cuda_err("cuEventRecord", "population beside compute"))?;
+        s2.wait(&fork).map_err(cuda_err("cuStreamWaitEvent", "population beside compute"))?;
+        c.kernels.touch(s2, &[], 1, 100_000_000)?;
+        k.prefetch(0, total, Location::DEVICE, s)
+    })?;
+    n.note(
+        "managed: population beside a 100 ms kernel on every SM, time / alone",
+        t as f64 / t_pop as f64,
+        "",
+        None,
+    );
+    sync(s2)?;
     Ok(())
 }
 
