@@ -421,6 +421,18 @@ fn population_beside_copies(
         None,
     );
     sync(s2)?;
+    // Does the call hold the host for the population, with its stream busy (as the backend
+    // issues prefetches, behind a kernel)? A migration's call returns at once there.
+    let q = fresh()?;
+    c.kernels.touch(s, &[], 4096, 50_000_000)?;
+    let held = host_timed(|| q.prefetch(0, total, Location::DEVICE, s))?;
+    sync(s)?;
+    n.note(
+        "managed: population by prefetch on a busy stream, the call's host time / the population alone",
+        held as f64 / t_pop as f64,
+        "",
+        None,
+    );
     Ok(())
 }
 
