@@ -87,6 +87,7 @@ pub fn run(cmd: &Command) -> Result<()> {
                 t.kernels,
                 Nanos(t.kernel_stall_ns)
             );
+            println!("of those stalls, with no copy on the link: {}", Nanos(t.stall_link_idle_ns));
             println!("device idle between kernels (none issued yet): {}", Nanos(t.device_idle_ns));
             let causes: Vec<String> = t.by_cause.iter().map(|(c, b)| format!("{c} {}", Bytes(*b))).collect();
             println!(

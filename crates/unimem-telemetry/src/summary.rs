@@ -61,6 +61,10 @@ pub struct Totals {
     pub kernels: u64,
     /// Sum of kernel stalls.
     pub kernel_stall_ns: u64,
+    /// Of the kernels' stalls, the time no copy was on the link (no migration of bytes either
+    /// way): those kernels waited for something else, the host issuing their data, the
+    /// driver's own work (populations, repopulations) or events.
+    pub stall_link_idle_ns: u64,
     /// Time the device had no kernel to run between one kernel's end and the next one's start
     /// (its slice begins when the compute stream reaches it): the host had not issued it yet,
     /// planning or launching. Kernels in log order, as each backend reports them.
@@ -85,6 +89,36 @@ pub struct Summary {
     pub totals: Totals,
     causes: BTreeMap<&'static str, u64>,
     last_kernel_end: Option<u64>,
+    /// Kernels' stalls and copies on the link, as intervals (start, end) in ns.
+    stalls: Vec<(u64, u64)>,
+    copies: Vec<(u64, u64)>,
+}
+
+/// The union of `intervals`, sorted and merged.
+fn union(mut intervals: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    intervals.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(intervals.len());
+    for (s, e) in intervals {
+        match out.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => out.push((s, e)),
+        }
+    }
+    out
+}
+
+/// Time two sorted, merged interval lists share.
+fn shared(a: &[(u64, u64)], b: &[(u64, u64)]) -> u64 {
+    let (mut i, mut j, mut total) = (0, 0, 0);
+    while i < a.len() && j < b.len() {
+        total += a[i].1.min(b[j].1).saturating_sub(a[i].0.max(b[j].0));
+        if a[i].1 < b[j].1 {
+            i += 1;
+        } else {
+            j += 1;
+        }
+    }
+    total
 }
 
 impl Summary {
@@ -103,6 +137,10 @@ impl Summary {
         let mut by: Vec<(String, u64)> = s.causes.iter().map(|(k, v)| (k.to_string(), *v)).collect();
         by.sort_by_key(|(k, v)| (std::cmp::Reverse(*v), k.clone()));
         s.totals.by_cause = by;
+        let stalls = union(std::mem::take(&mut s.stalls));
+        let copies = union(std::mem::take(&mut s.copies));
+        let stalled: u64 = stalls.iter().map(|(a, b)| b - a).sum();
+        s.totals.stall_link_idle_ns = stalled - shared(&stalls, &copies);
         s
     }
 
@@ -137,6 +175,9 @@ impl Summary {
                     r.stall_ns += end_ns - start_ns;
                 }
                 r.transfer_ns += end_ns - start_ns;
+                if bytes > 0 {
+                    self.copies.push((start_ns, end_ns));
+                }
                 *self.causes.entry(cause.name()).or_default() += bytes;
             }
             MemEvent::Populate { bytes, on: Location::DEVICE, .. } => {
@@ -160,6 +201,9 @@ impl Summary {
             MemEvent::Kernel { stall_ns, start_ns, end_ns, .. } => {
                 self.totals.kernels += 1;
                 self.totals.kernel_stall_ns += stall_ns;
+                if stall_ns > 0 {
+                    self.stalls.push((start_ns, start_ns + stall_ns));
+                }
                 if let Some(last) = self.last_kernel_end {
                     self.totals.device_idle_ns += start_ns.saturating_sub(last);
                 }
@@ -201,6 +245,38 @@ mod tests {
         let s = Summary::of(&[k(0, 100), k(100, 150), k(180, 200), k(205, 300)]);
         assert_eq!((s.totals.kernels, s.totals.device_idle_ns), (4, 35));
         assert_eq!(Summary::of(&[k(10, 20)]).totals.device_idle_ns, 0, "one kernel has no gap");
+    }
+
+    #[test]
+    fn stalls_with_no_copy_on_the_link_are_counted_apart() {
+        let k = |start_ns, stall_ns| MemEvent::Kernel {
+            name: "k".into(),
+            start_ns,
+            end_ns: start_ns + stall_ns + 10,
+            stall_ns,
+        };
+        let copy = |start_ns, end_ns, bytes| MemEvent::Migration {
+            region: RegionId(1),
+            offset: 0,
+            bytes,
+            dir: Direction::H2D,
+            cause: MigrationCause::Prefetch,
+            start_ns,
+            end_ns,
+        };
+        // Stalls 0-100 and 200-300; copies 50-120 and 150-250 (overlapping ones merge), and a
+        // population (no bytes) over 250-300, which is not a copy.
+        let s = Summary::of(&[
+            k(0, 100),
+            copy(50, 120, 4096),
+            copy(150, 220, 4096),
+            copy(180, 250, 4096),
+            k(200, 100),
+            copy(250, 300, 0),
+        ]);
+        assert_eq!(s.totals.kernel_stall_ns, 200);
+        assert_eq!(s.totals.stall_link_idle_ns, 50 + 50, "0-50 and 250-300 had no copy");
+        assert_eq!(Summary::of(&[k(0, 0)]).totals.stall_link_idle_ns, 0, "no stall, nothing idle");
     }
 
     #[test]
