@@ -4,7 +4,8 @@
 # telemetry log (CUPTI off: its buffers would add host time), and writes one JSON line per run
 # into $1 (default $OUT/gpu-idle.jsonl): the replay's time, the policy's host time, and from
 # `unimem telemetry summarize` the device's idle time (gaps between one kernel's end and the
-# next one's start when the host had not issued it yet) and the kernels' stalls on data.
+# next one's start when the host had not issued it yet), the kernels' stalls on data, and the
+# part of those stalls with no copy on the link.
 # Usage: bash scripts/gpu-idle.sh [out.jsonl] [path/to/unimem]   (BACKEND=sim to try it here)
 set -euo pipefail
 out=${1:-${OUT:-/tmp}/gpu-idle.jsonl}
@@ -25,11 +26,12 @@ r = json.load(open(sys.argv[1])); s = json.load(open(sys.argv[2]))["totals"]
 row = {"trace": r["trace"].split("/")[-1], "budget": r["budget"], "policy": r["policy"],
        "steps": sum(1 for x in r["steps"] if x["compute_floor_ns"]), "time_ns": r["time_ns"], "policy_ns": r["policy_ns"],
        "kernels": r["kernels"], "device_idle_ns": s["device_idle_ns"],
-       "kernel_stall_ns": s["kernel_stall_ns"]}
+       "kernel_stall_ns": s["kernel_stall_ns"], "stall_link_idle_ns": s["stall_link_idle_ns"]}
 open(sys.argv[3], "a").write(json.dumps(row) + "\n")
 print(row["trace"], row["budget"], row["policy"], "%.1f ms" % (row["time_ns"] / 1e6),
       "idle %.1f ms" % (row["device_idle_ns"] / 1e6), "policy %.1f ms" % (row["policy_ns"] / 1e6),
-      "stalls %.1f ms" % (row["kernel_stall_ns"] / 1e6))
+      "stalls %.1f ms" % (row["kernel_stall_ns"] / 1e6),
+      "of them with no copy on the link %.1f ms" % (row["stall_link_idle_ns"] / 1e6))
 PY
     done
   done
