@@ -86,6 +86,21 @@ fn timed_on_two(
     })
 }
 
+/// Times the work `f` enqueues on `c.s` while a kernel holding every SM for 100 ms (a
+/// program's kernel) runs on `c.s2`, started behind what `c.s` has queued; returns once the
+/// spin is done too, so the next row starts on an idle device.
+fn timed_beside_spin(c: &Ctx<'_>, what: &'static str, f: impl FnOnce() -> Result<()>) -> Result<u64> {
+    let Ctx { kernels, s, s2, .. } = *c;
+    let t = timed(s, || {
+        let fork = s.record_event(None).map_err(cuda_err("cuEventRecord", what))?;
+        s2.wait(&fork).map_err(cuda_err("cuStreamWaitEvent", what))?;
+        kernels.touch(s2, &[], 1, 100_000_000)?;
+        f()
+    })?;
+    sync(s2)?;
+    Ok(t)
+}
+
 fn sync(s: &CudaStream) -> Result<()> {
     s.synchronize().map_err(cuda_err("cuStreamSynchronize", "probe"))
 }
@@ -378,49 +393,46 @@ fn population_beside_copies(
     let t_pop = timed(s2, || f.prefetch(0, total, Location::DEVICE, s2))?;
     n.note("managed: population of fresh pages by prefetch, alone", gbps(total, t_pop), "GB/s", None);
     // Each pair on fresh pages of its own: a prefetch of pages already on the device is free.
-    let g = fresh()?;
-    let t = timed_on_two(s, s2, "stage-out beside a population", || {
-        copy(out.addr(), a.ptr(), total, s)?;
-        g.prefetch(0, total, Location::DEVICE, s2)
-    })?;
-    pair(
-        n,
-        [
-            "managed: stage-out beside a population, time / (the two in turn)",
-            "managed: stage-out beside a population, time / (the longer alone)",
-        ],
-        t,
-        (t_out, t_pop),
-    );
-    let h = fresh()?;
-    let t = timed_on_two(s, s2, "restore beside a population", || {
-        copy(b.ptr(), into.addr(), total, s)?;
-        h.prefetch(0, total, Location::DEVICE, s2)
-    })?;
-    pair(
-        n,
-        [
-            "managed: restore beside a population, time / (the two in turn)",
-            "managed: restore beside a population, time / (the longer alone)",
-        ],
-        t,
-        (t_in, t_pop),
-    );
+    let pairs = [
+        (
+            "stage-out beside a population",
+            (out.addr(), a.ptr()),
+            t_out,
+            [
+                "managed: stage-out beside a population, time / (the two in turn)",
+                "managed: stage-out beside a population, time / (the longer alone)",
+            ],
+        ),
+        (
+            "restore beside a population",
+            (b.ptr(), into.addr()),
+            t_in,
+            [
+                "managed: restore beside a population, time / (the two in turn)",
+                "managed: restore beside a population, time / (the longer alone)",
+            ],
+        ),
+    ];
+    // Kept to the end: freeing one (cuMemFree) would hand its pages to the next population.
+    let mut populated = Vec::new();
+    for (what, (dst, src), t_copy, labels) in pairs {
+        let g = fresh()?;
+        let t = timed_on_two(s, s2, what, || {
+            copy(dst, src, total, s)?;
+            g.prefetch(0, total, Location::DEVICE, s2)
+        })?;
+        pair(n, labels, t, (t_copy, t_pop));
+        populated.push(g);
+    }
     // Beside a program's kernel holding every SM: does the driver's population wait for it?
     let k = fresh()?;
-    let t = timed(s, || {
-        let fork = s.record_event(None).map_err(cuda_err("cuEventRecord", "population beside compute"))?;
-        s2.wait(&fork).map_err(cuda_err("cuStreamWaitEvent", "population beside compute"))?;
-        c.kernels.touch(s2, &[], 1, 100_000_000)?;
-        k.prefetch(0, total, Location::DEVICE, s)
-    })?;
+    let t = timed_beside_spin(c, "population beside compute", || k.prefetch(0, total, Location::DEVICE, s))?;
     n.note(
         "managed: population beside a 100 ms kernel on every SM, time / alone",
         t as f64 / t_pop as f64,
         "",
         None,
     );
-    sync(s2)?;
     // Does the call hold the host for the population, with its stream busy (as the backend
     // issues prefetches, behind a kernel)? A migration's call returns at once there.
     let q = fresh()?;
@@ -555,21 +567,13 @@ fn kernel_copy_duplex(
         None,
     );
     // A copy kernel beside a kernel holding every SM (a program's kernel): does it get to run?
-    let spin_ns = 100_000_000;
-    let t = timed(s, || {
-        let fork = s.record_event(None).map_err(cuda_err("cuEventRecord", "copy beside compute"))?;
-        s2.wait(&fork).map_err(cuda_err("cuStreamWaitEvent", "copy beside compute"))?;
-        kernels.touch(s2, &[], 1, spin_ns)?;
-        kernels.copy(s, out.addr(), a.ptr(), total, 64)?;
-        Ok(())
-    })?;
+    let t = timed_beside_spin(c, "copy beside compute", || kernels.copy(s, out.addr(), a.ptr(), total, 64))?;
     n.note(
         "managed: a 64-block copy kernel's stage-out beside a 100 ms kernel on every SM, its time",
         t as f64 / 1e6,
         "ms",
         None,
     );
-    sync(s2)?;
     let got = kernels.sum_u32(s, b.ptr(), total / 4)?;
     if got != expected_sum(total / 4, 3) {
         return Err(Error::cuda("managed copy probe", "a copy kernel's restore lost data"));
