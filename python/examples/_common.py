@@ -146,7 +146,7 @@ def train(args, model_name, step_fn, extra=None):
         out["peak_device_bytes"] = s["peak_footprint_bytes"]
         out["budget_bytes"] = s["budget_bytes"]
         keys = ("h2d_bytes", "d2h_bytes", "evicted_bytes", "gpu_faults", "ops", "op_host_ns", "mode_host_ns", "live_regions")
-        keys += ("mallocs", "malloc_host_ns", "frees", "free_host_ns", "runtime_host_ns")
+        keys += ("mallocs", "malloc_host_ns", "frees", "free_host_ns", "runtime_host_ns", "policy_host_ns")
         out["unimem"] = {k: s[k] for k in keys}
         out["unimem"]["ops_per_step"] = s["ops"] / max(1, s["steps"])
         if args.record:

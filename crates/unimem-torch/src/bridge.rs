@@ -72,6 +72,9 @@ pub struct Stats {
     pub foreign_ranges: u64,
     /// The runtime's host time (its engine thread), ns by kind of work.
     pub runtime_host_ns: unimem_core::seam::HostTime,
+    /// The engine thread's time in the policy (planning, learning and its hints' calls,
+    /// which `runtime_host_ns` also counts by kind), ns in all.
+    pub policy_host_ns: u64,
 }
 
 /// See the module documentation.
@@ -230,6 +233,7 @@ impl Bridge {
             free_host_ns: per(&c.free_ns, &c.frees),
             foreign_ranges: c.foreign_ranges.load(Ordering::Relaxed),
             runtime_host_ns: b.host,
+            policy_host_ns: s.policy_host_ns,
         })
     }
 

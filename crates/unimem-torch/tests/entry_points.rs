@@ -98,6 +98,8 @@ fn a_training_step_through_the_entry_points_stays_within_the_budget_and_is_recor
     assert!((48 << 20..=56 << 20).contains(&peak), "peak {peak}");
     assert!(st["evicted_bytes"].as_u64().unwrap() > 0, "{st}");
     assert!(st["op_host_ns"].as_f64().unwrap() > 0.0);
+    // The advisor's hooks ran on the engine thread for every operation: their time is counted.
+    assert!(st["policy_host_ns"].as_u64().unwrap() > 0, "{st}");
     assert_eq!(unimem_stop_recording(), 1, "{}", last_error());
     let text = std::fs::read_to_string(&trace).unwrap();
     let kernels: Vec<&str> = text.lines().filter(|l| l.contains("\"kernel\"")).collect();

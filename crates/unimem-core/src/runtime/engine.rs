@@ -25,6 +25,7 @@ pub(super) struct Snapshot {
     pub clock_ns: u64,
     pub device_resident_bytes: u64,
     pub stats: BackendStats,
+    pub policy_ns: u64,
 }
 
 /// Enqueues a native kernel, given the stream and the device address of each access.
@@ -305,6 +306,7 @@ impl Worker {
                             clock_ns,
                             device_resident_bytes: self.backend.device_resident_bytes(),
                             stats: self.backend.stats(),
+                            policy_ns: self.protocol.policy_ns,
                         }),
                     };
                     let _ = reply.send(r);

@@ -75,6 +75,10 @@ pub struct RuntimeStats {
     pub backend: BackendKind,
     /// The backend's counters.
     pub backend_stats: BackendStats,
+    /// Host time the engine thread spent in the policy's hooks (planning, learning and the
+    /// hints' calls, which `backend_stats.host` also counts by kind), ns. A program waiting
+    /// on the runtime waits for it too.
+    pub policy_host_ns: u64,
 }
 
 struct Shared {
@@ -367,6 +371,7 @@ impl Runtime {
             elapsed_ns: snapshot.clock_ns,
             backend: self.shared.backend,
             backend_stats: snapshot.stats,
+            policy_host_ns: snapshot.policy_ns,
         })
     }
 
