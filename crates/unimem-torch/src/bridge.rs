@@ -60,7 +60,11 @@ pub struct Stats {
     pub h2d_bytes: u64,
     pub d2h_bytes: u64,
     pub gpu_faults: u64,
+    /// Bytes the emulated driver migrated off the device on its own to make room.
     pub evicted_bytes: u64,
+    /// Bytes evictions copied into pinned staging memory (the policy's, and the room made for
+    /// operators' outputs).
+    pub staged_out_bytes: u64,
     pub ops: u64,
     pub steps: u64,
     /// Host time of the bridge per declared operator (placement included), ns.
@@ -224,6 +228,7 @@ impl Bridge {
             d2h_bytes: b.d2h_bytes,
             gpu_faults: b.gpu_faults,
             evicted_bytes: b.evicted_bytes,
+            staged_out_bytes: b.staged_out_bytes,
             ops: c.ops.load(Ordering::Relaxed),
             steps: c.steps.load(Ordering::Relaxed),
             op_host_ns: per(&c.op_ns, &c.ops),

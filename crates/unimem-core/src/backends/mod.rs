@@ -34,6 +34,9 @@ pub struct BackendSpec {
     /// Restores may bring a wholly staged region back at another address: only for a caller
     /// that finds data by region (a replay).
     pub relocate: bool,
+    /// Room for a program's outputs is made by staged evictions, not the emulated driver's
+    /// migrations: for a runtime whose policy stages its own evictions.
+    pub staged_room: bool,
     /// The simulator charges the caller's own host work (`sim.policy_time = "measured"`).
     pub charge_host_work: bool,
 }
@@ -52,6 +55,7 @@ impl BackendSpec {
             memory: config.memory,
             allow_oversubscription: config.oversubscribe == Oversubscribe::Allow,
             relocate: false,
+            staged_room: false,
             charge_host_work: config.sim.policy_time == PolicyTime::Measured,
         })
     }
@@ -66,7 +70,8 @@ pub fn open(spec: &BackendSpec) -> Result<Box<dyn MemoryBackend>> {
             Memory::Managed => Box::new(
                 cuda::CudaBackend::open(ordinal, spec.capacity, spec.allow_oversubscription)?
                     .with_staging(spec.staging, spec.pin_now)?
-                    .with_relocation(spec.relocate),
+                    .with_relocation(spec.relocate)
+                    .with_staged_room(spec.staged_room),
             ),
             Memory::Vmm => Box::new(
                 cuda::VmmBackend::open(ordinal, spec.capacity)?.with_staging(spec.staging, spec.pin_now)?,
@@ -81,6 +86,7 @@ pub fn open(spec: &BackendSpec) -> Result<Box<dyn MemoryBackend>> {
             sim::SimBackend::new(spec.cost.clone(), spec.capacity)
                 .with_staging(spec.staging)
                 .with_relocation(spec.relocate)
+                .with_staged_room(spec.staged_room)
                 .with_host_work_charged(spec.charge_host_work),
         )
     };

@@ -126,6 +126,9 @@ impl RuntimeBuilder {
                 let staging = config.staging.resolve(capacity, None);
                 let mut spec = crate::backends::BackendSpec::from_config(&config, capacity, staging, 0)?;
                 spec.device = device;
+                // A policy that stages its evictions has the program's outputs' room staged
+                // too; with none the emulated driver makes it, as the driver alone would.
+                spec.staged_room = policy != PolicyName::None;
                 crate::backends::open(&spec)?
             }
         };

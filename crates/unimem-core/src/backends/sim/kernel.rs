@@ -112,7 +112,7 @@ impl SimBackend {
 
     /// Pages the accesses need on the device that are not there, in whole fault units
     /// (remote-mapped blocks use no device memory); and whether any is missing at all.
-    fn missing_pages(&self, accesses: &[RangeAccess]) -> (usize, bool) {
+    pub(super) fn missing_pages(&self, accesses: &[RangeAccess]) -> (usize, bool) {
         let mut need_pages = 0usize;
         let mut any_missing = false;
         for a in accesses {

@@ -114,6 +114,9 @@ pub struct SimBackend {
     /// Restores may bring a wholly staged region back into a pooled buffer of its size
     /// ([`SimBackend::with_relocation`]).
     relocate: bool,
+    /// Room for a program's outputs is made by staged evictions
+    /// ([`SimBackend::with_staged_room`]).
+    staged_room: bool,
     stats: BackendStats,
     events: Recorder,
     info: BackendInfo,
@@ -162,6 +165,7 @@ impl SimBackend {
             kept_order: std::collections::VecDeque::new(),
             budget: DeviceBudget::new(capacity),
             relocate: false,
+            staged_room: false,
             stats: BackendStats::default(),
             events: Recorder::default(),
             info: BackendInfo {
@@ -192,6 +196,8 @@ impl SimBackend {
     /// The same simulator with `bytes` of pinned staging memory for staged evictions (none by
     /// default: [`MemoryBackendExt::stage_out`](crate::seam::MemoryBackendExt::stage_out) then migrates).
     pub fn with_staging(mut self, bytes: u64) -> Self {
+        // As on the CUDA backend: pinned memory is at most half the host's.
+        let bytes = bytes.min(self.cost.host_memory_bytes / 2);
         self.staging_capacity = bytes;
         self.info.staging_bytes = bytes;
         self
@@ -202,6 +208,14 @@ impl SimBackend {
     /// data by region (a replay). Off by default.
     pub fn with_relocation(mut self, on: bool) -> Self {
         self.relocate = on;
+        self
+    }
+
+    /// The same simulator, making the room for a program's outputs by staged evictions where
+    /// it has staging memory, as the CUDA backend does for a runtime whose policy stages its
+    /// evictions. Off by default: the emulated driver evicts them.
+    pub fn with_staged_room(mut self, on: bool) -> Self {
+        self.staged_room = on;
         self
     }
 

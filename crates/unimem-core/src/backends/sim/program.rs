@@ -23,12 +23,17 @@ impl ProgramStreams for SimBackend {
     }
 
     /// The written pages are populated (or brought in) as the kernel's own faults would be,
-    /// on the compute timeline after the latest kernel.
+    /// on the compute timeline after the latest kernel. With staged room
+    /// ([`SimBackend::with_staged_room`]) and staging memory, the room they need is made first
+    /// by staged evictions of the least recently used blocks, as the CUDA backend makes it.
     fn wrote(&mut self, accesses: &[RangeAccess]) -> Result<()> {
+        for a in accesses {
+            self.checked(a.region, a.offset, a.len)?;
+        }
+        if self.staged_room && self.staging_capacity > 0 {
+            self.stage_room_for(accesses)?;
+        }
         self.host_timed(HostOp::Launch, |this| {
-            for a in accesses {
-                this.checked(a.region, a.offset, a.len)?;
-            }
             let start = this.compute_free.max(this.host_now);
             let faults = this.fault_in_accesses(accesses, start);
             let end = this.charge_faults(&faults, start);
@@ -37,5 +42,35 @@ impl ProgramStreams for SimBackend {
             this.settle(accesses, faults.touched_new, end);
             Ok(())
         })
+    }
+}
+
+impl SimBackend {
+    /// Stages out the least recently used blocks outside `accesses` until the pages the
+    /// accesses need on the device fit.
+    fn stage_room_for(&mut self, accesses: &[RangeAccess]) -> Result<()> {
+        let (need_pages, _) = self.missing_pages(accesses);
+        if need_pages == 0 {
+            return Ok(());
+        }
+        let need = need_pages as u64 * PAGE_SIZE;
+        self.shed_pool(need);
+        let protect = self.blocks_of(accesses.iter().map(|a| (a.region, a.offset, a.len)));
+        let on_device = |b: &BlockId| {
+            let r = &self.regions[&b.region];
+            let (s, e) = r.block_pages(b.block as usize);
+            r.on_device.count(s, e) as u64 * PAGE_SIZE
+        };
+        let mut victims = self.budget.victims(need, |b| protect.contains(b), on_device);
+        victims.sort_unstable();
+        let mut ranges: Vec<ByteRange> = Vec::new();
+        for BlockId { region, block } in victims {
+            let r = &self.regions[&region];
+            let (s, e) = r.block_pages(block as usize);
+            let offset = s as u64 * PAGE_SIZE;
+            let len = ((e - s) as u64 * PAGE_SIZE).min(r.bytes - offset);
+            crate::seam::push_merged(&mut ranges, ByteRange { region, offset, len });
+        }
+        self.stage_ranges(&ranges)
     }
 }

@@ -166,6 +166,9 @@ pub struct CudaBackend {
     /// A region whose every block is staged may come back into another buffer (see
     /// `relocate_staged`); off unless the caller allows it.
     relocate: bool,
+    /// Room for a program's outputs is made by staged evictions (see `program.rs`); off, by
+    /// the emulated driver's migrations.
+    staged_room: bool,
     stats: BackendStats,
     /// Where the host's time and the emulated driver's work went (logged when it closes).
     log: BackendLog,
@@ -336,6 +339,7 @@ impl CudaBackend {
             budget: DeviceBudget::new(capacity),
             retired: Vec::new(),
             relocate: false,
+            staged_room: false,
             stats: BackendStats::default(),
             log: BackendLog::default(),
             start,
@@ -382,6 +386,17 @@ impl CudaBackend {
     /// default.
     pub fn with_relocation(mut self, on: bool) -> Self {
         self.relocate = on;
+        self
+    }
+
+    /// The same backend, making the room for a program's outputs
+    /// ([`ProgramStreams::wrote`](crate::seam::ProgramStreams::wrote)) by staged evictions of
+    /// the least recently used blocks, as a policy's own evictions are made, where staging
+    /// memory is configured: for a runtime whose policy stages its evictions. Off (the
+    /// default, and the driver alone) the emulated driver migrates them, which on the H200
+    /// holds the calling thread at the migration's rate.
+    pub fn with_staged_room(mut self, on: bool) -> Self {
+        self.staged_room = on;
         self
     }
 

@@ -128,19 +128,41 @@ impl ProgramStreams for CudaBackend {
     }
 
     fn wrote(&mut self, accesses: &[RangeAccess]) -> Result<()> {
-        self.timed(HostOp::Launch, |this| {
+        let staged_room = self.staged_room && self.staging.capacity() > 0;
+        let (blocks, stage) = self.timed(HostOp::Launch, |this| {
             for a in accesses {
                 this.checked(a.region, a.offset, a.len)?;
             }
             // The kernel that wrote them is finished (its mark covers it): room made now may
             // evict its other data.
             let (blocks, need) = this.missing(accesses.iter().map(|a| (a.region, a.offset, a.len)));
-            if this.make_room(need, &blocks, RoomSite::Kernel)? {
+            let mut stage: Vec<ByteRange> = Vec::new();
+            if staged_room {
+                // Copied out on the copy engine after the victims' kernels, as a policy's
+                // evictions are; the room counts as made once they are issued, as for those.
+                this.shed_pool(need)?;
+                let block_size = |v: &BlockId| this.regions[&v.region].block_bytes(v.block as usize);
+                let mut victims = this.budget.victims(need, |v| blocks.contains(v), block_size);
+                victims.sort_unstable();
+                for BlockId { region, block } in victims {
+                    let len = this.regions[&region].block_bytes(block as usize);
+                    crate::seam::push_merged(
+                        &mut stage,
+                        ByteRange { region, offset: block as u64 * BLOCK_SIZE, len },
+                    );
+                }
+            } else if this.make_room(need, &blocks, RoomSite::Kernel)? {
                 this.streams
                     .compute
                     .join(&this.streams.d2h)
                     .map_err(cuda_err("cuStreamWaitEvent", "outputs after evict"))?;
             }
+            Ok((blocks, stage))
+        })?;
+        if !stage.is_empty() {
+            self.stage_ranges(&stage)?;
+        }
+        self.timed(HostOp::Launch, |this| {
             let seq = this.stats.kernels;
             this.account_kernel(accesses, blocks, seq, &FxHashSet::default());
             Ok(())
