@@ -11,7 +11,8 @@ use crate::units::parse_bytes;
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Staging {
     /// As much as the program's data: a replay's peak live bytes (every byte off the device,
-    /// and a clean copy of every byte restored), else the budget.
+    /// and a clean copy of every byte restored); in a program, whose peak is not known, no
+    /// bound of its own (the backends pin it as it is used, up to half the host's memory).
     Auto,
     /// An absolute number of bytes.
     Bytes(u64),
@@ -40,10 +41,10 @@ impl Staging {
     }
 
     /// The staging memory in bytes, given the budget and, where known, the data's peak live
-    /// bytes.
+    /// bytes (`u64::MAX` for `auto` without it: the backend's own cap applies).
     pub fn resolve(&self, budget: u64, peak: Option<u64>) -> u64 {
         match *self {
-            Staging::Auto => peak.unwrap_or(budget).max(budget),
+            Staging::Auto => peak.map_or(u64::MAX, |p| p.max(budget)),
             Staging::Bytes(b) => b,
             Staging::Percent(p) => (budget as f64 * p / 100.0).round() as u64,
         }
@@ -96,10 +97,10 @@ mod tests {
         assert_eq!(Staging::parse("0"), Ok(Staging::Bytes(0)));
         assert_eq!(Staging::parse("4GiB").unwrap().resolve(1 << 30, None), 4 << 30);
         assert_eq!(Staging::parse("150%").unwrap().resolve(2 << 30, Some(9 << 30)), 3 << 30);
-        // `auto`: the data's peak where known (never below the budget), else the budget.
+        // `auto`: the data's peak where known (never below the budget), else unbounded.
         assert_eq!(Staging::parse(" auto ").unwrap().resolve(2 << 30, Some(5 << 30)), 5 << 30);
         assert_eq!(Staging::Auto.resolve(2 << 30, Some(1 << 30)), 2 << 30);
-        assert_eq!(Staging::Auto.resolve(2 << 30, None), 2 << 30);
+        assert_eq!(Staging::Auto.resolve(2 << 30, None), u64::MAX);
         assert!(Staging::parse("2000%").unwrap_err().contains("[0, 1000]"));
         assert!(Staging::parse("-1%").unwrap_err().contains("[0, 1000]"));
         assert!(Staging::parse("lots").unwrap_err().contains("percent"));
