@@ -39,7 +39,8 @@ pub trait ProgramStreams {
     fn lead(&mut self, stream: ProgramStream) -> Result<()>;
 
     /// The latest kernel, finished, wrote these ranges too (outputs it allocated as it ran):
-    /// their pages are on the device, and room is made for them as the driver would, now that
-    /// evicting the kernel's other data waits for it.
+    /// their pages are on the device, and room is made for them now that evicting the kernel's
+    /// other data waits for it: the least recently used blocks, staged out where the backend
+    /// was built to stage this room and has staging memory, else migrated as the driver would.
     fn wrote(&mut self, accesses: &[RangeAccess]) -> Result<()>;
 }
