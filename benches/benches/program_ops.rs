@@ -2,7 +2,8 @@
 //! order, of ResNet-50's training as the PyTorch bridge recorded them on the H200
 //! (`docs/data/torch-resnet50-trace-61a6e0b.jsonl.gz`: 2,953 operators, 6 steps), driven
 //! through the calls the bridge makes (`launch_on`, `alloc_on` for the outputs an operator
-//! allocates as it runs, `finish_on`, `free_on`), on the simulator at half the program's peak.
+//! allocates as it runs, `finish_on`, `free_on`), on the simulator at half the program's peak,
+//! built as the bridge builds its runtime (staging memory; the advisor's outputs' room staged).
 //! The simulator stands in for the GPU, so this is the runtime's own time: the engine's
 //! round trip, planning and bookkeeping, without the driver's calls.
 //! Run: `cargo bench -p unimem-benches --bench program_ops`.
@@ -13,10 +14,9 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughpu
 
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-use unimem_core::backends::sim::{CostModel, SimBackend};
 use unimem_core::config::PolicyName;
 use unimem_core::trace::{TraceEvent, TraceReader};
-use unimem_core::{ProgramStream, RangeAccess, RegionId, Runtime};
+use unimem_core::{Budget, ProgramStream, RangeAccess, RegionId, Runtime};
 
 const TRACE: &str =
     concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/data/torch-resnet50-trace-61a6e0b.jsonl.gz");
@@ -131,8 +131,10 @@ fn program_ops(c: &mut Criterion) {
         g.bench_function(policy.as_str(), |b| {
             b.iter_batched(
                 || {
-                    let sim = SimBackend::new(CostModel::h200(), peak / 2);
-                    Runtime::builder().backend(Box::new(sim)).policy(policy).build().unwrap()
+                    // As the bridge builds it: staging and, for the advisor, the outputs' room
+                    // staged.
+                    let budget = Budget::Bytes(peak / 2);
+                    Runtime::builder().simulator().budget(budget).policy(policy).build().unwrap()
                 },
                 |rt| run(rt, &calls),
                 BatchSize::PerIteration,
