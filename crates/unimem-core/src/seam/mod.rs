@@ -247,6 +247,21 @@ pub(crate) fn push_merged(ranges: &mut Vec<ByteRange>, range: ByteRange) {
     }
 }
 
+/// The byte ranges of `blocks` of regions whose sizes `bytes` gives, in address order, a run
+/// of a region's contiguous blocks as one range (as [`push_merged`] merges them).
+pub(crate) fn block_ranges(mut blocks: Vec<BlockId>, bytes: impl Fn(RegionId) -> u64) -> Vec<ByteRange> {
+    blocks.sort_unstable();
+    let mut out: Vec<ByteRange> = Vec::new();
+    for BlockId { region, block } in blocks {
+        let b = u64::from(block);
+        push_merged(
+            &mut out,
+            ByteRange { region, offset: b * BLOCK_SIZE, len: block_bytes(bytes(region), b) },
+        );
+    }
+    out
+}
+
 /// One kernel launch as the backend sees it: how long it computes, and what it touches.
 #[derive(Debug, Clone, Copy)]
 pub struct KernelLaunch<'a> {

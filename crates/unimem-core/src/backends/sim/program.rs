@@ -53,24 +53,9 @@ impl SimBackend {
         if need_pages == 0 {
             return Ok(());
         }
-        let need = need_pages as u64 * PAGE_SIZE;
-        self.shed_pool(need);
         let protect = self.blocks_of(accesses.iter().map(|a| (a.region, a.offset, a.len)));
-        let on_device = |b: &BlockId| {
-            let r = &self.regions[&b.region];
-            let (s, e) = r.block_pages(b.block as usize);
-            r.on_device.count(s, e) as u64 * PAGE_SIZE
-        };
-        let mut victims = self.budget.victims(need, |b| protect.contains(b), on_device);
-        victims.sort_unstable();
-        let mut ranges: Vec<ByteRange> = Vec::new();
-        for BlockId { region, block } in victims {
-            let r = &self.regions[&region];
-            let (s, e) = r.block_pages(block as usize);
-            let offset = s as u64 * PAGE_SIZE;
-            let len = ((e - s) as u64 * PAGE_SIZE).min(r.bytes - offset);
-            crate::seam::push_merged(&mut ranges, ByteRange { region, offset, len });
-        }
+        let victims = self.room_victims(need_pages as u64 * PAGE_SIZE, &protect);
+        let ranges = crate::seam::block_ranges(victims, |id| self.regions[&id].bytes);
         self.stage_ranges(&ranges)
     }
 }

@@ -123,21 +123,28 @@ impl SimBackend {
         Moved { transferred: dev_only, populated: 0, dropped: dup }
     }
 
-    /// Sheds pooled pages (`shed_pool`), then evicts least-recently-migrated blocks not in
-    /// `protect`, until `need` more bytes fit.
-    /// Evictions occupy the D2H link from `earliest` (and after each block's last use); returns
-    /// when the last of them completes, i.e. when the room is there (`earliest` if none).
-    pub(super) fn make_room(&mut self, need: u64, protect: &HashSet<BlockId>, earliest: u64) -> u64 {
+    /// The blocks to take off the device, least recently migrated first and none in `protect`,
+    /// for `need` more bytes to fit, once pooled pages have given way (`shed_pool`): the
+    /// driver's victims, whether they migrate (`make_room`) or are staged out (a program's
+    /// outputs). Evicting a block takes every device page of it; where only the running work's
+    /// own blocks are left, it runs over capacity.
+    pub(super) fn room_victims(&mut self, need: u64, protect: &HashSet<BlockId>) -> Vec<BlockId> {
         self.shed_pool(need);
-        let mut done = earliest;
-        // Evicting a block takes every device page of it back to the host. Where only the
-        // running work's own blocks are left, it runs over capacity.
         let freed = |b: &BlockId| {
             let r = &self.regions[&b.region];
             let (s, e) = r.block_pages(b.block as usize);
             r.on_device.count(s, e) as u64 * PAGE_SIZE
         };
-        for BlockId { region: id, block: b } in self.budget.victims(need, |b| protect.contains(b), freed) {
+        self.budget.victims(need, |b| protect.contains(b), freed)
+    }
+
+    /// Sheds pooled pages (`shed_pool`), then evicts least-recently-migrated blocks not in
+    /// `protect`, until `need` more bytes fit.
+    /// Evictions occupy the D2H link from `earliest` (and after each block's last use); returns
+    /// when the last of them completes, i.e. when the room is there (`earliest` if none).
+    pub(super) fn make_room(&mut self, need: u64, protect: &HashSet<BlockId>, earliest: u64) -> u64 {
+        let mut done = earliest;
+        for BlockId { region: id, block: b } in self.room_victims(need, protect) {
             let r = &self.regions[&id];
             let (s, e) = r.block_pages(b as usize);
             let last_use = r.blocks[b as usize].last_use_ns;

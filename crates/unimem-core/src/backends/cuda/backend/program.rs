@@ -140,17 +140,8 @@ impl ProgramStreams for CudaBackend {
             if staged_room {
                 // Copied out on the copy engine after the victims' kernels, as a policy's
                 // evictions are; the room counts as made once they are issued, as for those.
-                this.shed_pool(need)?;
-                let block_size = |v: &BlockId| this.regions[&v.region].block_bytes(v.block as usize);
-                let mut victims = this.budget.victims(need, |v| blocks.contains(v), block_size);
-                victims.sort_unstable();
-                for BlockId { region, block } in victims {
-                    let len = this.regions[&region].block_bytes(block as usize);
-                    crate::seam::push_merged(
-                        &mut stage,
-                        ByteRange { region, offset: block as u64 * BLOCK_SIZE, len },
-                    );
-                }
+                let victims = this.room_victims(need, &blocks)?;
+                stage = crate::seam::block_ranges(victims, |id| this.regions[&id].bytes);
             } else if this.make_room(need, &blocks, RoomSite::Kernel)? {
                 this.streams
                     .compute

@@ -67,13 +67,11 @@ impl CudaBackend {
         protect: &FxHashSet<BlockId>,
         site: RoomSite,
     ) -> Result<bool> {
-        self.shed_pool(need)?;
-        let block_size = |v: &BlockId| self.regions[&v.region].block_bytes(v.block as usize);
-        let victims = self.budget.victims(need, |v| protect.contains(v), block_size);
+        let victims = self.room_victims(need, protect)?;
         if victims.is_empty() {
             return Ok(false);
         }
-        let freed: u64 = victims.iter().map(block_size).sum();
+        let freed: u64 = victims.iter().map(|v| self.regions[&v.region].block_bytes(v.block as usize)).sum();
         self.log.room_evicted.add(site, freed);
         self.stats.driver_dropped_bytes += freed;
         let mut ranges = Vec::with_capacity(victims.len());
@@ -95,6 +93,15 @@ impl CudaBackend {
             .map_err(cuda_err("cuStreamWaitEvent", "evict after kernels"))?;
         prefetch_batch(&self.dev, &coalesce(ranges), Location::Host, &self.streams.d2h)?;
         Ok(true)
+    }
+
+    /// The blocks to take off the device, least recently used first and none in `protect`, for
+    /// `need` more bytes to fit, once pooled pages have given way (`shed_pool`): the driver's
+    /// victims, whether they migrate (`evict_for`) or are staged out (a program's outputs).
+    pub(super) fn room_victims(&mut self, need: u64, protect: &FxHashSet<BlockId>) -> Result<Vec<BlockId>> {
+        self.shed_pool(need)?;
+        let block_size = |v: &BlockId| self.regions[&v.region].block_bytes(v.block as usize);
+        Ok(self.budget.victims(need, |v| protect.contains(v), block_size))
     }
 
     /// Gives back the device pages of pooled buffers, the longest pooled first, until `need`
