@@ -345,6 +345,17 @@ fn range_map_grant(range: &Reserved, offset: u64, bytes: u64, chunk: &Physical, 
     range.grant(offset, bytes, device)
 }
 
+/// The managed copy probes' buffers: `total` bytes staged out of `a` (device-resident) into
+/// `out`, and restored from `into` into `b` (device-resident).
+#[derive(Clone, Copy)]
+struct CopyBuffers<'a> {
+    a: &'a ManagedBuffer,
+    b: &'a ManagedBuffer,
+    out: &'a Pinned,
+    into: &'a Pinned,
+    total: u64,
+}
+
 /// Managed memory: a stage-out (device-resident managed data copied into pinned memory) beside
 /// a restore into another buffer's device-resident pages (a relocation's copy), against each
 /// alone: do the two directions of copies between managed and pinned memory overlap?
@@ -360,7 +371,8 @@ fn managed_copy_duplex(c: &Ctx<'_>, n: &mut Notes) -> Result<()> {
     let d2h = n.note("managed: device-resident -> pinned copy alone", gbps(total, t_out), "GB/s", None);
     let t_in = timed(s, || copy(b.ptr(), into.addr(), total, s))?;
     let h2d = n.note("managed: pinned -> device-resident copy alone", gbps(total, t_in), "GB/s", None);
-    let t_both = stage_out_beside_restore(c, (&a, &b), (&out, &into), total, (None, None))?;
+    let bufs = CopyBuffers { a: &a, b: &b, out: &out, into: &into, total };
+    let t_both = stage_out_beside_restore(c, bufs, (None, None))?;
     let both = n.note(
         "managed: stage-out beside a restore into resident pages, aggregate",
         gbps(2 * total, t_both),
@@ -372,8 +384,8 @@ fn managed_copy_duplex(c: &Ctx<'_>, n: &mut Notes) -> Result<()> {
     if got != expected_sum(total / 4, 3) {
         return Err(Error::cuda("managed copy probe", "a restore beside a stage-out lost data"));
     }
-    population_beside_copies(c, n, (&a, &b), (&out, &into), total, (t_out, t_in))?;
-    kernel_copy_duplex(c, n, (&a, &b), (&out, &into), total, h2d)
+    population_beside_copies(c, n, bufs, (t_out, t_in))?;
+    kernel_copy_duplex(c, n, bufs, h2d)
 }
 
 /// A new region's first prefetch populates its pages on the device without a transfer. Does
@@ -382,9 +394,7 @@ fn managed_copy_duplex(c: &Ctx<'_>, n: &mut Notes) -> Result<()> {
 fn population_beside_copies(
     c: &Ctx<'_>,
     n: &mut Notes,
-    (a, b): (&ManagedBuffer, &ManagedBuffer),
-    (out, into): (&Pinned, &Pinned),
-    total: u64,
+    CopyBuffers { a, b, out, into, total }: CopyBuffers<'_>,
     (t_out, t_in): (u64, u64),
 ) -> Result<()> {
     let Ctx { dev, s, s2, .. } = *c;
@@ -460,9 +470,7 @@ fn pair(n: &mut Notes, [in_turn, longer]: [&'static str; 2], together: u64, (one
 /// the other, each by a copy kernel of this many blocks or (`None`) by the copy engine.
 fn stage_out_beside_restore(
     c: &Ctx<'_>,
-    (a, b): (&ManagedBuffer, &ManagedBuffer),
-    (out, into): (&Pinned, &Pinned),
-    total: u64,
+    CopyBuffers { a, b, out, into, total }: CopyBuffers<'_>,
     (out_blocks, in_blocks): (Option<u32>, Option<u32>),
 ) -> Result<u64> {
     let Ctx { kernels, s, s2, .. } = *c;
@@ -483,14 +491,8 @@ fn stage_out_beside_restore(
 /// pinned memory (a stage-out) or load from it (a restore). Does it run beside the copy
 /// engine's copy the other way, where two copy-engine copies of managed memory do not? And how
 /// many thread blocks does it need?
-fn kernel_copy_duplex(
-    c: &Ctx<'_>,
-    n: &mut Notes,
-    (a, b): (&ManagedBuffer, &ManagedBuffer),
-    (out, into): (&Pinned, &Pinned),
-    total: u64,
-    ce_h2d: f64,
-) -> Result<()> {
+fn kernel_copy_duplex(c: &Ctx<'_>, n: &mut Notes, bufs: CopyBuffers<'_>, ce_h2d: f64) -> Result<()> {
+    let CopyBuffers { a, b, out, into, total } = bufs;
     let Ctx { kernels, s, s2, .. } = *c;
     let sms = kernels.sms();
     // Data the stage-outs must carry: the device's words, changed on the device.
@@ -508,7 +510,7 @@ fn kernel_copy_duplex(
     }
     let t = timed(s, || kernels.copy(s, b.ptr(), into.addr(), total, sms * 2))?;
     let k_h2d = n.note("managed: restore by a copy kernel, alone", gbps(total, t), "GB/s", None);
-    let both = |by| stage_out_beside_restore(c, (a, b), (out, into), total, by);
+    let both = |by| stage_out_beside_restore(c, bufs, by);
     let t = both((Some(sms * 2), None))?;
     let agg = n.note(
         "managed: copy-kernel stage-out beside a copy-engine restore, aggregate",
