@@ -207,7 +207,7 @@ fn print_table(planned: &[Planned], spec: &SearchSpec, name: &str, stats: &Trace
     for p in planned {
         match p.search.chosen {
             Some(c) => println!(
-                "{}: {} ({} of the peak) keeps it within {}x: {}, {:.2}x the floor, {:.2}x the bound",
+                "{}: {} ({} of the peak) keeps it within {}x:\n  {}, {:.2}x the floor, {:.2}x the bound",
                 p.policy,
                 Bytes(c.budget_bytes),
                 percent(spec, c.budget_bytes),
