@@ -61,8 +61,7 @@ fn the_advisor_learns_hidden_accesses_from_cuptis_faults() {
         assert!(!gpu.records_faults(), "the CUDA backend cannot see faults");
         let mut config = Config::default();
         config.advisor.learn_from_faults = learn;
-        let settings =
-            AdvisorSettings::from_config(budget, cost.prefetch_break_even_bytes(), &config.advisor);
+        let settings = AdvisorSettings::from_config(budget, &cost, &config.advisor);
         let mut advisor = Advisor::new(settings);
         let origin = gpu.event_clock_origin().expect("a GPU backend has an event clock");
         let mut sink = unimem_telemetry::cupti::CuptiSink::new(Counting::default(), source, origin).unwrap();

@@ -136,6 +136,9 @@ pub struct ReplayConfig {
     /// buffer of its size whose pages are on the device (at another address), instead of its
     /// own discarded pages being repopulated first.
     pub relocate: bool,
+    /// The oracle keeps a share of each step's read-only data resident where that streams the
+    /// rest faster (`policy::keep`); false: every choice is Belady's.
+    pub oracle_keep_loops: bool,
 }
 
 /// A placement the advisor may use besides migrating data.
@@ -210,6 +213,9 @@ pub struct AdvisorConfig {
     /// Faults on data a kernel did not declare enter the access history, so that the next
     /// step prefetches it.
     pub learn_from_faults: bool,
+    /// Each step keeps the share of the last step's read-only data resident that streams the
+    /// rest fastest, where that beats Belady's choice (`policy::keep`).
+    pub keep_loops: bool,
 }
 
 impl Default for AdvisorConfig {
@@ -221,6 +227,7 @@ impl Default for AdvisorConfig {
             placements: vec![PlacementName::Discard, PlacementName::Duplicate, PlacementName::Remote],
             remote_window: 64,
             learn_from_faults: true,
+            keep_loops: true,
         }
     }
 }
@@ -319,6 +326,7 @@ impl Default for Config {
                 policies: vec![PolicyName::Advisor],
                 oracle_lookahead: 65_536,
                 relocate: true,
+                oracle_keep_loops: true,
             },
             advisor: AdvisorConfig::default(),
             telemetry: TelemetryConfig::default(),

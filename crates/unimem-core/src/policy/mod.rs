@@ -3,6 +3,7 @@
 
 pub mod advisor;
 mod hints;
+pub mod keep;
 mod none;
 mod oracle;
 pub(crate) mod units;
@@ -91,11 +92,14 @@ pub fn make_policy(name: PolicyName, budget: u64, config: &Config, cost: &CostMo
     let break_even = cost.prefetch_break_even_bytes();
     match name {
         PolicyName::None => Box::new(NoHints),
-        PolicyName::Oracle => {
-            Box::new(Oracle::new(budget, config.replay.oracle_lookahead as usize, break_even))
-        }
+        PolicyName::Oracle => Box::new(Oracle::new(
+            budget,
+            config.replay.oracle_lookahead as usize,
+            break_even,
+            config.replay.oracle_keep_loops.then_some(cost.link_rate_gbps),
+        )),
         PolicyName::Advisor => {
-            Box::new(Advisor::new(AdvisorSettings::from_config(budget, break_even, &config.advisor)))
+            Box::new(Advisor::new(AdvisorSettings::from_config(budget, cost, &config.advisor)))
         }
     }
 }

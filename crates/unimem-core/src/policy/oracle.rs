@@ -9,7 +9,10 @@
 //! - leaves units smaller than the cost model's break-even size to faults, which are cheaper
 //!   for them than a prefetch call;
 //! - asks the backend where a unit is before moving it, so memory recycled from the pool
-//!   (already on the device) is neither fetched nor made room for twice.
+//!   (already on the device) is neither fetched nor made room for twice;
+//! - keeps, in each step whose read-only data does not fit, the share of every kernel's read-only
+//!   regions that [`super::keep`] chooses: they are evicted after every other unit and never to
+//!   fetch ahead, so the rest streams through every kernel instead of whole layers in turn.
 //!
 //! Beyond the window it knows nothing: a unit not used within it counts as used "never".
 
@@ -17,6 +20,7 @@ use std::collections::{BTreeSet, VecDeque};
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
+use super::keep::{keep_set, LoopKernel};
 use super::units::Unit;
 use super::units::{add_units, coalesce, fetch_needed, merge_units, pooled_blocks, unit_bytes, Sizes};
 use super::{Hints, Policy};
@@ -24,13 +28,15 @@ use crate::access::RangeAccess;
 use crate::error::Result;
 use crate::op::Op;
 use crate::region::RegionId;
-use crate::seam::BLOCK_SIZE;
+use crate::seam::{page_round, BLOCK_SIZE};
 
 /// Eviction priority; the largest key is evicted first. (class, next use index).
 type Key = (u8, u64);
-const CLASS_NEEDED: u8 = 0;
-const CLASS_BEYOND_WINDOW: u8 = 1;
-const CLASS_DEAD: u8 = 2;
+/// Needed again, in a region the step keeps ([`super::keep`]).
+const CLASS_KEPT: u8 = 0;
+const CLASS_NEEDED: u8 = 1;
+const CLASS_BEYOND_WINDOW: u8 = 2;
+const CLASS_DEAD: u8 = 3;
 const NEVER: u64 = u64::MAX;
 /// How many kernels ahead the scan may place data (bounds the work per kernel; 64 ResNet
 /// kernels are ~7 ms of compute, in which the link moves ~0.35 GB). 256 gave the same times on
@@ -65,6 +71,27 @@ pub struct Oracle {
     /// them dominated the oracle's host time, which a GPU replay waits for).
     /// Only their capacity matters: the scan clears them before use.
     scratch: [HashSet<Unit>; 2],
+    /// The link's rate (GB/s) for choosing the share of a step's read-only data to keep
+    /// ([`super::keep`]); `None`: none is kept.
+    keep_loops: Option<f64>,
+    /// What the window holds of each step to come, the one about to start first.
+    steps: VecDeque<StepUses>,
+    /// Regions the running step keeps.
+    kept: HashSet<RegionId>,
+    /// Whether a step (or the operations before the first) has started.
+    started: bool,
+}
+
+/// A step's kernels as the window shows them, for choosing what it keeps.
+#[derive(Debug, Default)]
+struct StepUses {
+    /// The step's index; `None` for what comes before the first step mark (all of a trace
+    /// that has none).
+    step: Option<u64>,
+    /// Each kernel's compute time and regions.
+    kernels: Vec<(u64, Vec<RegionId>)>,
+    /// Regions the step writes or frees: not kept.
+    changed: HashSet<RegionId>,
 }
 
 /// Units a batch of accesses touches, with whether every touch of the unit overwrites it.
@@ -115,7 +142,9 @@ fn units_of(acc: &[RangeAccess], sizes: &Sizes) -> Vec<(Unit, bool)> {
 impl Oracle {
     /// An oracle keeping within `budget` bytes, seeing `lookahead` events ahead, and leaving
     /// units under `min_prefetch_bytes` to faults.
-    pub fn new(budget: u64, lookahead: usize, min_prefetch_bytes: u64) -> Self {
+    /// and, with `keep_loops` (the link's rate in GB/s), keeping the share of each step's
+    /// read-only data that [`super::keep`] chooses (`None`: every choice is Belady's).
+    pub fn new(budget: u64, lookahead: usize, min_prefetch_bytes: u64, keep_loops: Option<f64>) -> Self {
         Self {
             lookahead: lookahead.max(1),
             budget,
@@ -130,6 +159,10 @@ impl Oracle {
             kernels: VecDeque::new(),
             cursor: 0,
             scratch: Default::default(),
+            keep_loops,
+            steps: VecDeque::new(),
+            kept: HashSet::default(),
+            started: false,
         }
     }
 
@@ -140,6 +173,7 @@ impl Oracle {
     fn key(&self, unit: Unit) -> Key {
         match self.uses.get(&unit).and_then(|q| q.front()) {
             Some(u) if u.overwrite => (CLASS_DEAD, u.index),
+            Some(u) if self.kept.contains(&unit.region) => (CLASS_KEPT, u.index),
             Some(u) => (CLASS_NEEDED, u.index),
             None if self.freed.contains(&unit.region) => (CLASS_DEAD, NEVER),
             None => (CLASS_BEYOND_WINDOW, NEVER),
@@ -220,6 +254,10 @@ impl Oracle {
             let Some(&(key, unit)) = self.order.iter().rev().find(worth) else {
                 return false;
             };
+            // Kept data never makes room ahead of time: that is what keeps it.
+            if key.0 == CLASS_KEPT && early.is_some() {
+                return false;
+            }
             // Early, even dead data that is rewritten before j keeps its place: it would need
             // room again before j, which displaces something else.
             if key.0 != CLASS_BEYOND_WINDOW && early.is_some_and(|(j, rival)| key.1 <= j || key.1 <= rival) {
@@ -230,7 +268,7 @@ impl Oracle {
                 moves.discard.push(unit);
             } else {
                 moves.to_host.push(unit);
-                if key.0 == CLASS_NEEDED {
+                if key.0 <= CLASS_NEEDED {
                     self.cursor = self.cursor.min(key.1);
                 }
             }
@@ -238,8 +276,74 @@ impl Oracle {
         true
     }
 
+    /// Step `index` starts (`None`: the operations before the first step mark): it keeps the
+    /// share of its read-only regions [`super::keep`] chooses from what the window shows of
+    /// it, and every resident unit is ranked again.
+    fn start_step(&mut self, index: Option<u64>) {
+        self.started = true;
+        while self.steps.front().is_some_and(|s| s.step != index && index.is_some()) {
+            self.steps.pop_front();
+        }
+        if self.steps.front().is_none_or(|s| s.step != index) {
+            return;
+        }
+        let Some(step) = self.steps.pop_front() else { return };
+        let Some(rate) = self.keep_loops else { return };
+        let region_bytes = |id: RegionId| page_round(self.sizes.get(&id).copied().unwrap_or(0));
+        let kernels: Vec<LoopKernel<RegionId>> = step
+            .kernels
+            .iter()
+            .map(|(dur_ns, regions)| {
+                let mut k = LoopKernel { dur_ns: *dur_ns, read_only: Vec::new(), other: 0 };
+                for &id in regions {
+                    let bytes = region_bytes(id);
+                    if step.changed.contains(&id) || bytes < self.min_prefetch_bytes {
+                        k.other += bytes;
+                    } else {
+                        k.read_only.push((id, bytes));
+                    }
+                }
+                k
+            })
+            .collect();
+        self.kept = keep_set(&kernels, self.budget, rate);
+        let units: Vec<Unit> = self.resident.keys().copied().collect();
+        for unit in units {
+            self.rekey(unit);
+        }
+    }
+
+    /// Notes what a future operation does to the step it falls in.
+    fn note_step_use(&mut self, op: &Op) {
+        if let Op::Step { index } = op {
+            self.steps.push_back(StepUses { step: Some(*index), ..StepUses::default() });
+        } else if self.steps.is_empty() {
+            self.steps.push_back(StepUses::default());
+        }
+        let step = self.steps.back_mut().expect("pushed above");
+        match op {
+            Op::Free { region } => {
+                step.changed.insert(*region);
+            }
+            Op::Kernel { accesses, dur_ns, .. } => {
+                let mut regions: Vec<RegionId> = Vec::new();
+                for a in accesses {
+                    if !regions.contains(&a.region) {
+                        regions.push(a.region);
+                    }
+                    if a.mode.writes() {
+                        step.changed.insert(a.region);
+                    }
+                }
+                step.kernels.push((*dur_ns, regions));
+            }
+            _ => {}
+        }
+    }
+
     /// Forgets a freed region.
     fn forget(&mut self, id: RegionId) {
+        self.kept.remove(&id);
         let blocks = self.sizes.get(&id).copied().unwrap_or(0).div_ceil(BLOCK_SIZE);
         for b in 0..blocks as u32 {
             self.remove_resident(Unit { region: id, block: b });
@@ -371,6 +475,9 @@ impl Policy for Oracle {
     }
 
     fn on_future(&mut self, index: u64, op: &Op) {
+        if self.keep_loops.is_some() {
+            self.note_step_use(op);
+        }
         match op {
             Op::Alloc { region, bytes, .. } => {
                 self.sizes.insert(*region, *bytes);
@@ -398,6 +505,7 @@ impl Policy for Oracle {
     fn before(&mut self, index: u64, op: &Op, hints: &mut Hints<'_>) -> Result<()> {
         match op {
             Op::Free { region } => self.forget(*region),
+            Op::Step { index } if self.keep_loops.is_some() => self.start_step(Some(*index)),
             // The CPU pulls what it touches off the device.
             Op::Host { accesses, .. } => {
                 for (unit, _) in units_of(accesses, &self.sizes) {
@@ -405,6 +513,9 @@ impl Policy for Oracle {
                 }
             }
             Op::Kernel { .. } => {
+                if self.keep_loops.is_some() && !self.started {
+                    self.start_step(None);
+                }
                 if let Some(units) = self.advance_to(index) {
                     let mut moves = Moves::default();
                     let protect = self.demand(&units, hints, &mut moves)?;

@@ -44,6 +44,7 @@ impl Advisor {
             evicted_before_reuse: &evicted_before,
             written_last_step: &written_last_step,
             placements: self.settings.placements,
+            kept: &self.kept,
         });
         // Units the kernel touches end up on the device whether prefetched or faulted, except
         // what is mapped remotely.

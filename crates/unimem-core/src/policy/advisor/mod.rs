@@ -11,6 +11,7 @@ mod execute;
 pub mod identity;
 mod kernel;
 mod learning;
+mod loops;
 pub mod plan;
 pub mod predict;
 pub mod residency;
@@ -28,6 +29,7 @@ use super::units::{
 use super::{Hints, Policy};
 use crate::access::RangeAccess;
 use crate::config::{AdvisorConfig, PlacementName};
+use crate::cost::CostModel;
 use crate::error::Result;
 use crate::op::Op;
 use crate::region::RegionId;
@@ -80,14 +82,17 @@ pub struct AdvisorSettings {
     pub remote_window: u64,
     /// Faults on undeclared data enter the access history.
     pub learn_from_faults: bool,
+    /// The link's rate (GB/s) for choosing the share of a step's read-only data the next step
+    /// keeps ([`crate::policy::keep`]); `None`: none is kept.
+    pub keep_loops: Option<f64>,
 }
 
 impl AdvisorSettings {
-    /// Settings from the `[advisor]` config section.
-    pub fn from_config(budget: u64, break_even_bytes: u64, c: &AdvisorConfig) -> Self {
+    /// Settings from the `[advisor]` config section, for a device the cost model describes.
+    pub fn from_config(budget: u64, cost: &CostModel, c: &AdvisorConfig) -> Self {
         Self {
             budget,
-            min_prefetch_bytes: c.min_prefetch.resolve(break_even_bytes),
+            min_prefetch_bytes: c.min_prefetch.resolve(cost.prefetch_break_even_bytes()),
             horizon: c.lookahead_kernels,
             min_confidence: c.min_confidence as f32,
             placements: Placements {
@@ -97,6 +102,7 @@ impl AdvisorSettings {
             },
             remote_window: c.remote_window,
             learn_from_faults: c.learn_from_faults,
+            keep_loops: c.keep_loops.then_some(cost.link_rate_gbps),
         }
     }
 }
@@ -165,6 +171,10 @@ pub struct Advisor {
     /// Recording hints and forecast scores as events (for telemetry).
     recording: bool,
     events: Vec<crate::seam::MemEvent>,
+    /// The running step's kernels, and the regions (by key, and live now) this step keeps.
+    step_record: loops::StepRecord,
+    kept_keys: FxHashSet<RegionKey>,
+    kept: FxHashSet<RegionId>,
 }
 
 impl std::fmt::Debug for Advisor {
@@ -260,6 +270,9 @@ impl Advisor {
             learned_observed: 0,
             recording: false,
             events: Vec::new(),
+            step_record: loops::StepRecord::default(),
+            kept_keys: FxHashSet::default(),
+            kept: FxHashSet::default(),
         }
     }
 
@@ -318,6 +331,7 @@ impl Policy for Advisor {
         match op {
             Op::Free { region } => {
                 let id = *region;
+                self.record_free_for_loop(id);
                 self.forget_region(id);
                 self.identity.on_free(id);
                 Ok(())
@@ -326,6 +340,7 @@ impl Policy for Advisor {
                 self.step += 1;
                 self.step_starts.push(self.kernel);
                 self.written_last_step = std::mem::take(&mut self.written_this_step);
+                self.choose_kept();
                 // Late faults come within a few thousand kernels: older freed keys are done.
                 let horizon = self.kernel.saturating_sub(DECLARED_KEPT as u64);
                 self.freed_keys.retain(|_, k| k.1 >= horizon);
@@ -356,6 +371,7 @@ impl Policy for Advisor {
                 self.born.insert(id, self.step);
                 let key = self.identity.on_alloc(id, *bytes);
                 self.by_key.insert(key, id);
+                self.keep_if_kept(id, key);
                 // Pages recycled from the pool are on the device already.
                 for b in pooled_blocks(&self.sizes, hints, id)? {
                     self.resident.insert(
@@ -365,7 +381,8 @@ impl Policy for Advisor {
                 }
                 Ok(())
             }
-            Op::Kernel { accesses, .. } => {
+            Op::Kernel { accesses, dur_ns, .. } => {
+                self.record_for_loop(*dur_ns, accesses);
                 for a in accesses {
                     if let Some(key) = self.identity.key(a.region) {
                         let obs = Observation {

@@ -21,6 +21,7 @@ use std::collections::BinaryHeap;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::residency::Residency;
+use crate::region::RegionId;
 use pass::{Future, Pass};
 
 mod pass;
@@ -147,38 +148,49 @@ pub struct PlanInput<'a> {
     pub written_last_step: &'a FxHashSet<Unit>,
     /// Placements allowed.
     pub placements: Placements,
+    /// Regions the step keeps ([`crate::policy::keep`]): their units are evicted after every
+    /// other unit, and never to bring a predicted one in early.
+    pub kept: &'a FxHashSet<RegionId>,
 }
 
 const NEVER: u64 = u64::MAX;
 
 /// Eviction priority: larger goes first. Dead data first, then units never predicted, then
-/// the farthest predicted use; ties go to the least recently used. (Clean duplicates are not
-/// preferred among the unpredicted: that evicts data needed just past the horizon.)
-fn priority(next: Option<&(u64, bool)>, last_use: u64) -> Priority {
+/// the farthest predicted use, then the units of kept regions (`kept`); ties go to the least
+/// recently used. (Clean duplicates are not preferred among the unpredicted: that evicts data
+/// needed just past the horizon.)
+fn priority(next: Option<&(u64, bool)>, last_use: u64, kept: bool) -> Priority {
     let age = u64::MAX - last_use;
     match next {
-        Some(&(at, true)) => (2, at, age),
-        None => (1, NEVER, age),
-        Some(&(at, false)) => (0, at, age),
+        Some(&(at, true)) => (CLASS_DEAD, at, age),
+        _ if kept => (CLASS_KEPT, next.map_or(NEVER, |n| n.0), age),
+        None => (CLASS_UNPREDICTED, NEVER, age),
+        Some(&(at, false)) => (CLASS_NEEDED, at, age),
     }
 }
 
 type Priority = (u8, u64, u64);
+const CLASS_KEPT: u8 = 0;
+const CLASS_NEEDED: u8 = 1;
+const CLASS_UNPREDICTED: u8 = 2;
+const CLASS_DEAD: u8 = 3;
 
 /// A live unit too small to prefetch back is not worth a migration call out either (dropping
 /// dead data is): the driver evicts it if it ever must.
 fn too_small_to_move(input: &PlanInput<'_>, &((class, _, _), unit): &(Priority, Unit)) -> bool {
-    class != 2 && (input.unit_bytes)(unit) < input.min_prefetch_bytes
+    class != CLASS_DEAD && (input.unit_bytes)(unit) < input.min_prefetch_bytes
 }
 
 /// Whether evicting a unit of priority `(class, next, _)` now, to make room for kernel `j`
 /// ahead of time, is too soon. Early, a victim must be needed after everything used in
 /// between (`rival`). One never predicted is needed beyond the forecast, if at all: it is
 /// evicted early only for a use within `early_reach`, which leaves it that margin (evicted for
-/// any use in the forecast, it comes back soon after: docs/decisions.md).
+/// any use in the forecast, it comes back soon after: docs/decisions.md). Kept data is never
+/// evicted early: that is what keeps it.
 fn too_soon(input: &PlanInput<'_>, (class, next, _): Priority, (j, rival): (u64, u64)) -> bool {
     match class {
-        1 => j > input.now.saturating_add(input.early_reach),
+        CLASS_KEPT => true,
+        CLASS_UNPREDICTED => j > input.now.saturating_add(input.early_reach),
         _ => next <= j || next <= rival,
     }
 }
@@ -186,7 +198,7 @@ fn too_soon(input: &PlanInput<'_>, (class, next, _): Priority, (j, rival): (u64,
 /// Writes down the eviction of `unit` (priority class and next use): dropped if dead, else
 /// moved out.
 fn record_eviction(input: &PlanInput<'_>, out: &mut Plan, (class, next, _): Priority, unit: Unit) {
-    if class == 2 && input.placements.discard {
+    if class == CLASS_DEAD && input.placements.discard {
         out.discard.push((unit, Reason::Dead));
     } else {
         out.evict.push((unit, Reason::FarthestNextUse((next != NEVER).then_some(next))));
@@ -385,16 +397,22 @@ fn uses_of<'u>(
 
 /// Eviction candidates in priority order, as a heap over the whole residency would give them:
 /// the predicted units (and any pushed back) in a heap, merged with the unpredicted units,
-/// whose priority is their age, streamed from the account's age order. Like that heap it
-/// holds what the plan brought in before its first eviction, and nothing brought in after.
+/// whose priority is their age, streamed from the account's age order (an unpredicted unit of
+/// a kept region, ranked below them all, moves to the heap as the stream passes it). Like that
+/// heap it holds what the plan brought in before its first eviction, and nothing brought in
+/// after.
 struct Victims<I: Iterator<Item = (Unit, u64)>> {
     heap: BinaryHeap<(Priority, Unit)>,
     unpredicted: std::iter::Peekable<I>,
 }
 
 impl<I: Iterator<Item = (Unit, u64)>> Victims<I> {
-    fn pop(&mut self) -> Option<(Priority, Unit)> {
-        let streamed = self.unpredicted.peek().map(|&(u, last)| (priority(None, last), u));
+    fn pop(&mut self, kept: &FxHashSet<RegionId>) -> Option<(Priority, Unit)> {
+        while let Some(&(u, last)) = self.unpredicted.peek().filter(|(u, _)| kept.contains(&u.region)) {
+            self.unpredicted.next();
+            self.heap.push((priority(None, last, true), u));
+        }
+        let streamed = self.unpredicted.peek().map(|&(u, last)| (priority(None, last, false), u));
         match (self.heap.peek(), streamed) {
             (Some(h), Some(s)) if *h > s => self.heap.pop(),
             (_, Some(s)) => {

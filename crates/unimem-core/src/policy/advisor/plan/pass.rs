@@ -105,14 +105,15 @@ impl<'p, 'a, I: Iterator<Item = (Unit, u64)>> Pass<'p, 'a, I> {
         for (&u, &(start, _)) in self.future.index {
             if let Some((_, last)) = base.get(&u) {
                 let (_, at, dead) = self.future.uses[start as usize];
-                self.victims.push((priority(Some(&(at, dead)), last), u));
+                self.victims
+                    .push((priority(Some(&(at, dead)), last, self.input.kept.contains(&u.region)), u));
             }
         }
         // What the plan brought in before its first eviction ranks with the rest (a unit it
         // fetched for a certain overwrite is dead until then, and first).
         for (&u, &(_, last)) in self.added.iter() {
             let first = self.future.of(u).first().map(|&(_, at, dead)| (at, dead));
-            self.victims.push((priority(first.as_ref(), last), u));
+            self.victims.push((priority(first.as_ref(), last, self.input.kept.contains(&u.region)), u));
         }
         self.built = true;
     }
@@ -123,7 +124,7 @@ impl<'p, 'a, I: Iterator<Item = (Unit, u64)>> Pass<'p, 'a, I> {
         }
         self.skipped.clear();
         let victim = loop {
-            match self.victims.pop() {
+            match self.victims.pop(self.input.kept) {
                 None => break None,
                 Some(v) if self.removed.contains(&v.1) => continue, // evicted already
                 // The kernel about to run is guarded throughout: not pushed back, or every

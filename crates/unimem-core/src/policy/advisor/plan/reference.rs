@@ -49,7 +49,9 @@ fn reference_plan(input: &PlanInput<'_>) -> Plan {
     let heap_of = |resident: &FxHashMap<Unit, (u64, u64)>| -> BinaryHeap<(Priority, Unit)> {
         resident
             .iter()
-            .map(|(&u, &(_, last))| (priority(future.get(&u).and_then(|v| v.first()), last), u))
+            .map(|(&u, &(_, last))| {
+                (priority(future.get(&u).and_then(|v| v.first()), last, input.kept.contains(&u.region)), u)
+            })
             .collect()
     };
 
@@ -175,6 +177,7 @@ struct Case {
     evicted_before: Vec<(u64, u32)>,
     written_last: Vec<(u64, u32)>,
     placements: (bool, bool, bool),
+    kept: Vec<u64>,
 }
 
 fn unit_of(r: u64, b: u32) -> Unit {
@@ -198,6 +201,7 @@ fn case() -> impl Strategy<Value = Case> {
         prop::collection::vec(unit.clone(), 0..6),
         prop::collection::vec(unit, 0..4),
         (any::<bool>(), any::<bool>(), any::<bool>()),
+        prop::collection::vec(1u64..=6, 0..3),
     )
         .prop_map(
             |(
@@ -212,6 +216,7 @@ fn case() -> impl Strategy<Value = Case> {
                 ebr,
                 wls,
                 pl,
+                kept,
             )| Case {
                 now,
                 current,
@@ -225,6 +230,7 @@ fn case() -> impl Strategy<Value = Case> {
                 evicted_before: ebr,
                 written_last: wls,
                 placements: pl,
+                kept,
             },
         )
 }
@@ -275,6 +281,7 @@ fn both(c: &Case, planner: &mut Planner) -> (Plan, Plan) {
     let (evicted_before, written_last) = (set(&c.evicted_before), set(&c.written_last));
     let reserve: Vec<(u64, u64)> =
         c.reserve.iter().map(|&(ahead, units)| (now + ahead, units * MB2)).collect();
+    let kept: FxHashSet<RegionId> = c.kept.iter().map(|&r| RegionId(r)).collect();
     let input = PlanInput {
         now,
         current: &current,
@@ -290,6 +297,7 @@ fn both(c: &Case, planner: &mut Planner) -> (Plan, Plan) {
         evicted_before_reuse: &evicted_before,
         written_last_step: &written_last,
         placements: Placements { discard: c.placements.0, duplicate: c.placements.1, remote: c.placements.2 },
+        kept: &kept,
     };
     (planner.plan(&input), reference_plan(&input))
 }

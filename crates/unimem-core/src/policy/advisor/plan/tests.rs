@@ -42,6 +42,7 @@ fn run_reaching(
         evicted_before_reuse: &FxHashSet::default(),
         written_last_step: &FxHashSet::default(),
         placements: Placements { duplicate: false, ..Placements::default() },
+        kept: &FxHashSet::default(),
     })
 }
 
@@ -67,6 +68,7 @@ fn small_units_are_not_evicted() {
         evicted_before_reuse: &FxHashSet::default(),
         written_last_step: &FxHashSet::default(),
         placements: Placements::default(),
+        kept: &FxHashSet::default(),
     });
     let evicted: Vec<Unit> = p.evict.iter().map(|e| e.0).collect();
     assert_eq!(evicted, vec![unit(1)], "the big unit goes though its next use is sooner: {p:?}");
@@ -173,6 +175,7 @@ fn without_predictions_the_least_recently_used_goes() {
         evicted_before_reuse: &FxHashSet::default(),
         written_last_step: &FxHashSet::default(),
         placements: Placements::default(),
+        kept: &FxHashSet::default(),
     });
     assert_eq!(p.evict, vec![(unit(2), Reason::FarthestNextUse(None))]);
 }
@@ -198,6 +201,7 @@ fn room_is_kept_for_regions_not_allocated_yet() {
         evicted_before_reuse: &FxHashSet::default(),
         written_last_step: &FxHashSet::default(),
         placements: Placements::default(),
+        kept: &FxHashSet::default(),
     });
     assert!(p.prefetch.is_empty(), "{p:?}");
 }
@@ -232,6 +236,7 @@ fn placed(
         evicted_before_reuse: &set(evicted_before_reuse),
         written_last_step: &FxHashSet::default(),
         placements: Placements::default(),
+        kept: &FxHashSet::default(),
     })
 }
 

@@ -1,0 +1,280 @@
+//! Which read-only regions a loop keeps on the device when its data does not fit.
+//!
+//! A loop that reads more data than the budget holds (the layers of a decoder, streamed every
+//! pass) moves about the same bytes whichever part of it stays resident, but not in the same
+//! time. Belady's rule keeps a run of whole layers: those run with the host-to-device side of
+//! the link idle, and the layers it streams arrive one behind another, each kernel waiting for
+//! its own. Keeping a share of every kernel's data instead spreads the streamed bytes over the
+//! loop, so the link stays busy through every kernel; and the room for data in flight is then
+//! a share of two kernels' data rather than two whole layers, so more stays.
+//!
+//! [`keep_set`] is a pure function of one pass of a loop (its kernels in order: compute time,
+//! the read-only regions each reads, the bytes of everything else it touches), the budget and
+//! the link's rate. Its candidates keep, for a share `f` from 0 to 1, either `f` of each
+//! kernel's read-only bytes or `f` of those met so far in the pass (kernels of one region each
+//! then keep every so many), largest regions first and whole regions (a restore of part of a
+//! managed region takes the slow path: `docs/decisions.md`). Each candidate is timed by a
+//! model of the loop's steady state ([`pass_time`]), beside the runs of whole kernels that
+//! Belady keeps; a candidate is chosen only if it beats every run by [`MIN_GAIN`], and moves at
+//! most [`MAX_EXTRA_BYTES`] more than Belady's rule in a pass ([`belady_bytes`]), so a pattern
+//! that is not a loop (whose data Belady's rule keeps better than any fixed set) keeps nothing.
+//!
+//! Only data the loop never writes is kept this way: its host copy stays valid, so streaming it
+//! moves it one way only and evicting it drops it.
+
+use std::collections::BTreeSet;
+use std::hash::Hash;
+
+use rustc_hash::{FxHashMap, FxHashSet};
+
+/// One kernel of a loop, as [`keep_set`] sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoopKernel<K> {
+    /// Its compute time with its data resident, in nanoseconds.
+    pub dur_ns: u64,
+    /// Regions it reads that the loop never writes, with their device bytes.
+    pub read_only: Vec<(K, u64)>,
+    /// Device bytes of everything else it touches.
+    pub other: u64,
+}
+
+/// Shares of the read-only bytes tried, from none to all.
+const SHARES: u32 = 64;
+/// Kernels a run of whole kernels' data is tried from.
+const RUN_STARTS: usize = 4;
+/// A share is kept only if the model puts it this much under the best run of whole kernels.
+pub const MIN_GAIN: f64 = 0.03;
+/// ... and it moves at most this much more than Belady's rule in a pass.
+pub const MAX_EXTRA_BYTES: f64 = 0.25;
+
+/// The regions to keep resident through `kernels` (one pass of a loop, in order) within
+/// `budget` bytes over a link of `rate_gbps` (bytes per nanosecond); empty when the loop's data
+/// fits, or when keeping a share does not pay. See the module documentation.
+pub fn keep_set<K: Copy + Eq + Hash + Ord>(
+    kernels: &[LoopKernel<K>],
+    budget: u64,
+    rate_gbps: f64,
+) -> FxHashSet<K> {
+    let mut bytes: FxHashMap<K, u64> = FxHashMap::default();
+    for k in kernels {
+        for &(r, b) in &k.read_only {
+            bytes.insert(r, b);
+        }
+    }
+    let total: u64 = bytes.values().sum();
+    let most_other = kernels.iter().map(|k| k.other).max().unwrap_or(0);
+    if kernels.is_empty() || total.saturating_add(2 * most_other) <= budget || rate_gbps <= 0.0 {
+        return FxHashSet::default();
+    }
+    let time = |kept: &FxHashSet<K>| pass_time(kernels, kept, &bytes, budget, rate_gbps);
+    // Belady's steady state in a loop: a run of whole kernels' data kept, the rest streamed.
+    // Runs from a few starting points stand for all of them in a loop of alike kernels (the
+    // model costs a pass's length per candidate); from the longest that fits, shorter ones
+    // until two have run.
+    let mut runs = f64::INFINITY;
+    for first in 0..kernels.len().min(RUN_STARTS) {
+        let mut sets: Vec<FxHashSet<K>> = Vec::new();
+        let mut kept = FxHashSet::default();
+        let mut held = 0u64;
+        for k in kernels[first..].iter().chain(&kernels[..first]) {
+            held += k.read_only.iter().filter(|(r, _)| !kept.contains(r)).map(|r| r.1).sum::<u64>();
+            if held > budget {
+                break;
+            }
+            kept.extend(k.read_only.iter().map(|r| r.0));
+            sets.push(kept.clone());
+        }
+        let mut timed = 0;
+        for kept in sets.iter().rev() {
+            if let Some(t) = time(kept) {
+                runs = runs.min(t);
+                timed += 1;
+                if timed == 2 {
+                    break;
+                }
+            }
+        }
+    }
+    let mut best: Option<(f64, FxHashSet<K>)> = None;
+    for step in 1..SHARES {
+        let share = step as f64 / SHARES as f64;
+        for cumulative in [false, true] {
+            let kept = kept_at(kernels, share, cumulative);
+            if let Some(t) = time(&kept) {
+                if best.as_ref().is_none_or(|b| t < b.0) {
+                    best = Some((t, kept));
+                }
+            }
+        }
+    }
+    let Some((t, kept)) = best else { return FxHashSet::default() };
+    let streamed = streamed_bytes(kernels, &kept);
+    let belady = belady_bytes(kernels, &bytes, budget.saturating_sub(2 * most_other));
+    if t > runs * (1.0 - MIN_GAIN) || streamed as f64 > belady as f64 * (1.0 + MAX_EXTRA_BYTES) {
+        return FxHashSet::default();
+    }
+    kept
+}
+
+/// The regions kept at `share`: each kernel in turn keeps its undecided read-only regions,
+/// largest first, while its kept bytes stay within `share` of its read-only bytes
+/// (`cumulative`: the bytes kept so far within `share` of those met so far). A region shared
+/// by several kernels is decided by the first.
+fn kept_at<K: Copy + Eq + Hash + Ord>(
+    kernels: &[LoopKernel<K>],
+    share: f64,
+    cumulative: bool,
+) -> FxHashSet<K> {
+    let mut kept = FxHashSet::default();
+    let mut decided = FxHashSet::default();
+    let mut undecided: Vec<(K, u64)> = Vec::new();
+    let (mut met, mut held) = (0u64, 0u64);
+    for k in kernels {
+        undecided.clear();
+        undecided.extend(k.read_only.iter().copied().filter(|(r, _)| !decided.contains(r)));
+        undecided.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        undecided.dedup_by_key(|r| r.0);
+        if !cumulative {
+            met = k.read_only.iter().map(|r| r.1).sum();
+            held = k.read_only.iter().filter(|(r, _)| kept.contains(r)).map(|r| r.1).sum();
+        } else {
+            met += undecided.iter().map(|r| r.1).sum::<u64>();
+        }
+        let limit = share * met as f64;
+        for &(r, b) in &undecided {
+            decided.insert(r);
+            if (held + b) as f64 <= limit {
+                held += b;
+                kept.insert(r);
+            }
+        }
+    }
+    kept
+}
+
+/// Bytes each kernel of `kernels` brings in with `kept` resident: its read-only regions not
+/// kept and not read by the kernel before it.
+fn fetches<K: Copy + Eq + Hash>(kernels: &[LoopKernel<K>], kept: &FxHashSet<K>) -> Vec<u64> {
+    let n = kernels.len();
+    (0..n)
+        .map(|i| {
+            let before = &kernels[(i + n - 1) % n].read_only;
+            kernels[i]
+                .read_only
+                .iter()
+                .filter(|(r, _)| !kept.contains(r) && !before.iter().any(|p| p.0 == *r))
+                .map(|r| r.1)
+                .sum()
+        })
+        .collect()
+}
+
+fn streamed_bytes<K: Copy + Eq + Hash>(kernels: &[LoopKernel<K>], kept: &FxHashSet<K>) -> u64 {
+    fetches(kernels, kept).iter().sum()
+}
+
+/// Steady-state time of one pass with `kept` resident, in nanoseconds, or `None` when a kernel's
+/// data does not fit beside it. The model: kernel `k` starts once kernel `k - 1` has ended and
+/// its own streamed data has arrived; the link brings each kernel's data in turn at `rate`,
+/// starting as soon as the data of every kernel from the one running to it fits beside the kept
+/// data; a kernel's streamed data leaves when it ends. Three passes run; the last is timed.
+pub fn pass_time<K: Copy + Eq + Hash>(
+    kernels: &[LoopKernel<K>],
+    kept: &FxHashSet<K>,
+    bytes: &FxHashMap<K, u64>,
+    budget: u64,
+    rate_gbps: f64,
+) -> Option<f64> {
+    let n = kernels.len();
+    let held: u64 = kept.iter().map(|r| bytes.get(r).copied().unwrap_or(0)).sum();
+    let fetch = fetches(kernels, kept);
+    // Device bytes kernel k's data takes while it is in flight or running.
+    let room: Vec<u64> = kernels
+        .iter()
+        .map(|k| k.other + k.read_only.iter().filter(|(r, _)| !kept.contains(r)).map(|r| r.1).sum::<u64>())
+        .collect();
+    if room.iter().any(|&r| held + r > budget) {
+        return None;
+    }
+    let passes = 3 * n;
+    let mut end = vec![0f64; passes];
+    let (mut link_free, mut first_running, mut in_flight) = (0f64, 0usize, 0u64);
+    let mut arrive = vec![0f64; passes];
+    // Fetches are issued in order; fetch j waits until kernels before it have ended and left
+    // room. `first_running` is the oldest kernel whose data is still resident.
+    for j in 0..passes {
+        in_flight += room[j % n];
+        while held + in_flight > budget {
+            // Room comes when the oldest kernel with data resident ends; it has ended by
+            // construction once it precedes j.
+            in_flight -= room[first_running % n];
+            link_free = link_free.max(end_at(&end, first_running));
+            first_running += 1;
+        }
+        let start = link_free;
+        link_free = start + fetch[j % n] as f64 / rate_gbps;
+        arrive[j] = link_free;
+        let ready = if j == 0 { 0.0 } else { end[j - 1] };
+        end[j] = ready.max(arrive[j]) + kernels[j % n].dur_ns as f64;
+    }
+    Some(end[passes - 1] - end[2 * n - 1])
+}
+
+fn end_at(end: &[f64], k: usize) -> f64 {
+    end.get(k).copied().unwrap_or(0.0)
+}
+
+/// Bytes Belady's rule brings in during the second of two passes of `kernels`, at region
+/// granularity within `capacity` bytes for the read-only data.
+fn belady_bytes<K: Copy + Eq + Hash + Ord>(
+    kernels: &[LoopKernel<K>],
+    bytes: &FxHashMap<K, u64>,
+    capacity: u64,
+) -> u64 {
+    let n = kernels.len();
+    let reads: Vec<&[(K, u64)]> = (0..2 * n).map(|i| kernels[i % n].read_only.as_slice()).collect();
+    // Next read of each region after position i, walking backwards.
+    let mut next_of: Vec<Vec<usize>> = vec![Vec::new(); reads.len()];
+    let mut seen: FxHashMap<K, usize> = FxHashMap::default();
+    for i in (0..reads.len()).rev() {
+        next_of[i] = reads[i].iter().map(|(r, _)| seen.get(r).copied().unwrap_or(usize::MAX)).collect();
+        for (r, _) in reads[i] {
+            seen.insert(*r, i);
+        }
+    }
+    let mut resident: FxHashMap<K, usize> = FxHashMap::default();
+    let mut order: BTreeSet<(usize, K)> = BTreeSet::new();
+    let (mut used, mut moved) = (0u64, 0u64);
+    for (i, kernel) in reads.iter().enumerate() {
+        for (x, &(r, _)) in kernel.iter().enumerate() {
+            let next = next_of[i][x];
+            if let Some(old) = resident.insert(r, next) {
+                order.remove(&(old, r));
+                order.insert((next, r));
+                continue;
+            }
+            let b = bytes[&r];
+            while used + b > capacity {
+                // The farthest next use outside this kernel.
+                let Some(&(far, victim)) =
+                    order.iter().rev().find(|(_, v)| !kernel.iter().any(|p| p.0 == *v))
+                else {
+                    break;
+                };
+                order.remove(&(far, victim));
+                resident.remove(&victim);
+                used -= bytes[&victim];
+            }
+            resident.insert(r, next);
+            order.insert((next, r));
+            used += b;
+            if i >= n {
+                moved += b;
+            }
+        }
+    }
+    moved
+}
+
+#[cfg(test)]
+mod tests;
