@@ -196,8 +196,32 @@ fn plan_many_regions(c: &mut Criterion) {
     g.finish();
 }
 
+/// Choosing what a step keeps of its read-only data (`policy::keep::keep_set`, once a step in
+/// both placing policies): a decoder step of 8 passes over 64 layers (512 kernels), each layer
+/// reading four matrices (24, 8, 32 and 32 MiB), at half its weights.
+fn keep_set_decoder(c: &mut Criterion) {
+    use unimem_core::policy::keep::{keep_set, LoopKernel};
+    const MIB: u64 = 1 << 20;
+    let sizes = [24 * MIB, 8 * MIB, 32 * MIB, 32 * MIB];
+    let kernels: Vec<LoopKernel<u32>> = (0..8 * 64u32)
+        .map(|k| {
+            let layer = k % 64;
+            LoopKernel {
+                dur_ns: 430_000,
+                read_only: (0..4).map(|m| (4 * layer + m, sizes[m as usize])).collect(),
+                other: MIB,
+            }
+        })
+        .collect();
+    let budget = 64 * 96 * MIB / 2;
+    c.bench_function("keep_set_decoder_512_kernels", |b| {
+        b.iter(|| keep_set(&kernels, budget, CostModel::h200().link_rate_gbps))
+    });
+}
+
 criterion_group!(
     benches,
+    keep_set_decoder,
     replay_none,
     replay_oracle,
     sim_launch,

@@ -16,7 +16,7 @@
 //! managed region takes the slow path: `docs/decisions.md`). Each candidate is timed by a
 //! model of the loop's steady state ([`pass_time`]), beside the runs of whole kernels that
 //! Belady keeps; a candidate is chosen only if it beats every run by [`MIN_GAIN`], and moves at
-//! most [`MAX_EXTRA_BYTES`] more than Belady's rule in a pass ([`belady_bytes`]), so a pattern
+//! most [`MAX_EXTRA_BYTES`] more than Belady's rule in a pass (simulated over two passes), so a pattern
 //! that is not a loop (whose data Belady's rule keeps better than any fixed set) keeps nothing.
 //!
 //! Only data the loop never writes is kept this way: its host copy stays valid, so streaming it
@@ -42,6 +42,8 @@ pub struct LoopKernel<K> {
 const SHARES: u32 = 64;
 /// Kernels a run of whole kernels' data is tried from.
 const RUN_STARTS: usize = 4;
+/// Lengths of run tried from each.
+const RUN_LENGTHS: usize = 64;
 /// A share is kept only if the model puts it this much under the best run of whole kernels.
 pub const MIN_GAIN: f64 = 0.03;
 /// ... and it moves at most this much more than Belady's rule in a pass.
@@ -69,24 +71,28 @@ pub fn keep_set<K: Copy + Eq + Hash + Ord>(
     let time = |kept: &FxHashSet<K>| pass_time(kernels, kept, &bytes, budget, rate_gbps);
     // Belady's steady state in a loop: a run of whole kernels' data kept, the rest streamed.
     // Runs from a few starting points stand for all of them in a loop of alike kernels (the
-    // model costs a pass's length per candidate); from the longest that fits, shorter ones
-    // until two have run.
+    // model costs a pass's length per candidate); from the longest whose data fits, shorter
+    // ones until two fit beside the data in flight (or `RUN_LENGTHS` were tried).
     let mut runs = f64::INFINITY;
     for first in 0..kernels.len().min(RUN_STARTS) {
-        let mut sets: Vec<FxHashSet<K>> = Vec::new();
-        let mut kept = FxHashSet::default();
-        let mut held = 0u64;
-        for k in kernels[first..].iter().chain(&kernels[..first]) {
-            held += k.read_only.iter().filter(|(r, _)| !kept.contains(r)).map(|r| r.1).sum::<u64>();
+        let order: Vec<&LoopKernel<K>> = kernels[first..].iter().chain(&kernels[..first]).collect();
+        let (mut seen, mut held, mut longest) = (FxHashSet::default(), 0u64, 0usize);
+        for k in &order {
+            for &(r, b) in &k.read_only {
+                if seen.insert(r) {
+                    held += b;
+                }
+            }
             if held > budget {
                 break;
             }
-            kept.extend(k.read_only.iter().map(|r| r.0));
-            sets.push(kept.clone());
+            longest += 1;
         }
         let mut timed = 0;
-        for kept in sets.iter().rev() {
-            if let Some(t) = time(kept) {
+        for len in (0..=longest).rev().take(RUN_LENGTHS) {
+            let kept: FxHashSet<K> =
+                order[..len].iter().flat_map(|k| k.read_only.iter().map(|r| r.0)).collect();
+            if let Some(t) = time(&kept) {
                 runs = runs.min(t);
                 timed += 1;
                 if timed == 2 {
