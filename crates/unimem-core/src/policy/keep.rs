@@ -30,7 +30,8 @@ use rustc_hash::{FxHashMap, FxHashSet};
 /// One kernel of a loop, as [`keep_set`] sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LoopKernel<K> {
-    /// Its compute time with its data resident, in nanoseconds.
+    /// Its compute time with its data resident, in nanoseconds (0 where it is not known, as
+    /// for a program's operators: the model then times the link alone).
     pub dur_ns: u64,
     /// Regions it reads that the loop never writes, with their device bytes.
     pub read_only: Vec<(K, u64)>,
