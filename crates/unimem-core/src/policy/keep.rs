@@ -39,6 +39,63 @@ pub struct LoopKernel<K> {
     pub other: u64,
 }
 
+/// A step's kernels as [`keep_set`] needs them, recorded as they run (the advisor) or as a
+/// window shows them (the oracle): each kernel's time and regions, and the regions the step
+/// wrote or freed, which are not candidates.
+#[derive(Debug, Clone)]
+pub struct StepKernels<K> {
+    kernels: Vec<(u64, Vec<(K, u64)>)>,
+    changed: FxHashSet<K>,
+}
+
+impl<K> Default for StepKernels<K> {
+    fn default() -> Self {
+        Self { kernels: Vec::new(), changed: FxHashSet::default() }
+    }
+}
+
+impl<K: Copy + Eq + Hash + Ord> StepKernels<K> {
+    /// A kernel of `dur_ns` touching each of `regions` (key, device bytes, whether it writes).
+    pub fn kernel(&mut self, dur_ns: u64, regions: impl IntoIterator<Item = (K, u64, bool)>) {
+        let mut seen: Vec<(K, u64)> = Vec::new();
+        for (key, bytes, writes) in regions {
+            if writes {
+                self.changed.insert(key);
+            }
+            if !seen.iter().any(|r| r.0 == key) {
+                seen.push((key, bytes));
+            }
+        }
+        self.kernels.push((dur_ns, seen));
+    }
+
+    /// A region the step frees.
+    pub fn freed(&mut self, key: K) {
+        self.changed.insert(key);
+    }
+
+    /// What the step keeps within `budget` over a link of `rate_gbps` ([`keep_set`]), regions
+    /// under `min_bytes` (left to faults) counting as other data.
+    pub fn keep_set(&self, budget: u64, rate_gbps: f64, min_bytes: u64) -> FxHashSet<K> {
+        let kernels: Vec<LoopKernel<K>> = self
+            .kernels
+            .iter()
+            .map(|(dur_ns, regions)| {
+                let mut k = LoopKernel { dur_ns: *dur_ns, read_only: Vec::new(), other: 0 };
+                for &(key, bytes) in regions {
+                    if self.changed.contains(&key) || bytes < min_bytes {
+                        k.other += bytes;
+                    } else {
+                        k.read_only.push((key, bytes));
+                    }
+                }
+                k
+            })
+            .collect();
+        keep_set(&kernels, budget, rate_gbps)
+    }
+}
+
 /// Shares of the read-only bytes tried, from none to all.
 const SHARES: u32 = 64;
 /// Kernels a run of whole kernels' data is tried from.

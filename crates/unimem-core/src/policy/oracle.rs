@@ -20,7 +20,7 @@ use std::collections::{BTreeSet, VecDeque};
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
-use super::keep::{keep_set, LoopKernel};
+use super::keep::StepKernels;
 use super::units::Unit;
 use super::units::{add_units, coalesce, fetch_needed, merge_units, pooled_blocks, unit_bytes, Sizes};
 use super::{Hints, Policy};
@@ -88,10 +88,8 @@ struct StepUses {
     /// The step's index; `None` for what comes before the first step mark (all of a trace
     /// that has none).
     step: Option<u64>,
-    /// Each kernel's compute time and regions.
-    kernels: Vec<(u64, Vec<RegionId>)>,
-    /// Regions the step writes or frees: not kept.
-    changed: HashSet<RegionId>,
+    /// Its kernels, and the regions it writes or frees.
+    kernels: StepKernels<RegionId>,
 }
 
 /// Units a batch of accesses touches, with whether every touch of the unit overwrites it.
@@ -289,24 +287,7 @@ impl Oracle {
         }
         let Some(step) = self.steps.pop_front() else { return };
         let Some(rate) = self.keep_loops else { return };
-        let region_bytes = |id: RegionId| page_round(self.sizes.get(&id).copied().unwrap_or(0));
-        let kernels: Vec<LoopKernel<RegionId>> = step
-            .kernels
-            .iter()
-            .map(|(dur_ns, regions)| {
-                let mut k = LoopKernel { dur_ns: *dur_ns, read_only: Vec::new(), other: 0 };
-                for &id in regions {
-                    let bytes = region_bytes(id);
-                    if step.changed.contains(&id) || bytes < self.min_prefetch_bytes {
-                        k.other += bytes;
-                    } else {
-                        k.read_only.push((id, bytes));
-                    }
-                }
-                k
-            })
-            .collect();
-        self.kept = keep_set(&kernels, self.budget, rate);
+        self.kept = step.kernels.keep_set(self.budget, rate, self.min_prefetch_bytes);
         let units: Vec<Unit> = self.resident.keys().copied().collect();
         for unit in units {
             self.rekey(unit);
@@ -322,20 +303,15 @@ impl Oracle {
         }
         let step = self.steps.back_mut().expect("pushed above");
         match op {
-            Op::Free { region } => {
-                step.changed.insert(*region);
-            }
+            Op::Free { region } => step.kernels.freed(*region),
             Op::Kernel { accesses, dur_ns, .. } => {
-                let mut regions: Vec<RegionId> = Vec::new();
-                for a in accesses {
-                    if !regions.contains(&a.region) {
-                        regions.push(a.region);
-                    }
-                    if a.mode.writes() {
-                        step.changed.insert(a.region);
-                    }
-                }
-                step.kernels.push((*dur_ns, regions));
+                let sizes = &self.sizes;
+                step.kernels.kernel(
+                    *dur_ns,
+                    accesses.iter().map(|a| {
+                        (a.region, page_round(sizes.get(&a.region).copied().unwrap_or(0)), a.mode.writes())
+                    }),
+                );
             }
             _ => {}
         }

@@ -172,7 +172,7 @@ pub struct Advisor {
     recording: bool,
     events: Vec<crate::seam::MemEvent>,
     /// The running step's kernels, and the regions (by key, and live now) this step keeps.
-    step_record: loops::StepRecord,
+    step_record: crate::policy::keep::StepKernels<RegionKey>,
     kept_keys: FxHashSet<RegionKey>,
     kept: FxHashSet<RegionId>,
 }
@@ -270,7 +270,7 @@ impl Advisor {
             learned_observed: 0,
             recording: false,
             events: Vec::new(),
-            step_record: loops::StepRecord::default(),
+            step_record: Default::default(),
             kept_keys: FxHashSet::default(),
             kept: FxHashSet::default(),
         }

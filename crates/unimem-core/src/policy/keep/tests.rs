@@ -106,3 +106,26 @@ fn belady_moves_what_does_not_fit_of_a_loop() {
     assert_eq!(belady_bytes(&k, &bytes, 20), 20);
     assert_eq!(belady_bytes(&k, &bytes, 40), 0);
 }
+
+#[test]
+fn a_recorded_step_offers_only_what_it_never_writes_or_frees() {
+    // The decoder's step, recorded: its weights are candidates; a written region, a freed one
+    // and one too small to prefetch count as other data and are never kept.
+    let mut step = StepKernels::default();
+    for k in decoder(16, 430_000) {
+        let weights = k.read_only.iter().map(|&(r, b)| (r, b, false));
+        step.kernel(
+            k.dur_ns,
+            weights.chain([(900, 4 * MIB, true), (901, 4 * MIB, false), (902, 64 << 10, false)]),
+        );
+    }
+    step.freed(901);
+    let kept = step.keep_set(768 * MIB, RATE, 256 << 10);
+    assert!(!kept.is_empty() && kept.iter().all(|&r| r < 64), "{kept:?}");
+    // The same weights, every one written somewhere in the step: nothing to keep.
+    let mut written = StepKernels::default();
+    for k in decoder(16, 430_000) {
+        written.kernel(k.dur_ns, k.read_only.iter().map(|&(r, b)| (r, b, true)));
+    }
+    assert!(written.keep_set(768 * MIB, RATE, 256 << 10).is_empty());
+}
