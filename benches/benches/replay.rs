@@ -200,7 +200,7 @@ fn plan_many_regions(c: &mut Criterion) {
 /// both placing policies): a decoder step of 8 passes over 64 layers (512 kernels), each layer
 /// reading four matrices (24, 8, 32 and 32 MiB), at half its weights.
 fn keep_set_decoder(c: &mut Criterion) {
-    use unimem_core::policy::keep::{keep_set, LoopKernel};
+    use unimem_core::policy::keep::{keep_set, LoopKernel, Runs};
     const MIB: u64 = 1 << 20;
     let sizes = [24 * MIB, 8 * MIB, 32 * MIB, 32 * MIB];
     let kernels: Vec<LoopKernel<u32>> = (0..8 * 64u32)
@@ -215,7 +215,7 @@ fn keep_set_decoder(c: &mut Criterion) {
         .collect();
     let budget = 64 * 96 * MIB / 2;
     c.bench_function("keep_set_decoder_512_kernels", |b| {
-        b.iter(|| keep_set(&kernels, budget, CostModel::h200().link_rate_gbps))
+        b.iter(|| keep_set(&kernels, budget, CostModel::h200().link_rate_gbps, Runs::Beyond(16)))
     });
 }
 

@@ -15,9 +15,12 @@
 //! then keep every so many), largest regions first and whole regions (a restore of part of a
 //! managed region takes the slow path: `docs/decisions.md`). Each candidate is timed by a
 //! model of the loop's steady state ([`pass_time`]), beside the runs of whole kernels that
-//! Belady keeps; a candidate is chosen only if it beats every run by [`MIN_GAIN`], and moves at
-//! most [`MAX_EXTRA_BYTES`] more than Belady's rule in a pass (simulated over two passes), so a pattern
-//! that is not a loop (whose data Belady's rule keeps better than any fixed set) keeps nothing.
+//! Belady keeps; a share is chosen only if it beats every run by [`MIN_GAIN`]. Where none
+//! does, a policy that applies Belady's rule itself keeps nothing ([`Runs::Belady`]), and one
+//! whose forecast is shorter than the loop's reuse keeps the best run ([`Runs::Beyond`]).
+//! Either way the set moves at most [`MAX_EXTRA_BYTES`] more than Belady's rule in a pass
+//! (simulated over two passes), so a pattern that is not a loop (whose data Belady's rule
+//! keeps better than any fixed set) keeps nothing.
 //!
 //! Only data the loop never writes is kept this way: its host copy stays valid, so streaming it
 //! moves it one way only and evicting it drops it.
@@ -76,7 +79,7 @@ impl<K: Copy + Eq + Hash + Ord> StepKernels<K> {
 
     /// What the step keeps within `budget` over a link of `rate_gbps` ([`keep_set`]), regions
     /// under `min_bytes` (left to faults) counting as other data.
-    pub fn keep_set(&self, budget: u64, rate_gbps: f64, min_bytes: u64) -> FxHashSet<K> {
+    pub fn keep_set(&self, budget: u64, rate_gbps: f64, min_bytes: u64, runs: Runs) -> FxHashSet<K> {
         let kernels: Vec<LoopKernel<K>> = self
             .kernels
             .iter()
@@ -92,7 +95,7 @@ impl<K: Copy + Eq + Hash + Ord> StepKernels<K> {
                 k
             })
             .collect();
-        keep_set(&kernels, budget, rate_gbps)
+        keep_set(&kernels, budget, rate_gbps, runs)
     }
 }
 
@@ -114,6 +117,7 @@ pub fn keep_set<K: Copy + Eq + Hash + Ord>(
     kernels: &[LoopKernel<K>],
     budget: u64,
     rate_gbps: f64,
+    runs_too: Runs,
 ) -> FxHashSet<K> {
     let mut bytes: FxHashMap<K, u64> = FxHashMap::default();
     for k in kernels {
@@ -131,7 +135,7 @@ pub fn keep_set<K: Copy + Eq + Hash + Ord>(
     // Runs from a few starting points stand for all of them in a loop of alike kernels (the
     // model costs a pass's length per candidate); from the longest whose data fits, shorter
     // ones until two fit beside the data in flight (or `RUN_LENGTHS` were tried).
-    let mut runs = f64::INFINITY;
+    let mut runs: Option<(f64, FxHashSet<K>)> = None;
     for first in 0..kernels.len().min(RUN_STARTS) {
         let order: Vec<&LoopKernel<K>> = kernels[first..].iter().chain(&kernels[..first]).collect();
         let (mut seen, mut held, mut longest) = (FxHashSet::default(), 0u64, 0usize);
@@ -151,7 +155,9 @@ pub fn keep_set<K: Copy + Eq + Hash + Ord>(
             let kept: FxHashSet<K> =
                 order[..len].iter().flat_map(|k| k.read_only.iter().map(|r| r.0)).collect();
             if let Some(t) = time(&kept) {
-                runs = runs.min(t);
+                if runs.as_ref().is_none_or(|r| t < r.0) {
+                    runs = Some((t, kept));
+                }
                 timed += 1;
                 if timed == 2 {
                     break;
@@ -171,13 +177,53 @@ pub fn keep_set<K: Copy + Eq + Hash + Ord>(
             }
         }
     }
-    let Some((t, kept)) = best else { return FxHashSet::default() };
-    let streamed = streamed_bytes(kernels, &kept);
+    let run_time = runs.as_ref().map_or(f64::INFINITY, |r| r.0);
+    let chosen = match (best, runs) {
+        (Some((t, kept)), _) if t <= run_time * (1.0 - MIN_GAIN) => kept,
+        (_, Some((_, run))) if matches!(runs_too, Runs::Beyond(h) if reuse_distance(kernels) > h) => run,
+        _ => return FxHashSet::default(),
+    };
     let belady = belady_bytes(kernels, &bytes, budget.saturating_sub(2 * most_other));
-    if t > runs * (1.0 - MIN_GAIN) || streamed as f64 > belady as f64 * (1.0 + MAX_EXTRA_BYTES) {
+    if streamed_bytes(kernels, &chosen) as f64 > belady as f64 * (1.0 + MAX_EXTRA_BYTES) {
         return FxHashSet::default();
     }
-    kept
+    chosen
+}
+
+/// What [`keep_set`] returns where no share beats the runs of whole kernels Belady's rule
+/// settles into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runs {
+    /// Nothing: the policy applies Belady's rule itself (the oracle, which sees the whole step).
+    Belady,
+    /// The best run, where the loop reuses its data further apart than this many kernels: for
+    /// a policy whose forecast is that long (the advisor), which ranks what it does not foresee
+    /// least recently used first, and so evicts in a longer loop just what comes next.
+    Beyond(u64),
+}
+
+/// How far apart, in kernels, the loop reads its read-only regions again: the median over
+/// regions of each one's shortest gap between reads, the pass wrapping round.
+fn reuse_distance<K: Copy + Eq + Hash + Ord>(kernels: &[LoopKernel<K>]) -> u64 {
+    let n = kernels.len() as u64;
+    let mut reads: FxHashMap<K, (u64, u64, u64)> = FxHashMap::default(); // first, last, gap
+    for (i, k) in kernels.iter().enumerate() {
+        let i = i as u64;
+        for &(r, _) in &k.read_only {
+            reads
+                .entry(r)
+                .and_modify(|(_, last, gap)| {
+                    if i > *last {
+                        *gap = (*gap).min(i - *last);
+                        *last = i;
+                    }
+                })
+                .or_insert((i, i, u64::MAX));
+        }
+    }
+    let mut gaps: Vec<u64> = reads.values().map(|&(first, last, gap)| gap.min(n - last + first)).collect();
+    gaps.sort_unstable();
+    gaps.get(gaps.len() / 2).copied().unwrap_or(0)
 }
 
 /// The regions kept at `share`: each kernel in turn keeps its undecided read-only regions,

@@ -20,7 +20,7 @@ use std::collections::{BTreeSet, VecDeque};
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
-use super::keep::StepKernels;
+use super::keep::{Runs, StepKernels};
 use super::units::Unit;
 use super::units::{add_units, coalesce, fetch_needed, merge_units, pooled_blocks, unit_bytes, Sizes};
 use super::{Hints, Policy};
@@ -287,7 +287,7 @@ impl Oracle {
         }
         let Some(step) = self.steps.pop_front() else { return };
         let Some(rate) = self.keep_loops else { return };
-        self.kept = step.kernels.keep_set(self.budget, rate, self.min_prefetch_bytes);
+        self.kept = step.kernels.keep_set(self.budget, rate, self.min_prefetch_bytes, Runs::Belady);
         let units: Vec<Unit> = self.resident.keys().copied().collect();
         for unit in units {
             self.rekey(unit);

@@ -4,6 +4,7 @@
 //! The first step keeps nothing.
 
 use super::*;
+use crate::policy::keep::Runs;
 
 impl Advisor {
     /// Records a kernel that ran, for the next step's choice.
@@ -34,7 +35,12 @@ impl Advisor {
     pub(super) fn choose_kept(&mut self) {
         let Some(rate) = self.settings.keep_loops else { return };
         let record = std::mem::take(&mut self.step_record);
-        self.kept_keys = record.keep_set(self.settings.budget, rate, self.settings.min_prefetch_bytes);
+        self.kept_keys = record.keep_set(
+            self.settings.budget,
+            rate,
+            self.settings.min_prefetch_bytes,
+            Runs::Beyond(self.settings.horizon),
+        );
         self.kept =
             self.by_key.iter().filter(|(k, _)| self.kept_keys.contains(k)).map(|(_, &id)| id).collect();
     }

@@ -41,7 +41,7 @@ fn run_of(kernels: &[LoopKernel<u32>], layers: usize) -> FxHashSet<u32> {
 fn a_decoder_streaming_its_weights_keeps_a_share_of_every_layer() {
     let k = decoder(16, 430_000);
     for budget in [384 * MIB, 768 * MIB, 1152 * MIB] {
-        let kept = keep_set(&k, budget, RATE);
+        let kept = keep_set(&k, budget, RATE, Runs::Belady);
         let per_layer = kept_per_layer(&k, &kept);
         assert!(per_layer.iter().all(|&m| m > 0 && m < 96), "{budget}: some of every layer: {per_layer:?}");
         let bytes = sizes(&k);
@@ -57,12 +57,12 @@ fn a_decoder_streaming_its_weights_keeps_a_share_of_every_layer() {
 #[test]
 fn nothing_is_kept_when_the_loop_fits_or_no_share_pays() {
     let k = decoder(4, 430_000);
-    assert!(keep_set(&k, 4 * 97 * MIB, RATE).is_empty(), "fits: Belady keeps it all");
+    assert!(keep_set(&k, 4 * 97 * MIB, RATE, Runs::Belady).is_empty(), "fits: Belady keeps it all");
     // A layer's data alone exceeds the budget: nothing fits beside it.
-    assert!(keep_set(&k, 90 * MIB, RATE).is_empty());
+    assert!(keep_set(&k, 90 * MIB, RATE, Runs::Belady).is_empty());
     // Kernels far longer than their data's transfer: any schedule hides the link.
     let slow = decoder(16, 50_000_000);
-    assert!(keep_set(&slow, 768 * MIB, RATE).is_empty());
+    assert!(keep_set(&slow, 768 * MIB, RATE, Runs::Belady).is_empty());
 }
 
 #[test]
@@ -76,7 +76,7 @@ fn a_pattern_that_is_not_a_loop_keeps_nothing() {
             LoopKernel { dur_ns: 20_000, read_only: vec![((state >> 33) as u32 % 64, 4 * MIB)], other: 0 }
         })
         .collect();
-    assert!(keep_set(&k, 128 * MIB, RATE).is_empty());
+    assert!(keep_set(&k, 128 * MIB, RATE, Runs::Belady).is_empty());
 }
 
 #[test]
@@ -120,12 +120,27 @@ fn a_recorded_step_offers_only_what_it_never_writes_or_frees() {
         );
     }
     step.freed(901);
-    let kept = step.keep_set(768 * MIB, RATE, 256 << 10);
+    let kept = step.keep_set(768 * MIB, RATE, 256 << 10, Runs::Belady);
     assert!(!kept.is_empty() && kept.iter().all(|&r| r < 64), "{kept:?}");
     // The same weights, every one written somewhere in the step: nothing to keep.
     let mut written = StepKernels::default();
     for k in decoder(16, 430_000) {
         written.kernel(k.dur_ns, k.read_only.iter().map(|&(r, b)| (r, b, true)));
     }
-    assert!(written.keep_set(768 * MIB, RATE, 256 << 10).is_empty());
+    assert!(written.keep_set(768 * MIB, RATE, 256 << 10, Runs::Belady).is_empty());
+}
+
+#[test]
+fn a_policy_that_cannot_see_a_loops_length_keeps_a_run_where_no_share_pays() {
+    // 64 kernels of one 4 MiB region each, long beside their data's transfer: no share beats a
+    // run of whole kernels, so for the oracle (Belady itself) nothing is kept. A forecast of 16
+    // kernels sees none of the loop's reuse (64 kernels apart), so the advisor keeps the run
+    // Belady would settle into rather than rank it least recently used first.
+    let k: Vec<LoopKernel<u32>> =
+        (0..64).map(|r| LoopKernel { dur_ns: 5_000_000, read_only: vec![(r, 4 * MIB)], other: 0 }).collect();
+    assert!(keep_set(&k, 128 * MIB, RATE, Runs::Belady).is_empty());
+    let run = keep_set(&k, 128 * MIB, RATE, Runs::Beyond(16));
+    assert!(!run.is_empty() && run.len() < 32, "{} regions", run.len());
+    assert!(keep_set(&k, 128 * MIB, RATE, Runs::Beyond(64)).is_empty(), "a forecast as long as the loop");
+    assert_eq!(reuse_distance(&k), 64);
 }
