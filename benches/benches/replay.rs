@@ -217,6 +217,24 @@ fn keep_set_decoder(c: &mut Criterion) {
     c.bench_function("keep_set_decoder_512_kernels", |b| {
         b.iter(|| keep_set(&kernels, budget, CostModel::h200().link_rate_gbps, Runs::Beyond(16)))
     });
+    // A kernel per operator (`scripts/gen-decode-trace.py`): 8 passes over 16 layers of five
+    // kernels, four reading a matrix each and one a KV cache (other data), at a quarter.
+    let kernels: Vec<LoopKernel<u32>> = (0..8 * 16u32)
+        .flat_map(|k| {
+            let layer = k % 16;
+            let matrix = move |m: u32| LoopKernel {
+                dur_ns: sizes[m as usize] / MIB * 4500,
+                read_only: vec![(4 * layer + m, sizes[m as usize])],
+                other: 64 << 10,
+            };
+            let attn = LoopKernel { dur_ns: 27_000, read_only: Vec::new(), other: 6 * MIB };
+            [matrix(0), attn, matrix(1), matrix(2), matrix(3)]
+        })
+        .collect();
+    let budget = 16 * 102 * MIB / 4;
+    c.bench_function("keep_set_operators_640_kernels", |b| {
+        b.iter(|| keep_set(&kernels, budget, CostModel::h200().link_rate_gbps, Runs::Beyond(16)))
+    });
 }
 
 criterion_group!(
