@@ -44,22 +44,36 @@ pub struct LoopKernel<K> {
 
 /// A step's kernels as [`keep_set`] needs them, recorded as they run (the advisor) or as a
 /// window shows them (the oracle): each kernel's time and regions, and the regions the step
-/// wrote or freed, which are not candidates.
+/// wrote or freed, which are not candidates. At most [`MAX_STEP_KERNELS`] kernels are
+/// recorded: a longer step (a program that never marks one) keeps nothing, and its record
+/// stops growing.
 #[derive(Debug, Clone)]
 pub struct StepKernels<K> {
     kernels: Vec<(u64, Vec<(K, u64)>)>,
     changed: FxHashSet<K>,
+    overflowed: bool,
 }
+
+/// Kernels a step may have for [`StepKernels`] to choose what it keeps.
+pub const MAX_STEP_KERNELS: usize = 16_384;
 
 impl<K> Default for StepKernels<K> {
     fn default() -> Self {
-        Self { kernels: Vec::new(), changed: FxHashSet::default() }
+        Self { kernels: Vec::new(), changed: FxHashSet::default(), overflowed: false }
     }
 }
 
 impl<K: Copy + Eq + Hash + Ord> StepKernels<K> {
     /// A kernel of `dur_ns` touching each of `regions` (key, device bytes, whether it writes).
     pub fn kernel(&mut self, dur_ns: u64, regions: impl IntoIterator<Item = (K, u64, bool)>) {
+        if self.kernels.len() == MAX_STEP_KERNELS {
+            self.overflowed = true;
+            self.kernels = Vec::new();
+            self.changed = FxHashSet::default();
+        }
+        if self.overflowed {
+            return;
+        }
         let mut seen: Vec<(K, u64)> = Vec::new();
         for (key, bytes, writes) in regions {
             if writes {
@@ -74,12 +88,27 @@ impl<K: Copy + Eq + Hash + Ord> StepKernels<K> {
 
     /// A region the step frees.
     pub fn freed(&mut self, key: K) {
-        self.changed.insert(key);
+        if !self.overflowed {
+            self.changed.insert(key);
+        }
+    }
+
+    /// Kernels recorded (none once the step has passed [`MAX_STEP_KERNELS`]).
+    pub fn len(&self) -> usize {
+        self.kernels.len()
+    }
+
+    /// Whether none are.
+    pub fn is_empty(&self) -> bool {
+        self.kernels.is_empty()
     }
 
     /// What the step keeps within `budget` over a link of `rate_gbps` ([`keep_set`]), regions
     /// under `min_bytes` (left to faults) counting as other data.
     pub fn keep_set(&self, budget: u64, rate_gbps: f64, min_bytes: u64, runs: Runs) -> FxHashSet<K> {
+        if self.overflowed {
+            return FxHashSet::default();
+        }
         let kernels: Vec<LoopKernel<K>> = self
             .kernels
             .iter()

@@ -80,6 +80,8 @@ pub struct Oracle {
     kept: HashSet<RegionId>,
     /// Whether a step (or the operations before the first) has started.
     started: bool,
+    /// Whether the window has shown an operation yet.
+    recorded: bool,
 }
 
 /// A step's kernels as the window shows them, for choosing what it keeps.
@@ -161,6 +163,7 @@ impl Oracle {
             steps: VecDeque::new(),
             kept: HashSet::default(),
             started: false,
+            recorded: false,
         }
     }
 
@@ -295,13 +298,16 @@ impl Oracle {
     }
 
     /// Notes what a future operation does to the step it falls in.
+    /// Before the first step mark, what comes is one record (all of a trace that has none);
+    /// after it, only steps to come are: nothing is recorded for a step already started.
     fn note_step_use(&mut self, op: &Op) {
         if let Op::Step { index } = op {
             self.steps.push_back(StepUses { step: Some(*index), ..StepUses::default() });
-        } else if self.steps.is_empty() {
+        } else if self.steps.is_empty() && !self.recorded {
             self.steps.push_back(StepUses::default());
         }
-        let step = self.steps.back_mut().expect("pushed above");
+        self.recorded = true;
+        let Some(step) = self.steps.back_mut() else { return };
         match op {
             Op::Free { region } => step.kernels.freed(*region),
             Op::Kernel { accesses, dur_ns, .. } => {
@@ -523,5 +529,39 @@ impl Policy for Oracle {
             self.cursor = self.cursor.min(first);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::access::{AccessMode, RangeAccess};
+
+    #[test]
+    fn a_trace_without_steps_is_recorded_once_and_not_past_its_start() {
+        // Every operation of a trace with no step marks enters the window before the first
+        // kernel runs; what comes into the window after that is not recorded for any step.
+        let mut oracle = Oracle::new(1 << 30, 1 << 20, 0, Some(52.6));
+        let kernel = |r: u64| Op::Kernel {
+            name: "k".into(),
+            dur_ns: 1000,
+            accesses: vec![RangeAccess {
+                region: RegionId(r),
+                offset: 0,
+                len: 1 << 20,
+                mode: AccessMode::Read,
+            }],
+        };
+        oracle.on_future(0, &Op::Alloc { region: RegionId(1), bytes: 1 << 20, name: None });
+        for i in 1..100 {
+            oracle.on_future(i, &kernel(1));
+        }
+        assert_eq!(oracle.steps.len(), 1);
+        assert_eq!(oracle.steps[0].kernels.len(), 99);
+        oracle.start_step(None);
+        for i in 100..10_000 {
+            oracle.on_future(i, &kernel(1));
+        }
+        assert!(oracle.steps.is_empty(), "{} records", oracle.steps.len());
     }
 }

@@ -144,3 +144,16 @@ fn a_policy_that_cannot_see_a_loops_length_keeps_a_run_where_no_share_pays() {
     assert!(keep_set(&k, 128 * MIB, RATE, Runs::Beyond(64)).is_empty(), "a forecast as long as the loop");
     assert_eq!(reuse_distance(&k), 64);
 }
+
+#[test]
+fn a_step_longer_than_the_record_keeps_nothing_and_stops_growing() {
+    let mut step = StepKernels::default();
+    for i in 0..MAX_STEP_KERNELS as u32 {
+        step.kernel(1000, [(i % 64, 4 * MIB, false)]);
+    }
+    assert_eq!(step.len(), MAX_STEP_KERNELS);
+    step.kernel(1000, [(0, 4 * MIB, false)]);
+    step.freed(7);
+    assert!(step.is_empty(), "the record is dropped, not grown");
+    assert!(step.keep_set(8 * MIB, RATE, 0, Runs::Beyond(0)).is_empty());
+}
