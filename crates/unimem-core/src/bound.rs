@@ -132,7 +132,7 @@ impl Program {
     }
 
     /// Bytes in and out of the clairvoyant schedule (see the module documentation).
-    fn traffic(&self, budget: u64) -> (u64, u64) {
+    pub(crate) fn traffic(&self, budget: u64) -> (u64, u64) {
         let n = self.bytes.len();
         // Each region's uses, in order, as positions into `self.uses`.
         let mut at: Vec<Vec<u32>> = vec![Vec::new(); n];

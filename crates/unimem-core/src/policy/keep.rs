@@ -25,10 +25,15 @@
 //! Only data the loop never writes is kept this way: its host copy stays valid, so streaming it
 //! moves it one way only and evicting it drops it.
 
-use std::collections::BTreeSet;
 use std::hash::Hash;
+use std::sync::Arc;
 
 use rustc_hash::{FxHashMap, FxHashSet};
+
+use crate::access::{AccessMode, RangeAccess};
+use crate::bound::Program;
+use crate::op::Op;
+use crate::region::RegionId;
 
 /// One kernel of a loop, as [`keep_set`] sees it.
 #[derive(Debug, Clone, PartialEq)]
@@ -338,81 +343,53 @@ pub fn pass_time<K: Copy + Eq + Hash>(
     let passes = 3 * n;
     let mut end = vec![0f64; passes];
     let (mut link_free, mut first_running, mut in_flight) = (0f64, 0usize, 0u64);
-    let mut arrive = vec![0f64; passes];
     // Fetches are issued in order; fetch j waits until kernels before it have ended and left
     // room. `first_running` is the oldest kernel whose data is still resident.
     for j in 0..passes {
         in_flight += room[j % n];
         while held + in_flight > budget {
-            // Room comes when the oldest kernel with data resident ends; it has ended by
-            // construction once it precedes j.
+            // Room comes when the oldest kernel with data resident ends. It precedes j (j's
+            // data alone fits beside the kept data, checked above), so its end is known.
             in_flight -= room[first_running % n];
-            link_free = link_free.max(end_at(&end, first_running));
+            link_free = link_free.max(end[first_running]);
             first_running += 1;
         }
-        let start = link_free;
-        link_free = start + fetch[j % n] as f64 / rate_gbps;
-        arrive[j] = link_free;
+        link_free += fetch[j % n] as f64 / rate_gbps;
         let ready = if j == 0 { 0.0 } else { end[j - 1] };
-        end[j] = ready.max(arrive[j]) + kernels[j % n].dur_ns as f64;
+        end[j] = ready.max(link_free) + kernels[j % n].dur_ns as f64;
     }
     Some(end[passes - 1] - end[2 * n - 1])
 }
 
-fn end_at(end: &[f64], k: usize) -> f64 {
-    end.get(k).copied().unwrap_or(0.0)
-}
-
 /// Bytes Belady's rule brings in during the second of two passes of `kernels`, at region
-/// granularity within `capacity` bytes for the read-only data.
+/// granularity within `capacity` bytes for the read-only data: the link-limit bound's schedule
+/// ([`crate::bound`]) over two passes, less its cold first pass alone.
 fn belady_bytes<K: Copy + Eq + Hash + Ord>(
     kernels: &[LoopKernel<K>],
     bytes: &FxHashMap<K, u64>,
     capacity: u64,
 ) -> u64 {
-    let n = kernels.len();
-    let reads: Vec<&[(K, u64)]> = (0..2 * n).map(|i| kernels[i % n].read_only.as_slice()).collect();
-    // Next read of each region after position i, walking backwards.
-    let mut next_of: Vec<Vec<usize>> = vec![Vec::new(); reads.len()];
-    let mut seen: FxHashMap<K, usize> = FxHashMap::default();
-    for i in (0..reads.len()).rev() {
-        next_of[i] = reads[i].iter().map(|(r, _)| seen.get(r).copied().unwrap_or(usize::MAX)).collect();
-        for (r, _) in reads[i] {
-            seen.insert(*r, i);
+    let mut keys: Vec<K> = bytes.keys().copied().collect();
+    keys.sort_unstable();
+    let ids: FxHashMap<K, RegionId> =
+        keys.iter().enumerate().map(|(i, &k)| (k, RegionId(i as u64))).collect();
+    let name: Arc<str> = Arc::from("loop");
+    let brought_in = |passes: usize| {
+        let mut program = Program::new();
+        for &k in &keys {
+            program.observe(&Op::Alloc { region: ids[&k], bytes: bytes[&k], name: None });
         }
-    }
-    let mut resident: FxHashMap<K, usize> = FxHashMap::default();
-    let mut order: BTreeSet<(usize, K)> = BTreeSet::new();
-    let (mut used, mut moved) = (0u64, 0u64);
-    for (i, kernel) in reads.iter().enumerate() {
-        for (x, &(r, _)) in kernel.iter().enumerate() {
-            let next = next_of[i][x];
-            if let Some(old) = resident.insert(r, next) {
-                order.remove(&(old, r));
-                order.insert((next, r));
-                continue;
-            }
-            let b = bytes[&r];
-            while used + b > capacity {
-                // The farthest next use outside this kernel.
-                let Some(&(far, victim)) =
-                    order.iter().rev().find(|(_, v)| !kernel.iter().any(|p| p.0 == *v))
-                else {
-                    break;
-                };
-                order.remove(&(far, victim));
-                resident.remove(&victim);
-                used -= bytes[&victim];
-            }
-            resident.insert(r, next);
-            order.insert((next, r));
-            used += b;
-            if i >= n {
-                moved += b;
-            }
+        for k in kernels.iter().cycle().take(passes * kernels.len()) {
+            let accesses = k
+                .read_only
+                .iter()
+                .map(|&(r, len)| RangeAccess { region: ids[&r], offset: 0, len, mode: AccessMode::Read })
+                .collect();
+            program.observe(&Op::Kernel { name: name.clone(), dur_ns: k.dur_ns, accesses });
         }
-    }
-    moved
+        program.traffic(capacity).0
+    };
+    brought_in(2).saturating_sub(brought_in(1))
 }
 
 #[cfg(test)]
