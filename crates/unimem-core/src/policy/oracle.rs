@@ -140,10 +140,10 @@ fn units_of(acc: &[RangeAccess], sizes: &Sizes) -> Vec<(Unit, bool)> {
 }
 
 impl Oracle {
-    /// An oracle keeping within `budget` bytes, seeing `lookahead` events ahead, and leaving
-    /// units under `min_prefetch_bytes` to faults.
-    /// and, with `keep_loops` (the link's rate in GB/s), keeping the share of each step's
-    /// read-only data that [`super::keep`] chooses (`None`: every choice is Belady's).
+    /// An oracle keeping within `budget` bytes, seeing `lookahead` events ahead, leaving units
+    /// under `min_prefetch_bytes` to faults and, with `keep_loops` (the link's rate in GB/s),
+    /// keeping the share of each step's read-only data that [`super::keep`] chooses (`None`:
+    /// every choice is Belady's).
     pub fn new(budget: u64, lookahead: usize, min_prefetch_bytes: u64, keep_loops: Option<f64>) -> Self {
         Self {
             lookahead: lookahead.max(1),
@@ -282,7 +282,8 @@ impl Oracle {
     /// it, and every resident unit is ranked again.
     fn start_step(&mut self, index: Option<u64>) {
         self.started = true;
-        while self.steps.front().is_some_and(|s| s.step != index && index.is_some()) {
+        // Records of steps passed (a step mark the window showed, not yet run) are dropped.
+        while index.is_some() && self.steps.front().is_some_and(|s| s.step != index) {
             self.steps.pop_front();
         }
         if self.steps.front().is_none_or(|s| s.step != index) {

@@ -105,6 +105,7 @@ impl Advisor {
         }
         self.by_key.retain(|_, r| *r != id);
         self.born.remove(&id);
+        self.kept.remove(&id);
     }
 
     /// GPU faults (and the migrations and first-touch population they caused) on regions the

@@ -27,7 +27,6 @@ impl Advisor {
         if let Some(key) = self.identity.key(id) {
             self.step_record.freed(key);
         }
-        self.kept.remove(&id);
     }
 
     /// A step ends: the next keeps what [`crate::policy::keep::keep_set`] chooses from the one
