@@ -133,6 +133,28 @@ impl<T: Buffer, E> DeviceBudget<T, E> {
         protected: impl Fn(&BlockId) -> bool,
         freed: impl Fn(&BlockId) -> u64,
     ) -> Vec<BlockId> {
+        self.pick(need, protected, freed).0
+    }
+
+    /// [`Self::victims`] where they make all the room, `None` where the protected blocks
+    /// leave too little: work that may wait (data placed ahead of its kernel) waits then.
+    pub fn victims_in_full(
+        &self,
+        need: u64,
+        protected: impl Fn(&BlockId) -> bool,
+        freed: impl Fn(&BlockId) -> u64,
+    ) -> Option<Vec<BlockId>> {
+        let (blocks, short) = self.pick(need, protected, freed);
+        (short == 0).then_some(blocks)
+    }
+
+    /// The victims, and the bytes still over the capacity after them.
+    fn pick(
+        &self,
+        need: u64,
+        protected: impl Fn(&BlockId) -> bool,
+        freed: impl Fn(&BlockId) -> u64,
+    ) -> (Vec<BlockId>, u64) {
         let mut over = (self.held() + need).saturating_sub(self.capacity);
         let mut out = Vec::new();
         for (_, block) in &self.order {
@@ -145,7 +167,7 @@ impl<T: Buffer, E> DeviceBudget<T, E> {
             over = over.saturating_sub(freed(block));
             out.push(*block);
         }
-        out
+        (out, over)
     }
 }
 
@@ -200,5 +222,21 @@ mod tests {
         assert!(d.victims(16 * MIB, |_| false, two).is_empty(), "nothing left to evict");
         let r = d.report(Default::default());
         assert_eq!((r.peak_device_bytes, r.peak_footprint_bytes), (4 * MIB, 8 * MIB));
+    }
+
+    #[test]
+    fn victims_in_full_are_none_where_protected_blocks_leave_too_little() {
+        let mut d: DeviceBudget<Buf, ()> = DeviceBudget::new(6 * MIB);
+        d.restamp(block(1, 0), 0);
+        d.add_data(2 * MIB);
+        d.restamp(block(2, 0), 0);
+        d.add_data(2 * MIB);
+        let two = |_: &BlockId| 2 * MIB;
+        assert_eq!(d.victims_in_full(2 * MIB, |_| false, two), Some(vec![]), "fits as it is");
+        assert_eq!(d.victims_in_full(4 * MIB, |_| false, two), Some(vec![block(1, 0)]));
+        assert_eq!(d.victims_in_full(4 * MIB, |b| *b == block(1, 0), two), Some(vec![block(2, 0)]));
+        // 6 more with block 1 kept: evicting block 2 leaves 2 MiB over.
+        assert_eq!(d.victims_in_full(6 * MIB, |b| *b == block(1, 0), two), None);
+        assert_eq!(d.victims(6 * MIB, |b| *b == block(1, 0), two), vec![block(2, 0)], "as many as there are");
     }
 }

@@ -81,7 +81,7 @@ impl SimBackend {
     }
 
     /// When the data in flight to the kernel's blocks has landed (`issued` at the earliest).
-    fn data_ready(&self, accesses: &[RangeAccess], issued: u64) -> u64 {
+    pub(super) fn data_ready(&self, accesses: &[RangeAccess], issued: u64) -> u64 {
         let mut start = issued;
         for a in accesses {
             let r = &self.regions[&a.region];

@@ -34,12 +34,51 @@ impl ProgramStreams for SimBackend {
             self.stage_room_for(accesses)?;
         }
         self.host_timed(HostOp::Launch, |this| {
-            let start = this.compute_free.max(this.host_now);
+            // Pages populated ahead (`populate`) are written once they are there.
+            let ready = this.data_ready(accesses, 0);
+            let start = this.compute_free.max(this.host_now).max(ready);
             let faults = this.fault_in_accesses(accesses, start);
             let end = this.charge_faults(&faults, start);
             this.compute_free = end;
             this.count_faults(faults.groups, faults.moved);
             this.settle(accesses, faults.touched_new, end);
+            Ok(())
+        })
+    }
+
+    /// Room staged as for [`ProgramStreams::wrote`], outside the open kernel's data, then the
+    /// missing pages prefetched as a policy's prefetch is (populated on the `h2d` stream, after
+    /// its queued work). Where the open kernel's data leaves too little room, nothing is done:
+    /// its kernel faults the pages in.
+    fn populate(&mut self, outputs: &[RangeAccess], keep: &[RangeAccess]) -> Result<()> {
+        for a in outputs.iter().chain(keep) {
+            self.checked(a.region, a.offset, a.len)?;
+        }
+        let (need_pages, _) = self.missing_pages(outputs);
+        if !(self.staged_room && self.staging_capacity > 0) || need_pages == 0 {
+            // The driver alone (policy `none`) faults outputs in.
+            return Ok(());
+        }
+        let need = need_pages as u64 * PAGE_SIZE;
+        let protect = self.blocks_of(outputs.iter().chain(keep).map(|a| (a.region, a.offset, a.len)));
+        self.shed_pool(need);
+        let freed = |b: &BlockId| {
+            let r = &self.regions[&b.region];
+            let (s, e) = r.block_pages(b.block as usize);
+            r.on_device.count(s, e) as u64 * PAGE_SIZE
+        };
+        let Some(victims) = self.budget.victims_in_full(need, |b| protect.contains(b), freed) else {
+            return Ok(());
+        };
+        let ranges = crate::seam::block_ranges(victims, |id| self.regions[&id].bytes);
+        self.stage_ranges(&ranges)?;
+        self.host_timed(HostOp::PrefetchToDevice, |this| {
+            for (i, a) in outputs.iter().enumerate() {
+                let call_ns = if i == 0 { this.cost.prefetch_call_ns } else { this.cost.batch_range_ns };
+                let pages = this.region(a.region)?.page_range(a.offset, a.len);
+                let range = ByteRange { region: a.region, offset: a.offset, len: a.len };
+                this.prefetch_to_device(&range, pages, call_ns, &protect, false);
+            }
             Ok(())
         })
     }

@@ -27,7 +27,7 @@ impl SimBackend {
                 let (s, e) = this.region(range.region)?.page_range(range.offset, range.len);
                 this.stats.prefetch_ranges += 1;
                 match to {
-                    Location::Device(_) => this.prefetch_to_device(range, (s, e), call_ns, &protect),
+                    Location::Device(_) => this.prefetch_to_device(range, (s, e), call_ns, &protect, true),
                     Location::Host => this.prefetch_to_host(range, (s, e), call_ns),
                 }
             }
@@ -37,13 +37,14 @@ impl SimBackend {
 
     /// One range of a prefetch to the device (pages `s..e`), after making room outside
     /// `protect`: staged pages restored, the rest migrated (or duplicated, where read-mostly)
-    /// or populated.
-    fn prefetch_to_device(
+    /// or populated. `explicit`: a policy's prefetch, which the prefetch metrics count.
+    pub(super) fn prefetch_to_device(
         &mut self,
         range: &ByteRange,
         (s, e): (usize, usize),
         call_ns: u64,
         protect: &HashSet<BlockId>,
+        explicit: bool,
     ) {
         let id = range.region;
         if e > s && self.regions[&id].staged.count(s, e) == e - s {
@@ -60,11 +61,15 @@ impl SimBackend {
         let blocks = r.block_range(s, e);
         let read_mostly = blocks.clone().all(|b| r.blocks[b].advice & ADV_READ_MOSTLY != 0);
         let room_at = self.make_room(missing as u64 * PAGE_SIZE, protect, self.host_now);
-        let r = self.regions.get_mut(&id).expect("checked");
-        let (prefetched, on_device) = (&mut r.prefetched, &r.on_device);
-        prefetched.insert_not_in(on_device, s, e);
+        if explicit {
+            let r = self.regions.get_mut(&id).expect("checked");
+            let (prefetched, on_device) = (&mut r.prefetched, &r.on_device);
+            prefetched.insert_not_in(on_device, s, e);
+        }
         let m = self.move_to_device(id, s, e, read_mostly);
-        self.stats.prefetch_arrived_bytes += (m.transferred + m.populated) as u64 * PAGE_SIZE;
+        if explicit {
+            self.stats.prefetch_arrived_bytes += (m.transferred + m.populated) as u64 * PAGE_SIZE;
+        }
         if read_mostly {
             self.stats.duplicated_bytes += m.transferred as u64 * PAGE_SIZE;
         }

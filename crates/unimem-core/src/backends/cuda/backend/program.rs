@@ -127,6 +127,52 @@ impl ProgramStreams for CudaBackend {
         r
     }
 
+    fn populate(&mut self, outputs: &[RangeAccess], keep: &[RangeAccess]) -> Result<()> {
+        if !(self.staged_room && self.staging.capacity() > 0) {
+            // The driver alone (policy `none`) faults outputs in.
+            return Ok(());
+        }
+        let (protect, stage) = self.timed(HostOp::PrefetchToDevice, |this| {
+            for a in outputs.iter().chain(keep) {
+                this.checked(a.region, a.offset, a.len)?;
+            }
+            let (mut protect, need) = this.missing(outputs.iter().map(|a| (a.region, a.offset, a.len)));
+            if need == 0 {
+                return Ok((None, Vec::new()));
+            }
+            protect.extend(this.missing(keep.iter().map(|a| (a.region, a.offset, a.len))).0);
+            // As in `wrote`, but the open kernel's data stays: where that leaves too little
+            // room, its kernel faults the pages in as before.
+            this.shed_pool(need)?;
+            let block_size = |v: &BlockId| this.regions[&v.region].block_bytes(v.block as usize);
+            let Some(victims) = this.budget.victims_in_full(need, |v| protect.contains(v), block_size) else {
+                return Ok((None, Vec::new()));
+            };
+            let stage = crate::seam::block_ranges(victims, |id| this.regions[&id].bytes);
+            Ok((Some(protect), stage))
+        })?;
+        let Some(protect) = protect else {
+            return Ok(());
+        };
+        if !stage.is_empty() {
+            self.stage_ranges(&stage)?;
+        }
+        self.timed(HostOp::PrefetchToDevice, |this| {
+            let ranges: Vec<ByteRange> = outputs
+                .iter()
+                .map(|a| ByteRange { region: a.region, offset: a.offset, len: a.len })
+                .collect();
+            let list = this.addresses(&ranges);
+            this.bring_to_device(&ranges, &list, false, &protect)?;
+            // The program's stream follows the compute stream (`lead`), which now waits for
+            // the pages.
+            this.streams
+                .compute
+                .join(&this.streams.h2d)
+                .map_err(cuda_err("cuStreamWaitEvent", "outputs populated"))
+        })
+    }
+
     fn wrote(&mut self, accesses: &[RangeAccess]) -> Result<()> {
         let staged_room = self.staged_room && self.staging.capacity() > 0;
         let (blocks, stage) = self.timed(HostOp::Launch, |this| {
