@@ -49,6 +49,7 @@ pub trait ProgramStreams {
     /// where the kernel's first touches would fault them in one 64 KiB unit at a time (on the
     /// H200 about 11 GB/s against 214-266). Room is made for them first, as
     /// [`ProgramStreams::wrote`] makes it, outside `keep`: the open kernel's own data, which
-    /// no mark covers until it is finished. The next [`ProgramStreams::lead`] waits for them.
+    /// no mark covers until it is finished; where `keep` leaves too little room, nothing is
+    /// done and the kernel faults them in. The next [`ProgramStreams::lead`] waits for them.
     fn populate(&mut self, outputs: &[RangeAccess], keep: &[RangeAccess]) -> Result<()>;
 }
