@@ -125,38 +125,17 @@ impl<T: Buffer, E> DeviceBudget<T, E> {
 
     /// The blocks to evict so that `need` more bytes fit, in the eviction order, passing over
     /// those `protected` keeps (the running work's own); `freed` says what evicting a block
-    /// gives back. Fewer than needed where only protected blocks are left: the work then runs
-    /// over the capacity. One pass: it runs on the launch path of a GPU.
+    /// gives back. Fewer than needed where only protected blocks are left (`short`): the work
+    /// then runs over the capacity, or, where it may wait, waits. One pass: it runs on the
+    /// launch path of a GPU.
     pub fn victims(
         &self,
         need: u64,
         protected: impl Fn(&BlockId) -> bool,
         freed: impl Fn(&BlockId) -> u64,
-    ) -> Vec<BlockId> {
-        self.pick(need, protected, freed).0
-    }
-
-    /// [`Self::victims`] where they make all the room, `None` where the protected blocks
-    /// leave too little: work that may wait (data placed ahead of its kernel) waits then.
-    pub fn victims_in_full(
-        &self,
-        need: u64,
-        protected: impl Fn(&BlockId) -> bool,
-        freed: impl Fn(&BlockId) -> u64,
-    ) -> Option<Vec<BlockId>> {
-        let (blocks, short) = self.pick(need, protected, freed);
-        (short == 0).then_some(blocks)
-    }
-
-    /// The victims, and the bytes still over the capacity after them.
-    fn pick(
-        &self,
-        need: u64,
-        protected: impl Fn(&BlockId) -> bool,
-        freed: impl Fn(&BlockId) -> u64,
-    ) -> (Vec<BlockId>, u64) {
+    ) -> Victims {
         let mut over = (self.held() + need).saturating_sub(self.capacity);
-        let mut out = Vec::new();
+        let mut blocks = Vec::new();
         for (_, block) in &self.order {
             if over == 0 {
                 break;
@@ -165,10 +144,19 @@ impl<T: Buffer, E> DeviceBudget<T, E> {
                 continue;
             }
             over = over.saturating_sub(freed(block));
-            out.push(*block);
+            blocks.push(*block);
         }
-        (out, over)
+        Victims { blocks, short: over }
     }
+}
+
+/// What [`DeviceBudget::victims`] chose.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Victims {
+    /// The blocks to evict, oldest first.
+    pub blocks: Vec<BlockId>,
+    /// Bytes still over the capacity once they are gone: 0 where they make all the room.
+    pub short: u64,
 }
 
 #[cfg(test)]
@@ -200,43 +188,43 @@ mod tests {
         d.note_held();
         let two = |_: &BlockId| 2 * MIB;
         // 8 MiB held: 2 more need the pool's pages, which go first.
-        assert_eq!(d.victims(2 * MIB, |_| false, two), vec![block(1, 0)], "over: the oldest block");
+        assert_eq!(d.victims(2 * MIB, |_| false, two).blocks, vec![block(1, 0)], "over: the oldest block");
         let shed = d.shed(2 * MIB);
         assert_eq!(shed.len(), 1, "one buffer covers it");
         assert_eq!(d.held(), 4 * MIB);
-        assert!(d.victims(2 * MIB, |_| false, two).is_empty(), "fits now");
+        assert!(d.victims(2 * MIB, |_| false, two).blocks.is_empty(), "fits now");
         // 6 more: the oldest block unless the work keeps it; 8 more: both.
-        assert_eq!(d.victims(6 * MIB, |_| false, two), vec![block(1, 0)]);
-        assert_eq!(d.victims(6 * MIB, |b| *b == block(1, 0), two), vec![block(2, 0)]);
-        assert_eq!(d.victims(8 * MIB, |_| false, two), vec![block(1, 0), block(2, 0)]);
-        assert!(d.victims(6 * MIB, |_| true, two).is_empty(), "only protected blocks: run over");
+        assert_eq!(d.victims(6 * MIB, |_| false, two).blocks, vec![block(1, 0)]);
+        assert_eq!(d.victims(6 * MIB, |b| *b == block(1, 0), two).blocks, vec![block(2, 0)]);
+        assert_eq!(d.victims(8 * MIB, |_| false, two).blocks, vec![block(1, 0), block(2, 0)]);
+        assert!(d.victims(6 * MIB, |_| true, two).blocks.is_empty(), "only protected blocks: run over");
         // A block freeing less than its size: the next one goes too.
-        assert_eq!(d.victims(6 * MIB, |_| false, |_| MIB), vec![block(1, 0), block(2, 0)]);
+        assert_eq!(d.victims(6 * MIB, |_| false, |_| MIB).blocks, vec![block(1, 0), block(2, 0)]);
         // A use restamps: the other block is now the oldest.
         let s1 = d.restamp(block(1, 0), s1);
-        assert_eq!(d.victims(6 * MIB, |_| false, two), vec![block(2, 0)]);
+        assert_eq!(d.victims(6 * MIB, |_| false, two).blocks, vec![block(2, 0)]);
         d.unstamp(block(2, 0), s2);
         d.remove_data(2 * MIB);
-        assert_eq!(d.victims(8 * MIB, |_| false, two), vec![block(1, 0)]);
+        assert_eq!(d.victims(8 * MIB, |_| false, two).blocks, vec![block(1, 0)]);
         d.unstamp(block(1, 0), s1);
-        assert!(d.victims(16 * MIB, |_| false, two).is_empty(), "nothing left to evict");
+        assert!(d.victims(16 * MIB, |_| false, two).blocks.is_empty(), "nothing left to evict");
         let r = d.report(Default::default());
         assert_eq!((r.peak_device_bytes, r.peak_footprint_bytes), (4 * MIB, 8 * MIB));
     }
 
     #[test]
-    fn victims_in_full_are_none_where_protected_blocks_leave_too_little() {
+    fn victims_say_how_short_they_fall_where_protected_blocks_leave_too_little() {
         let mut d: DeviceBudget<Buf, ()> = DeviceBudget::new(6 * MIB);
         d.restamp(block(1, 0), 0);
         d.add_data(2 * MIB);
         d.restamp(block(2, 0), 0);
         d.add_data(2 * MIB);
         let two = |_: &BlockId| 2 * MIB;
-        assert_eq!(d.victims_in_full(2 * MIB, |_| false, two), Some(vec![]), "fits as it is");
-        assert_eq!(d.victims_in_full(4 * MIB, |_| false, two), Some(vec![block(1, 0)]));
-        assert_eq!(d.victims_in_full(4 * MIB, |b| *b == block(1, 0), two), Some(vec![block(2, 0)]));
-        // 6 more with block 1 kept: evicting block 2 leaves 2 MiB over.
-        assert_eq!(d.victims_in_full(6 * MIB, |b| *b == block(1, 0), two), None);
-        assert_eq!(d.victims(6 * MIB, |b| *b == block(1, 0), two), vec![block(2, 0)], "as many as there are");
+        let v = |blocks: Vec<BlockId>, short: u64| Victims { blocks, short };
+        assert_eq!(d.victims(2 * MIB, |_| false, two), v(vec![], 0), "fits as it is");
+        assert_eq!(d.victims(4 * MIB, |_| false, two), v(vec![block(1, 0)], 0));
+        assert_eq!(d.victims(4 * MIB, |b| *b == block(1, 0), two), v(vec![block(2, 0)], 0));
+        // 6 more with block 1 kept: evicting block 2, as many as there are, leaves 2 MiB over.
+        assert_eq!(d.victims(6 * MIB, |b| *b == block(1, 0), two), v(vec![block(2, 0)], 2 * MIB));
     }
 }

@@ -476,14 +476,13 @@ impl Worker {
             sink.region(id, bytes, Some(name), address)?;
         }
         let streams = program_streams(self.backend.as_mut())?;
+        let write = RangeAccess { region: id, offset: 0, len: bytes, mode: crate::AccessMode::Write };
         if let Some(open) = self.open.as_ref().filter(|_| written && bytes >= POPULATE_MIN_BYTES) {
-            let write = RangeAccess { region: id, offset: 0, len: bytes, mode: crate::AccessMode::Write };
             let keep: Vec<RangeAccess> = open.inputs.iter().chain(&open.outputs).copied().collect();
             streams.populate(&[write], &keep)?;
         }
         streams.lead(stream)?;
         if let Some(open) = self.open.as_mut().filter(|_| written) {
-            let write = RangeAccess { region: id, offset: 0, len: bytes, mode: crate::AccessMode::Write };
             open.outputs.push(write);
             if let Some(Op::Kernel { accesses, .. }) = open.held.as_mut() {
                 accesses.push(write);

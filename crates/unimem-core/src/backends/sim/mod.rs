@@ -50,7 +50,7 @@ use region::{
 };
 use store::PageStore;
 
-use crate::mechanism::budget::{BlockId, DeviceBudget};
+use crate::mechanism::budget::{BlockId, DeviceBudget, Victims};
 use crate::mechanism::pool::{Owner, Pooled};
 
 use crate::access::{Accessor, RangeAccess};

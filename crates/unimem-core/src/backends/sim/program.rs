@@ -61,16 +61,11 @@ impl ProgramStreams for SimBackend {
         }
         let need = need_pages as u64 * PAGE_SIZE;
         let protect = self.blocks_of(outputs.iter().chain(keep).map(|a| (a.region, a.offset, a.len)));
-        self.shed_pool(need);
-        let freed = |b: &BlockId| {
-            let r = &self.regions[&b.region];
-            let (s, e) = r.block_pages(b.block as usize);
-            r.on_device.count(s, e) as u64 * PAGE_SIZE
-        };
-        let Some(victims) = self.budget.victims_in_full(need, |b| protect.contains(b), freed) else {
+        let victims = self.room_victims(need, &protect);
+        if victims.short > 0 {
             return Ok(());
-        };
-        let ranges = crate::seam::block_ranges(victims, |id| self.regions[&id].bytes);
+        }
+        let ranges = crate::seam::block_ranges(victims.blocks, |id| self.regions[&id].bytes);
         self.stage_ranges(&ranges)?;
         self.host_timed(HostOp::PrefetchToDevice, |this| {
             for (i, a) in outputs.iter().enumerate() {
@@ -93,7 +88,7 @@ impl SimBackend {
             return Ok(());
         }
         let protect = self.blocks_of(accesses.iter().map(|a| (a.region, a.offset, a.len)));
-        let victims = self.room_victims(need_pages as u64 * PAGE_SIZE, &protect);
+        let victims = self.room_victims(need_pages as u64 * PAGE_SIZE, &protect).blocks;
         let ranges = crate::seam::block_ranges(victims, |id| self.regions[&id].bytes);
         self.stage_ranges(&ranges)
     }

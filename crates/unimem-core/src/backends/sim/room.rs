@@ -128,7 +128,7 @@ impl SimBackend {
     /// driver's victims, whether they migrate (`make_room`) or are staged out (a program's
     /// outputs). Evicting a block takes every device page of it; where only the running work's
     /// own blocks are left, it runs over capacity.
-    pub(super) fn room_victims(&mut self, need: u64, protect: &HashSet<BlockId>) -> Vec<BlockId> {
+    pub(super) fn room_victims(&mut self, need: u64, protect: &HashSet<BlockId>) -> Victims {
         self.shed_pool(need);
         let freed = |b: &BlockId| {
             let r = &self.regions[&b.region];
@@ -144,7 +144,7 @@ impl SimBackend {
     /// when the last of them completes, i.e. when the room is there (`earliest` if none).
     pub(super) fn make_room(&mut self, need: u64, protect: &HashSet<BlockId>, earliest: u64) -> u64 {
         let mut done = earliest;
-        for BlockId { region: id, block: b } in self.room_victims(need, protect) {
+        for BlockId { region: id, block: b } in self.room_victims(need, protect).blocks {
             let r = &self.regions[&id];
             let (s, e) = r.block_pages(b as usize);
             let last_use = r.blocks[b as usize].last_use_ns;

@@ -69,7 +69,7 @@ use super::{
 };
 use crate::access::RangeAccess;
 use crate::error::{Error, Result};
-use crate::mechanism::budget::{BlockId, DeviceBudget};
+use crate::mechanism::budget::{BlockId, DeviceBudget, Victims};
 use crate::mechanism::pool::Pooled;
 use crate::region::RegionId;
 use crate::seam::{

@@ -143,12 +143,11 @@ impl ProgramStreams for CudaBackend {
             protect.extend(this.missing(keep.iter().map(|a| (a.region, a.offset, a.len))).0);
             // As in `wrote`, but the open kernel's data stays: where that leaves too little
             // room, its kernel faults the pages in as before.
-            this.shed_pool(need)?;
-            let block_size = |v: &BlockId| this.regions[&v.region].block_bytes(v.block as usize);
-            let Some(victims) = this.budget.victims_in_full(need, |v| protect.contains(v), block_size) else {
+            let victims = this.room_victims(need, &protect)?;
+            if victims.short > 0 {
                 return Ok((None, Vec::new()));
-            };
-            let stage = crate::seam::block_ranges(victims, |id| this.regions[&id].bytes);
+            }
+            let stage = crate::seam::block_ranges(victims.blocks, |id| this.regions[&id].bytes);
             Ok((Some(protect), stage))
         })?;
         let Some(protect) = protect else {
@@ -186,7 +185,7 @@ impl ProgramStreams for CudaBackend {
             if staged_room {
                 // Copied out on the copy engine after the victims' kernels, as a policy's
                 // evictions are; the room counts as made once they are issued, as for those.
-                let victims = this.room_victims(need, &blocks)?;
+                let victims = this.room_victims(need, &blocks)?.blocks;
                 stage = crate::seam::block_ranges(victims, |id| this.regions[&id].bytes);
             } else if this.make_room(need, &blocks, RoomSite::Kernel)? {
                 this.streams

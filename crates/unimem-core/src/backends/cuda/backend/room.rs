@@ -67,7 +67,7 @@ impl CudaBackend {
         protect: &FxHashSet<BlockId>,
         site: RoomSite,
     ) -> Result<bool> {
-        let victims = self.room_victims(need, protect)?;
+        let victims = self.room_victims(need, protect)?.blocks;
         if victims.is_empty() {
             return Ok(false);
         }
@@ -98,7 +98,7 @@ impl CudaBackend {
     /// The blocks to take off the device, least recently used first and none in `protect`, for
     /// `need` more bytes to fit, once pooled pages have given way (`shed_pool`): the driver's
     /// victims, whether they migrate (`evict_for`) or are staged out (a program's outputs).
-    pub(super) fn room_victims(&mut self, need: u64, protect: &FxHashSet<BlockId>) -> Result<Vec<BlockId>> {
+    pub(super) fn room_victims(&mut self, need: u64, protect: &FxHashSet<BlockId>) -> Result<Victims> {
         self.shed_pool(need)?;
         let block_size = |v: &BlockId| self.regions[&v.region].block_bytes(v.block as usize);
         Ok(self.budget.victims(need, |v| protect.contains(v), block_size))

@@ -179,6 +179,7 @@ impl VmmBackend {
             let victims: Vec<BlockId> = self
                 .budget
                 .victims(need, |b| protected.contains(b), |_| BLOCK_SIZE)
+                .blocks
                 .into_iter()
                 .filter(|b| self.regions[&b.region].blocks[b.block as usize].leaving.is_none())
                 .collect();
