@@ -101,6 +101,23 @@ class Package(unittest.TestCase):
             self.assertIn('"unimem-trace"', lines[0])
             self.assertTrue(any('"aten::fill_"' in line for line in lines), lines)
 
+    def test_the_configured_telemetry_log_is_complete_after_close_telemetry(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "program.log.jsonl")
+            code = (
+                "import ctypes, sys; sys.path.insert(0, %r); from unimem_torch import _native;"
+                "n = _native.Native(); n.enable(budget='64MiB', backend='sim');"
+                "p = n.lib.unimem_malloc(1 << 20, 0, None); n.op_begin(b'aten::fill_', [p], [1 << 20], [3], 0);"
+                "n.op_end(0); n.close_telemetry()" % (os.path.dirname(HERE),)
+            )
+            env = dict(os.environ, UNIMEM_TELEMETRY_LOG=path)
+            subprocess.check_call([sys.executable, "-c", code], env=env)
+            with open(path) as f:
+                lines = f.read().splitlines()
+            self.assertIn('"unimem-telemetry"', lines[0])
+            self.assertTrue(any('"kind":"kernel"' in line and "aten::fill_" in line for line in lines), lines)
+            self.assertIn('"kind":"end"', lines[-1])
+
 
 if __name__ == "__main__":
     unittest.main()

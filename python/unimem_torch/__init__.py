@@ -13,7 +13,7 @@ import threading
 
 from ._native import Native, UnimemError, library_path
 
-__all__ = ["enable", "enabled", "step", "stats", "record", "stop_recording", "UnimemError", "library_path"]
+__all__ = ["enable", "enabled", "step", "stats", "record", "stop_recording", "close_telemetry", "UnimemError", "library_path"]
 
 _lock = threading.Lock()
 _state = None
@@ -106,11 +106,18 @@ def stop_recording():
     return _require().native.stop_recording()
 
 
+def close_telemetry():
+    """Completes the telemetry log (the configuration's `telemetry.log`) now; otherwise it is
+    completed at exit. Later events are not logged."""
+    _require().native.close_telemetry()
+
+
 def _at_exit():
-    # The trace is complete at exit; the runtime itself lives on until the process ends, as
-    # PyTorch may free tensors later in its own teardown.
+    # The trace and the telemetry log are complete at exit; the runtime itself lives on until
+    # the process ends, as PyTorch may free tensors later in its own teardown.
     if _state is not None:
-        try:
-            _state.native.stop_recording()
-        except UnimemError:
-            pass
+        for finish in (_state.native.stop_recording, _state.native.close_telemetry):
+            try:
+                finish()
+            except UnimemError:
+                pass

@@ -58,6 +58,7 @@ class Native:
         lib.unimem_step.restype = c_int
         lib.unimem_stats.restype = c_char_p
         lib.unimem_stop_recording.restype = c_int
+        lib.unimem_close_telemetry.restype = c_int
         lib.unimem_disable.restype = c_int
         lib.unimem_last_error.restype = c_char_p
         self.lib = lib
@@ -99,6 +100,9 @@ class Native:
 
     def stop_recording(self):
         return bool(self.check(self.lib.unimem_stop_recording(), "unimem_stop_recording"))
+
+    def close_telemetry(self):
+        self.check(self.lib.unimem_close_telemetry(), "unimem_close_telemetry")
 
     def disable(self):
         self.check(self.lib.unimem_disable(), "unimem_disable")

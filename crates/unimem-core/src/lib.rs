@@ -41,4 +41,4 @@ pub use seam::{
 pub use config::{Budget, Config, LoadedConfig};
 pub use error::{Error, Result};
 pub use region::{Region, RegionId, Registry};
-pub use runtime::{KernelData, Runtime, RuntimeBuilder, RuntimeStats, WeakRuntime};
+pub use runtime::{KernelData, Runtime, RuntimeBuilder, RuntimeStats, SinkFor, WeakRuntime};

@@ -12,6 +12,7 @@
 mod chrome;
 pub mod cupti;
 mod log;
+mod log_file;
 mod plot;
 mod read;
 mod series;
@@ -20,6 +21,7 @@ mod trace_sink;
 
 pub use chrome::chrome_trace;
 pub use log::{EventLog, END_RECORD_VERSION, OLDEST_READABLE_VERSION, SCHEMA, SCHEMA_VERSION};
+pub use log_file::log_file_sink;
 pub use plot::{draw_legend, svg};
 pub use read::{FreedAt, Log, LogEnd, LogError, RegionInfo, MAX_LOG_SUM, MAX_RECORD_BYTES};
 pub use series::{peak_resident_bytes, resident_series, SeriesPoint};

@@ -127,9 +127,18 @@ impl Bridge {
         let filter = tracing_subscriber::EnvFilter::try_from_default_env()
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log.level));
         let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+        let log = config.telemetry.log_path();
+        let settings = config.telemetry.clone();
         let mut builder = Runtime::builder().config(config).policy(policy);
         if let Some(path) = &options.record {
             builder = builder.record_trace(path);
+        }
+        if let Some(path) = log {
+            let source = format!("PyTorch (unimem_torch, {policy})");
+            builder = builder.telemetry_for(Box::new(move |backend| {
+                let source = format!("{source}, {}", unimem_core::MemoryBackendExt::describe(backend));
+                unimem_telemetry::log_file_sink(&path, &source, backend, &settings)
+            }));
         }
         Ok(Self { rt: builder.build()?, counters: Counters::default() })
     }
@@ -245,6 +254,11 @@ impl Bridge {
     /// Ends the trace being recorded, if any; returns its file.
     pub fn stop_recording(&self) -> Result<Option<PathBuf>> {
         self.rt.stop_recording()
+    }
+
+    /// Completes the telemetry log (`telemetry.log`), if one is written.
+    pub fn close_telemetry(&self) -> Result<()> {
+        self.rt.close_telemetry()
     }
 }
 

@@ -242,6 +242,16 @@ pub extern "C" fn unimem_stats() -> *const c_char {
     })
 }
 
+/// Completes the telemetry log (configuration key `telemetry.log`) once the work issued so
+/// far is done: 0, or -1 on failure. Without a log, nothing happens.
+#[no_mangle]
+pub extern "C" fn unimem_close_telemetry() -> c_int {
+    guarded("unimem_close_telemetry", -1, || {
+        bridge()?.close_telemetry().map_err(|e| e.to_string())?;
+        Ok(0)
+    })
+}
+
 /// Ends the trace being recorded (the file is complete when this returns): 1 if one was
 /// written, 0 if none was being recorded, -1 on failure.
 #[no_mangle]

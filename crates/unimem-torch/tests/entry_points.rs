@@ -24,8 +24,18 @@ fn enable_sim(budget: &str, record: Option<&std::path::Path>) {
 }
 
 fn enable_sim_with(budget: &str, policy: Option<&str>, record: Option<&std::path::Path>) {
+    enable_sim_configured(budget, policy, None, record)
+}
+
+fn enable_sim_configured(
+    budget: &str,
+    policy: Option<&str>,
+    config: Option<&std::path::Path>,
+    record: Option<&std::path::Path>,
+) {
     let budget = c(budget);
     let policy = policy.map(c);
+    let config = config.map(|p| c(p.to_str().unwrap()));
     let record = record.map(|p| c(p.to_str().unwrap()));
     let sim = c("sim");
     // SAFETY: NUL-terminated strings or null.
@@ -33,7 +43,7 @@ fn enable_sim_with(budget: &str, policy: Option<&str>, record: Option<&std::path
         unimem_enable(
             budget.as_ptr(),
             policy.as_ref().map_or(null(), |p| p.as_ptr()),
-            null(),
+            config.as_ref().map_or(null(), |p| p.as_ptr()),
             record.as_ref().map_or(null(), |r| r.as_ptr()),
             sim.as_ptr(),
         )
@@ -120,6 +130,44 @@ fn a_training_step_through_the_entry_points_stays_within_the_budget_and_is_recor
     assert_eq!(unimem_stop_recording(), 0, "nothing is being recorded any more");
     assert_eq!(unimem_disable(), 0);
     assert_eq!(unimem_enabled(), 0);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_configured_telemetry_log_is_complete_once_closed() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = std::env::temp_dir().join(format!("unimem-torch-log-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("torch.log.jsonl");
+    let config = dir.join("unimem.toml");
+    std::fs::write(&config, format!("[telemetry]\nlog = {:?}\n", log.to_str().unwrap())).unwrap();
+    enable_sim_configured("56MiB", None, Some(&config), None);
+    let s = 0x5000 as *mut c_void;
+    let weights = unimem_malloc(16 * MIB, 0, s) as u64;
+    assert_ne!(weights, 0, "{}", last_error());
+    for _ in 0..3 {
+        assert_eq!(op("aten::mm", &[(weights, 16 << 20, UNIMEM_READ)], s), 0, "{}", last_error());
+        let out = unimem_malloc(48 * MIB, 0, s);
+        assert_eq!(unimem_op_end(s), 0);
+        unimem_free(out, 48 * MIB, 0, s);
+        assert_eq!(unimem_step(), 0);
+    }
+    assert!(!log.exists(), "the log takes its name once complete");
+    assert_eq!(unimem_close_telemetry(), 0, "{}", last_error());
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines[0]["schema"], "unimem-telemetry", "{text}");
+    assert!(lines[0]["source"].as_str().unwrap().starts_with("PyTorch (unimem_torch, advisor)"), "{text}");
+    let kinds = |k: &str| lines.iter().filter(|l| l["kind"] == k).count();
+    assert_eq!(kinds("region"), 4, "the weights and three outputs: {text}");
+    assert_eq!(kinds("kernel"), 3, "{text}");
+    assert_eq!(lines.last().unwrap()["kind"], "end", "{text}");
+    // Later work goes nowhere, and a second close changes nothing.
+    assert_eq!(op("aten::mm", &[(weights, 16 << 20, UNIMEM_READ)], s), 0, "{}", last_error());
+    assert_eq!(unimem_op_end(s), 0);
+    assert_eq!(unimem_close_telemetry(), 0, "{}", last_error());
+    assert_eq!(unimem_disable(), 0);
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), text);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

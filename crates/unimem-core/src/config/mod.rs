@@ -305,11 +305,22 @@ pub struct TelemetryConfig {
     /// On a GPU, ask CUPTI for a record per GPU page fault group, besides the migrations (by
     /// cause) and CPU faults: per-region fault counts, at a cost (see docs/telemetry.md).
     pub gpu_fault_records: bool,
+    /// A program's telemetry log (JSON Lines, as `unimem replay --telemetry` writes), written
+    /// by the PyTorch bridge as the program runs; empty writes none. (`unimem replay` takes
+    /// `--telemetry`; a Rust program gives the runtime builder its sink.)
+    pub log: String,
+}
+
+impl TelemetryConfig {
+    /// The telemetry log to write, if any.
+    pub fn log_path(&self) -> Option<PathBuf> {
+        (!self.log.trim().is_empty()).then(|| PathBuf::from(&self.log))
+    }
 }
 
 impl Default for TelemetryConfig {
     fn default() -> Self {
-        Self { cupti: true, gpu_fault_records: false }
+        Self { cupti: true, gpu_fault_records: false, log: String::new() }
     }
 }
 

@@ -26,8 +26,17 @@ pub struct RuntimeBuilder {
     device: DeviceId,
     backend: Option<Box<dyn MemoryBackend>>,
     budget_set: bool,
-    sink: Option<Box<dyn EventSink + Send>>,
+    sink: Option<Sink>,
     record: Option<std::path::PathBuf>,
+}
+
+/// Makes a telemetry sink for the backend the builder opened (on a GPU, CUPTI's records need
+/// the backend's clock).
+pub type SinkFor = Box<dyn FnOnce(&dyn MemoryBackend) -> Result<Box<dyn EventSink + Send>>>;
+
+enum Sink {
+    Made(Box<dyn EventSink + Send>),
+    For(SinkFor),
 }
 
 impl Default for RuntimeBuilder {
@@ -90,7 +99,14 @@ impl RuntimeBuilder {
     /// closed when the last handle is dropped. The `unimem-telemetry` crate has the log
     /// (`EventLog`) and, on a GPU, `cupti::CuptiSink`.
     pub fn telemetry(mut self, sink: Box<dyn EventSink + Send>) -> Self {
-        self.sink = Some(sink);
+        self.sink = Some(Sink::Made(sink));
+        self
+    }
+
+    /// As [`RuntimeBuilder::telemetry`], the sink made by `make` once the backend is open
+    /// (`unimem_telemetry::cupti::sink_for` needs it).
+    pub fn telemetry_for(mut self, make: SinkFor) -> Self {
+        self.sink = Some(Sink::For(make));
         self
     }
 
@@ -134,6 +150,11 @@ impl RuntimeBuilder {
         };
         let trace = match record {
             Some(path) => Some(recording(&path, backend.as_ref(), policy)?),
+            None => None,
+        };
+        let sink = match sink {
+            Some(Sink::Made(sink)) => Some(sink),
+            Some(Sink::For(make)) => Some(make(backend.as_ref())?),
             None => None,
         };
         let policy = crate::policy::make_policy(policy, backend.device_capacity(), &config, &cost);

@@ -107,10 +107,30 @@ pub(super) enum Command {
     StopRecording {
         reply: Sender<Result<Option<std::path::PathBuf>>>,
     },
+    /// Writes what the telemetry log holds and closes it (once the work issued so far is
+    /// done); later events go nowhere.
+    CloseTelemetry {
+        reply: Sender<Result<()>>,
+    },
     Sync {
         reply: Sender<Result<Snapshot>>,
     },
     Shutdown,
+}
+
+/// A telemetry sink once closed: takes events and writes nothing.
+struct Closed;
+
+impl EventSink for Closed {
+    fn region(&mut self, _: RegionId, _: u64, _: Option<&str>, _: u64) -> Result<()> {
+        Ok(())
+    }
+    fn freed(&mut self, _: RegionId) -> Result<()> {
+        Ok(())
+    }
+    fn events(&mut self, _: &[crate::seam::MemEvent]) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// The worker thread.
@@ -309,6 +329,9 @@ impl Worker {
                 Command::StopRecording { reply } => {
                     let _ = reply.send(self.stop_recording());
                 }
+                Command::CloseTelemetry { reply } => {
+                    let _ = reply.send(self.close_telemetry());
+                }
                 Command::Sync { reply } => {
                     let r = match self.failure.take() {
                         Some(e) => Err(e),
@@ -348,6 +371,18 @@ impl Worker {
         self.backend.synchronize()?;
         self.drain()?;
         self.finish_trace()
+    }
+
+    /// Closes the sink once the device has reached the work issued so far. A sink that takes
+    /// no more events stands in for it, so that the operations run as they did.
+    fn close_telemetry(&mut self) -> Result<()> {
+        if self.sink.is_none() {
+            return Ok(());
+        }
+        self.backend.synchronize()?;
+        self.drain()?;
+        let mut sink = self.sink.replace(Box::new(Closed)).expect("checked");
+        sink.close()
     }
 
     /// Writes what the trace holds and closes it.

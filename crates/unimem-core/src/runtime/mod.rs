@@ -14,7 +14,7 @@ mod builder;
 mod engine;
 mod program;
 
-pub use builder::RuntimeBuilder;
+pub use builder::{RuntimeBuilder, SinkFor};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -352,6 +352,15 @@ impl Runtime {
         let (reply, rx) = bounded(1);
         self.send(Command::StopRecording { reply }, "ending the trace")?;
         recv_soon(&rx).map_err(|_| Error::Stopped("ending the trace".into()))?
+    }
+
+    /// Completes the telemetry log (see [`RuntimeBuilder::telemetry`]) once the work issued
+    /// so far is done: what the sink holds is written and it is closed. Events after this go
+    /// nowhere. Without a sink, nothing happens.
+    pub fn close_telemetry(&self) -> Result<()> {
+        let (reply, rx) = bounded(1);
+        self.send(Command::CloseTelemetry { reply }, "closing the telemetry log")?;
+        recv_soon(&rx).map_err(|_| Error::Stopped("closing the telemetry log".into()))?
     }
 
     /// Waits for all work issued so far; returns the runtime's counters, or the first error
