@@ -187,6 +187,17 @@ impl SimBackend {
                 self.stats.prefetch_arrived_bytes += (re - rs) as u64 * PAGE_SIZE;
             }
             let blocks = r.block_range(rs, re);
+            // Read-mostly advice is unset before the copy, as the CUDA backend unsets it
+            // (`drop_staged_advice`): a staged block comes back with no host copy to duplicate.
+            let mut advised = 0;
+            for b in blocks.clone() {
+                if r.blocks[b].advice & ADV_READ_MOSTLY != 0 {
+                    r.blocks[b].advice &= !ADV_READ_MOSTLY;
+                    advised += crate::seam::block_bytes(r.bytes, b as u64);
+                }
+            }
+            self.host_now +=
+                Self::advise_host_ns(advised, self.cost.advise_unset_read_mostly_ns_per_gib as f64);
             self.staged_bytes -= n as u64 * PAGE_SIZE;
             self.kept_bytes += n as u64 * PAGE_SIZE;
             self.kept_order.extend(blocks.clone().map(|b| BlockId::new(id, b)));
