@@ -8,7 +8,7 @@ use unimem_core::output_file::OutputFile;
 use unimem_core::replay::{self, ReplayReport};
 use unimem_core::trace::{TraceReader, TraceStats};
 use unimem_core::units::Bytes;
-use unimem_core::{backends, policy, protocol, seam};
+use unimem_core::{backends, policy, protocol};
 use unimem_core::{Budget, Config, Error, Result};
 
 use crate::input::TraceInput;
@@ -94,21 +94,6 @@ impl<'a> Sizes<'a> {
     }
 }
 
-/// Telemetry that only feeds the policy: nothing is written.
-struct NoLog;
-
-impl protocol::EventSink for NoLog {
-    fn region(&mut self, _: unimem_core::RegionId, _: u64, _: Option<&str>, _: u64) -> Result<()> {
-        Ok(())
-    }
-    fn freed(&mut self, _: unimem_core::RegionId) -> Result<()> {
-        Ok(())
-    }
-    fn events(&mut self, _: &[seam::MemEvent]) -> Result<()> {
-        Ok(())
-    }
-}
-
 /// Replays one trace (opened fresh by `open`) with one policy, writing its telemetry log to
 /// `telemetry` (which appears under its name once the replay is done).
 pub fn replay_one(
@@ -134,10 +119,13 @@ pub fn replay_one(
     let (consumed, total) = reader.progress();
     tracing::info!(trace = reader.file(), %policy, budget_bytes, backend = %backend.describe(), "replay starts");
     let progress = output::Progress::start(consumed, total, !show_progress, policy.as_str());
-    let log = match &telemetry {
+    // On a GPU the faults and migrations come from CUPTI, attributed as they are read (for a
+    // policy learning from faults) and when the replay is over. With accesses hidden from the
+    // policy, a GPU replay collects them for the policy even without a log: the backend cannot
+    // see faults.
+    let logged = telemetry.is_some();
+    let mut sink = match telemetry {
         Some(out) => {
-            let path = out.path();
-            let file = out.handle()?;
             let mut source = format!("unimem replay {} ({policy}, {})", reader.file(), backend.describe());
             if backend.event_clock_origin().is_some() {
                 source += match (config.telemetry.cupti, config.telemetry.gpu_fault_records) {
@@ -148,23 +136,12 @@ pub fn replay_one(
                     (true, false) => "; CUPTI without GPU fault records (telemetry.gpu_fault_records)",
                 };
             }
-            Some(
-                unimem_telemetry::EventLog::new(std::io::BufWriter::new(file), &source)
-                    .map_err(|e| Error::io(path.display(), e))?,
-            )
+            Some(unimem_telemetry::log_file_sink(out, &source, backend.as_ref(), &config.telemetry)?)
         }
-        None => None,
-    };
-    // On a GPU the faults and migrations come from CUPTI, attributed as they are read (for a
-    // policy learning from faults) and when the replay is over. With accesses hidden from the
-    // policy, a GPU replay collects them for the policy even without a log: the backend cannot
-    // see faults.
-    let mut sink = match log {
-        Some(log) => Some(unimem_telemetry::cupti::sink_for(log, backend.as_ref(), &config.telemetry)?),
         None if undeclared_every > 0 && policy_impl.wants_feedback() && !backend.records_faults() => {
             // The policy learns from CUPTI's faults whatever the log would have collected.
             let settings = unimem_core::config::TelemetryConfig { cupti: true, ..config.telemetry.clone() };
-            Some(unimem_telemetry::cupti::sink_for(NoLog, backend.as_ref(), &settings)?)
+            Some(unimem_telemetry::cupti::sink_for(protocol::NullSink, backend.as_ref(), &settings)?)
         }
         None => None,
     };
@@ -176,9 +153,9 @@ pub fn replay_one(
     let report = replay::run_with(reader, backend.as_mut(), policy_impl.as_mut(), &mut |_| {}, options);
     drop(progress);
     let report = report?;
-    if let (Some(mut sink), Some(out)) = (sink, telemetry) {
-        sink.close().map_err(|e| Error::io(out.path().display(), std::io::Error::other(e.to_string())))?;
-        out.commit()?;
+    // Closing the log writes what it holds and gives the file its name.
+    if let Some(mut sink) = sink.filter(|_| logged) {
+        sink.close()?;
     }
     tracing::info!(time_ns = report.time_ns, events = report.events, wall_ns = report.wall_ns, "replay done");
     Ok(report)

@@ -3,7 +3,7 @@
 //! GPU with `telemetry.cupti` on, CUPTI's records join it.
 
 use std::io::BufWriter;
-use std::path::Path;
+use std::path::PathBuf;
 
 use unimem_core::config::TelemetryConfig;
 use unimem_core::output_file::OutputFile;
@@ -13,27 +13,27 @@ use unimem_core::{MemoryBackend, RegionId, Result};
 
 use crate::EventLog;
 
-/// The sink for `backend`'s telemetry log at `path`, `source` naming the program in its
-/// header. The file appears under its name when the sink is closed; until then, and if it
-/// never is, whatever `path` held stays.
+/// The sink for `backend`'s telemetry log, written to `out`, `source` naming the program in
+/// its header. The file takes its name when the sink is closed; until then, and if it never
+/// is, whatever the path held stays.
 pub fn log_file_sink(
-    path: &Path,
+    out: OutputFile,
     source: &str,
     backend: &dyn MemoryBackend,
     settings: &TelemetryConfig,
 ) -> Result<Box<dyn EventSink + Send>> {
-    let out = OutputFile::create(path, &[])?;
-    let file = out.handle()?;
-    let log =
-        EventLog::new(BufWriter::new(file), source).map_err(|e| unimem_core::Error::io(path.display(), e))?;
+    let path = out.path().to_path_buf();
+    let log = EventLog::new(BufWriter::new(out.handle()?), source)
+        .map_err(|e| unimem_core::Error::io(path.display(), e))?;
     let inner = crate::cupti::sink_for(log, backend, settings)?;
-    Ok(Box::new(LogFile { inner, out: Some(out) }))
+    Ok(Box::new(LogFile { inner, out: Some(out), path }))
 }
 
 /// A sink whose file is committed once it is closed.
 struct LogFile {
     inner: Box<dyn EventSink + Send>,
     out: Option<OutputFile>,
+    path: PathBuf,
 }
 
 impl EventSink for LogFile {
@@ -50,7 +50,11 @@ impl EventSink for LogFile {
     }
 
     fn close(&mut self) -> Result<()> {
-        self.inner.close()?;
+        // Its errors name the file.
+        let path = &self.path;
+        self.inner
+            .close()
+            .map_err(|e| unimem_core::Error::io(path.display(), std::io::Error::other(e.to_string())))?;
         match self.out.take() {
             Some(out) => out.commit(),
             None => Ok(()),
@@ -75,7 +79,8 @@ mod tests {
         let path = dir.join("t.jsonl");
         std::fs::write(&path, "before").unwrap();
         let backend = SimBackend::new(CostModel::h200(), 64 << 20);
-        let mut sink = log_file_sink(&path, "test", &backend, &TelemetryConfig::default()).unwrap();
+        let out = OutputFile::create(&path, &[]).unwrap();
+        let mut sink = log_file_sink(out, "test", &backend, &TelemetryConfig::default()).unwrap();
         sink.region(RegionId(1), 4096, Some("x"), 0).unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "before", "an unfinished log replaces nothing");
         sink.close().unwrap();

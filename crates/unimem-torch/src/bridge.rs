@@ -137,7 +137,8 @@ impl Bridge {
             let source = format!("PyTorch (unimem_torch, {policy})");
             builder = builder.telemetry_for(Box::new(move |backend| {
                 let source = format!("{source}, {}", unimem_core::MemoryBackendExt::describe(backend));
-                unimem_telemetry::log_file_sink(&path, &source, backend, &settings)
+                let out = unimem_core::output_file::OutputFile::create(&path, &[])?;
+                unimem_telemetry::log_file_sink(out, &source, backend, &settings)
             }));
         }
         Ok(Self { rt: builder.build()?, counters: Counters::default() })

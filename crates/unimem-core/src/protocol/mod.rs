@@ -42,6 +42,22 @@ pub trait EventSink {
     }
 }
 
+/// A sink that writes nothing: for a source whose events are wanted elsewhere (CUPTI's faults
+/// for a policy, without a log), or a log already closed.
+pub struct NullSink;
+
+impl EventSink for NullSink {
+    fn region(&mut self, _: RegionId, _: u64, _: Option<&str>, _: u64) -> Result<()> {
+        Ok(())
+    }
+    fn freed(&mut self, _: RegionId) -> Result<()> {
+        Ok(())
+    }
+    fn events(&mut self, _: &[crate::seam::MemEvent]) -> Result<()> {
+        Ok(())
+    }
+}
+
 /// Runs operations between a policy's hooks; keeps their events for a sink when asked.
 pub(crate) struct Protocol {
     /// The policy learns from the backend's events of each operation.

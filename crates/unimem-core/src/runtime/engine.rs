@@ -118,21 +118,6 @@ pub(super) enum Command {
     Shutdown,
 }
 
-/// A telemetry sink once closed: takes events and writes nothing.
-struct Closed;
-
-impl EventSink for Closed {
-    fn region(&mut self, _: RegionId, _: u64, _: Option<&str>, _: u64) -> Result<()> {
-        Ok(())
-    }
-    fn freed(&mut self, _: RegionId) -> Result<()> {
-        Ok(())
-    }
-    fn events(&mut self, _: &[crate::seam::MemEvent]) -> Result<()> {
-        Ok(())
-    }
-}
-
 /// The worker thread.
 pub(super) struct Engine {
     handle: JoinHandle<()>,
@@ -381,7 +366,7 @@ impl Worker {
         }
         self.backend.synchronize()?;
         self.drain()?;
-        let mut sink = self.sink.replace(Box::new(Closed)).expect("checked");
+        let mut sink = self.sink.replace(Box::new(crate::protocol::NullSink)).expect("checked");
         sink.close()
     }
 
