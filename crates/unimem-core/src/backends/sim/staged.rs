@@ -189,15 +189,7 @@ impl SimBackend {
             let blocks = r.block_range(rs, re);
             // Read-mostly advice is unset before the copy, as the CUDA backend unsets it
             // (`drop_staged_advice`): a staged block comes back with no host copy to duplicate.
-            let mut advised = 0;
-            for b in blocks.clone() {
-                if r.blocks[b].advice & ADV_READ_MOSTLY != 0 {
-                    r.blocks[b].advice &= !ADV_READ_MOSTLY;
-                    advised += crate::seam::block_bytes(r.bytes, b as u64);
-                }
-            }
-            self.host_now +=
-                Self::advise_host_ns(advised, self.cost.advise_unset_read_mostly_ns_per_gib as f64);
+            self.drop_advice_of(id, blocks.clone());
             self.staged_bytes -= n as u64 * PAGE_SIZE;
             self.kept_bytes += n as u64 * PAGE_SIZE;
             self.kept_order.extend(blocks.clone().map(|b| BlockId::new(id, b)));
@@ -280,11 +272,18 @@ impl SimBackend {
     /// A wholly staged region moving to another buffer leaves its read-mostly advice behind,
     /// as the CUDA backend unsets it there (`CudaBackend::drop_advice`): the call holds the host.
     pub(super) fn drop_advice(&mut self, id: RegionId) {
+        let n = self.regions[&id].blocks.len();
+        self.drop_advice_of(id, 0..n);
+    }
+
+    /// The read-mostly advice of `blocks` of region `id` unset where they have it, the calls'
+    /// host time charged.
+    pub(super) fn drop_advice_of(&mut self, id: RegionId, blocks: std::ops::Range<usize>) {
         let r = self.regions.get_mut(&id).expect("checked by caller");
         let mut bytes = 0;
-        for (b, blk) in r.blocks.iter_mut().enumerate() {
-            if blk.advice & ADV_READ_MOSTLY != 0 {
-                blk.advice &= !ADV_READ_MOSTLY;
+        for b in blocks {
+            if r.blocks[b].advice & ADV_READ_MOSTLY != 0 {
+                r.blocks[b].advice &= !ADV_READ_MOSTLY;
                 bytes += crate::seam::block_bytes(r.bytes, b as u64);
             }
         }

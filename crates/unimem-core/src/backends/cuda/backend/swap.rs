@@ -24,18 +24,25 @@ impl CudaBackend {
     /// the advice again would cost 70.8 ms of host time per GiB on the H200 (`unimem probe`),
     /// unsetting it 1.56.
     pub(super) fn drop_advice(&mut self, id: RegionId, from: &ManagedBuffer) -> Result<()> {
-        let r = self.regions.get_mut(&id).expect("checked by the caller");
-        let mut runs: Vec<ByteRange> = Vec::new();
-        for (b, blk) in r.blocks.iter_mut().enumerate().filter(|(_, blk)| blk.read_mostly) {
-            blk.read_mostly = false;
-            let (offset, len) = (b as u64 * BLOCK_SIZE, block_bytes(r.bytes, b as u64));
-            crate::seam::push_merged(&mut runs, ByteRange { region: id, offset, len });
-        }
-        for run in runs {
+        let n = self.regions[&id].blocks.len();
+        for run in self.take_read_mostly((0..n).map(|b| BlockId::new(id, b))) {
             from.advise(run.offset, run.len, Advice::UnsetReadMostly)?;
             self.log.advice_dropped += 1;
         }
         Ok(())
+    }
+
+    /// Clears the read-mostly mark of each of `blocks` that has one; returns those blocks as
+    /// runs, for the caller to unset the advice on the buffer that holds it.
+    pub(super) fn take_read_mostly(&mut self, blocks: impl IntoIterator<Item = BlockId>) -> Vec<ByteRange> {
+        let mut advised: Vec<BlockId> = Vec::new();
+        for b in blocks {
+            let r = self.regions.get_mut(&b.region).expect("checked by the caller");
+            if std::mem::take(&mut r.blocks[b.block as usize].read_mostly) {
+                advised.push(b);
+            }
+        }
+        crate::seam::block_ranges(advised, |id| self.regions[&id].bytes)
     }
 
     /// The regions of `blocks` (just staged out, their pages still on the device) to swap out,

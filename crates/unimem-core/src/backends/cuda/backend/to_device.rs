@@ -170,15 +170,7 @@ impl CudaBackend {
     /// 40-47 GB/s. The block loses nothing by it, as where it relocates (`drop_advice`): it has
     /// no pages, and comes back by copy with no host copy to duplicate.
     fn drop_staged_advice(&mut self, staged: &[StagedBlock]) -> Result<()> {
-        let mut advised: Vec<BlockId> = Vec::new();
-        for s in staged {
-            let r = self.regions.get_mut(&s.block.region).expect("checked by the caller");
-            if std::mem::take(&mut r.blocks[s.block.block as usize].read_mostly) {
-                advised.push(s.block);
-            }
-        }
-        let runs = crate::seam::block_ranges(advised, |id| self.regions[&id].bytes);
-        for run in runs {
+        for run in self.take_read_mostly(staged.iter().map(|s| s.block)) {
             self.regions[&run.region].buf.advise(run.offset, run.len, Advice::UnsetReadMostly)?;
             self.log.advice_dropped += 1;
         }
