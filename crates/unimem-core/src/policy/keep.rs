@@ -91,6 +91,24 @@ impl<K: Copy + Eq + Hash + Ord> StepKernels<K> {
         self.kernels.push((dur_ns, seen));
     }
 
+    /// A kernel of `dur_ns` with its declared `accesses`, each region by its key (`key`; a
+    /// region without one is left out) and device bytes (its size in `sizes`, in whole pages).
+    pub(crate) fn accesses(
+        &mut self,
+        dur_ns: u64,
+        accesses: &[RangeAccess],
+        sizes: &super::units::Sizes,
+        key: impl Fn(RegionId) -> Option<K>,
+    ) {
+        self.kernel(
+            dur_ns,
+            accesses.iter().filter_map(|a| {
+                let bytes = crate::seam::page_round(sizes.get(&a.region).copied().unwrap_or(0));
+                key(a.region).map(|k| (k, bytes, a.mode.writes()))
+            }),
+        );
+    }
+
     /// A region the step frees.
     pub fn freed(&mut self, key: K) {
         if !self.overflowed {

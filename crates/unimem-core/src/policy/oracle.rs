@@ -28,7 +28,7 @@ use crate::access::RangeAccess;
 use crate::error::Result;
 use crate::op::Op;
 use crate::region::RegionId;
-use crate::seam::{page_round, BLOCK_SIZE};
+use crate::seam::BLOCK_SIZE;
 
 /// Eviction priority; the largest key is evicted first. (class, next use index).
 type Key = (u8, u64);
@@ -312,13 +312,7 @@ impl Oracle {
         match op {
             Op::Free { region } => step.kernels.freed(*region),
             Op::Kernel { accesses, dur_ns, .. } => {
-                let sizes = &self.sizes;
-                step.kernels.kernel(
-                    *dur_ns,
-                    accesses.iter().map(|a| {
-                        (a.region, page_round(sizes.get(&a.region).copied().unwrap_or(0)), a.mode.writes())
-                    }),
-                );
+                step.kernels.accesses(*dur_ns, accesses, &self.sizes, Some)
             }
             _ => {}
         }

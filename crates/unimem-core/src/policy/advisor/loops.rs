@@ -12,14 +12,8 @@ impl Advisor {
         if self.settings.keep_loops.is_none() {
             return;
         }
-        let (identity, sizes) = (&self.identity, &self.sizes);
-        self.step_record.kernel(
-            dur_ns,
-            acc.iter().filter_map(|a| {
-                let bytes = page_round(sizes.get(&a.region).copied().unwrap_or(0));
-                identity.key(a.region).map(|key| (key, bytes, a.mode.writes()))
-            }),
-        );
+        let identity = &self.identity;
+        self.step_record.accesses(dur_ns, acc, &self.sizes, |id| identity.key(id));
     }
 
     /// Records that a region is freed (before it is forgotten).
