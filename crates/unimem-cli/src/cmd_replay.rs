@@ -149,6 +149,7 @@ pub fn replay_one(
         sink: sink.as_deref_mut().map(|s| s as &mut dyn protocol::EventSink),
         undeclared_every,
         pre_existing: Some(sizes.pre_existing),
+        program_host_time: config.replay.program_host_time,
     };
     let report = replay::run_with(reader, backend.as_mut(), policy_impl.as_mut(), &mut |_| {}, options);
     drop(progress);
@@ -286,6 +287,17 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
             backend_ran,
             output::peak_rss_bytes().map(|b| Bytes(b).to_string()).unwrap_or("n/a".into())
         );
+        if stats.program_host_ns > 0 {
+            let held = if config.replay.program_host_time {
+                "each kernel issued no sooner than its host time after the one before"
+            } else {
+                "not held to it (replay.program_host_time = false)"
+            };
+            println!(
+                "the program's recorded host time between its kernels: {}; {held}",
+                unimem_core::units::Nanos(stats.program_host_ns)
+            );
+        }
     }
     Ok(())
 }

@@ -69,6 +69,7 @@ pub fn run(cmd: &Command) -> Result<()> {
                 ("host events", s.host_events.to_string()),
                 ("steps", s.steps.to_string()),
                 ("compute floor", Nanos(s.compute_floor_ns).to_string()),
+                ("program host time", Nanos(s.program_host_ns).to_string()),
                 ("bytes read", Bytes(s.bytes_read).to_string()),
                 ("bytes written", Bytes(s.bytes_written).to_string()),
                 ("largest kernel", Bytes(s.max_kernel_bytes).to_string()),

@@ -71,7 +71,7 @@ impl From<TraceEvent> for Op {
                 Op::Alloc { region: RegionId(id), bytes, name: name.map(Arc::from) }
             }
             TraceEvent::Free { id } => Op::Free { region: RegionId(id) },
-            TraceEvent::Kernel { name, dur_ns, acc } => {
+            TraceEvent::Kernel { name, dur_ns, acc, .. } => {
                 Op::Kernel { name, dur_ns, accesses: acc.iter().map(range).collect() }
             }
             TraceEvent::Host { name, acc } => Op::Host { name, accesses: acc.iter().map(range).collect() },

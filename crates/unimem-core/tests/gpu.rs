@@ -549,7 +549,8 @@ fn native_kernels_run_through_the_runtime() {
 }
 
 /// A program recorded on the GPU: each kernel's time is measured with CUDA events (spin
-/// kernels take their declared time, real kernels their own), in launch order, and the trace
+/// kernels take their declared time, real kernels their own), in launch order, each kernel
+/// after the first carries the program's host time since the one before, and the trace
 /// replays on the simulator.
 #[test]
 fn a_program_recorded_on_the_gpu_has_measured_kernel_times() {
@@ -579,6 +580,10 @@ fn a_program_recorded_on_the_gpu_has_measured_kernel_times() {
         if i % 100 == 0 {
             rt.step().unwrap();
         }
+        if i == 301 {
+            // The program's own host work between two kernels.
+            std::thread::sleep(std::time::Duration::from_millis(3));
+        }
         if i % 2 == 0 {
             rt.launch("spin", 200_000, &acc).unwrap();
         } else {
@@ -590,14 +595,22 @@ fn a_program_recorded_on_the_gpu_has_measured_kernel_times() {
     drop(rt);
     let reader = TraceReader::open(&path).unwrap();
     assert!(reader.header().meta["kernel_times"].as_str().unwrap().starts_with("measured"));
-    let times: Vec<(String, u64)> = reader
+    let times: Vec<(String, u64, Option<u64>)> = reader
         .filter_map(|e| match e.unwrap() {
-            TraceEvent::Kernel { name, dur_ns, .. } => Some((name.to_string(), dur_ns)),
+            TraceEvent::Kernel { name, dur_ns, host_ns, .. } => Some((name.to_string(), dur_ns, host_ns)),
             _ => None,
         })
         .collect();
     assert_eq!(times.len(), 700, "every kernel of the run");
-    for (i, (name, dur)) in times.iter().enumerate() {
+    assert_eq!(times[0].2, None, "the first kernel has no kernel before it");
+    let host: Vec<u64> = times[1..].iter().map(|t| t.2.expect("host time after the first")).collect();
+    assert!(host[300] >= 3_000_000, "the 3 ms of host work before kernel 301: {} ns", host[300]);
+    let mut sorted = host.clone();
+    sorted.sort_unstable();
+    // The loop issues a kernel every few microseconds (the launch call, and the native
+    // kernel's reply): far below the sleep.
+    assert!(sorted[sorted.len() / 2] < 1_000_000, "median host time {} ns", sorted[sorted.len() / 2]);
+    for (i, (name, dur, _)) in times.iter().enumerate() {
         let want = if i % 2 == 0 { "spin" } else { "add_u32" };
         assert_eq!(name, want, "kernel {i} in launch order");
         if i == 0 {
@@ -614,5 +627,6 @@ fn a_program_recorded_on_the_gpu_has_measured_kernel_times() {
     }
     let stats = unimem_core::trace::TraceStats::compute(TraceReader::open(&path).unwrap()).unwrap();
     assert_eq!((stats.kernels, stats.steps), (700, 7));
+    assert_eq!(stats.program_host_ns, host.iter().sum::<u64>());
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -26,7 +26,8 @@ fn base_log() -> Vec<String> {
         for id in 1..=4u64 {
             let mode = if id % 2 == 0 { AccessMode::ReadWrite } else { AccessMode::Read };
             let acc = vec![TraceAccess { id, offset: 0, len: 3 << 20, mode }];
-            w.write(&TraceEvent::Kernel { name: Arc::from("k"), dur_ns: 40_000, acc }).unwrap();
+            w.write(&TraceEvent::Kernel { name: Arc::from("k"), dur_ns: 40_000, host_ns: None, acc })
+                .unwrap();
         }
     }
     w.write(&TraceEvent::Free { id: 4 }).unwrap();

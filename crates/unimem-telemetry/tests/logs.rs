@@ -20,7 +20,8 @@ fn replay_log(policy: PolicyName) -> Vec<u8> {
         w.write(&TraceEvent::Step { index: step }).unwrap();
         for id in 1..=3u64 {
             let acc = vec![TraceAccess { id, offset: 0, len: 4 << 20, mode: AccessMode::Read }];
-            w.write(&TraceEvent::Kernel { name: Arc::from("read"), dur_ns: 50_000, acc }).unwrap();
+            w.write(&TraceEvent::Kernel { name: Arc::from("read"), dur_ns: 50_000, host_ns: None, acc })
+                .unwrap();
         }
     }
     w.write(&TraceEvent::Free { id: 2 }).unwrap();

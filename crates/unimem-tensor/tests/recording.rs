@@ -74,6 +74,8 @@ fn a_tensor_program_records_a_trace_that_replays_with_its_totals() {
     let stats = TraceStats::compute(TraceReader::open(&path).unwrap()).unwrap();
     assert_eq!(stats.kernels, 12);
     assert_eq!(stats.compute_floor_ns, 2 * 3 * (40_000 + 60_000));
+    // The simulated device and the program's host share no clock: no host time is recorded.
+    assert_eq!(stats.program_host_ns, 0);
 
     let mut sim = SimBackend::new(CostModel::h200(), BUDGET);
     let mut policy =

@@ -139,6 +139,10 @@ pub struct ReplayConfig {
     /// The oracle keeps a share of each step's read-only data resident where that streams the
     /// rest faster (`policy::keep`); false: every choice is Belady's.
     pub oracle_keep_loops: bool,
+    /// Each kernel of a trace that carries the program's host times (`host_ns`: one a runtime
+    /// recorded on a GPU) is issued no sooner than its host time after the kernel before, as
+    /// the program issued them; false: as fast as the replay's host allows.
+    pub program_host_time: bool,
 }
 
 /// A placement the advisor may use besides migrating data.
@@ -338,6 +342,7 @@ impl Default for Config {
                 oracle_lookahead: 65_536,
                 relocate: true,
                 oracle_keep_loops: true,
+                program_host_time: true,
             },
             advisor: AdvisorConfig::default(),
             telemetry: TelemetryConfig::default(),

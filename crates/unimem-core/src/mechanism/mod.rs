@@ -2,4 +2,5 @@
 //! calls.
 
 pub(crate) mod budget;
+pub(crate) mod pace;
 pub(crate) mod pool;

@@ -36,8 +36,17 @@ const BATCHES_IN_FLIGHT: usize = 4;
 /// Events parsed (and validated) on a thread of their own, so that parsing and simulating use
 /// two cores; the bounded channel keeps memory flat however long the trace.
 struct Parsed {
-    rx: crossbeam_channel::Receiver<Result<Vec<(u64, Op)>>>,
-    batch: std::vec::IntoIter<(u64, Op)>,
+    rx: crossbeam_channel::Receiver<Result<Vec<ParsedOp>>>,
+    batch: std::vec::IntoIter<ParsedOp>,
+}
+
+/// One event as the replay runs it.
+struct ParsedOp {
+    /// Its line in the trace file.
+    line: u64,
+    op: Op,
+    /// A kernel's recorded host time ([`crate::trace::TraceEvent::Kernel`]).
+    host_ns: Option<u64>,
 }
 
 impl Parsed {
@@ -49,7 +58,11 @@ impl Parsed {
             let outcome = loop {
                 match reader.next_event() {
                     Ok(Some(event)) => {
-                        batch.push((reader.line(), Op::from(event)));
+                        let host_ns = match event {
+                            crate::trace::TraceEvent::Kernel { host_ns, .. } => host_ns,
+                            _ => None,
+                        };
+                        batch.push(ParsedOp { line: reader.line(), op: Op::from(event), host_ns });
                         if batch.len() == BATCH {
                             break Ok(false);
                         }
@@ -71,8 +84,8 @@ impl Parsed {
         Ok(Self { rx, batch: Vec::new().into_iter() })
     }
 
-    /// The next operation with its line in the trace file.
-    fn next_op(&mut self) -> Result<Option<(u64, Op)>> {
+    /// The next operation.
+    fn next_op(&mut self) -> Result<Option<ParsedOp>> {
         loop {
             if let Some(event) = self.batch.next() {
                 return Ok(Some(event));
@@ -181,7 +194,6 @@ pub fn run_with_events(
 }
 
 /// How a replay runs, besides its trace, backend and policy.
-#[derive(Default)]
 pub struct Options<'a> {
     /// Where the telemetry goes (the backend records its events while there is one).
     pub sink: Option<&'a mut dyn EventSink>,
@@ -194,6 +206,16 @@ pub struct Options<'a> {
     /// Without it the replay finds them as their first access enters the policy's window, and
     /// puts them on the host then: on a GPU that waits for the kernels queued before.
     pub pre_existing: Option<&'a HashSet<u64>>,
+    /// Each kernel is issued no sooner than its recorded host time (`host_ns`) after the one
+    /// before, as the program issued them (`replay.program_host_time`; on by default). Traces
+    /// without host times replay the same either way.
+    pub program_host_time: bool,
+}
+
+impl Default for Options<'_> {
+    fn default() -> Self {
+        Self { sink: None, undeclared_every: 0, pre_existing: None, program_host_time: true }
+    }
 }
 
 /// The event as the policy sees it: without the accesses the program did not declare (`None`
@@ -235,6 +257,7 @@ struct Ahead {
     line: u64,
     op: Op,
     seen: Option<Op>,
+    host_ns: Option<u64>,
 }
 
 /// Where a step began: its index, the completion time and the compute floor at its start.
@@ -249,6 +272,8 @@ struct StepMark {
 struct Totals {
     /// Sum of kernel durations: the time with every byte already on the device.
     floor_ns: u64,
+    /// Sum of the kernels' recorded host times the replay held them to.
+    program_host_ns: u64,
     kernels: u64,
     marks: Vec<StepMark>,
 }
@@ -322,7 +347,7 @@ fn replay_events(
     options: Options<'_>,
 ) -> Result<ReplayReport> {
     let wall = Instant::now();
-    let Options { mut sink, undeclared_every, pre_existing } = options;
+    let Options { mut sink, undeclared_every, pre_existing, program_host_time } = options;
     let mut protocol = protocol::Protocol::new(policy, backend, sink.is_some());
     let lookahead = policy.lookahead();
     let mut window: VecDeque<Ahead> = VecDeque::with_capacity(lookahead + 1);
@@ -335,19 +360,26 @@ fn replay_events(
         // The policy sees `lookahead` operations ahead of the one running.
         while !exhausted && window.len() <= lookahead {
             match reader.next_op()? {
-                Some((line, op)) => {
+                Some(ParsedOp { line, op, host_ns }) => {
                     pre.on_read(&op, backend).map_err(|e| Error::at(&file, line, e))?;
                     let seen = declared_part(&op, undeclared_every);
                     policy.on_future(read, seen.as_ref().unwrap_or(&op));
-                    window.push_back(Ahead { index: read, line, op, seen });
+                    window.push_back(Ahead { index: read, line, op, seen, host_ns });
                     read += 1;
                 }
                 None => exhausted = true,
             }
         }
-        let Some(Ahead { index, line, op, seen }) = window.pop_front() else {
+        let Some(Ahead { index, line, op, seen, host_ns }) = window.pop_front() else {
             break;
         };
+        // The program issues the kernel once its own host time has passed, and the policy's
+        // work for it comes after, as the runtime's did when it was recorded.
+        if program_host_time && matches!(op, Op::Kernel { .. }) {
+            let host_ns = host_ns.unwrap_or(0);
+            backend.program_host_time(host_ns);
+            totals.program_host_ns += host_ns;
+        }
         let seen = seen.as_ref().unwrap_or(&op);
         let ran = protocol.run(index, seen, policy, backend, |backend| {
             totals.apply(&op, backend, sink.as_deref_mut(), &mut pre)
@@ -378,6 +410,7 @@ fn replay_events(
         budget_bytes: backend.device_capacity(),
         time_ns: end,
         compute_floor_ns,
+        program_host_ns: totals.program_host_ns,
         h2d_bytes: stats.h2d_bytes,
         d2h_bytes: stats.d2h_bytes,
         gpu_faults: stats.gpu_faults,
@@ -402,5 +435,7 @@ fn replay_events(
     })
 }
 
+#[cfg(test)]
+mod host_time_tests;
 #[cfg(test)]
 mod tests;

@@ -100,6 +100,11 @@ pub struct ReplayReport {
     pub time_ns: u64,
     /// Sum of kernel times: the time with all data resident.
     pub compute_floor_ns: u64,
+    /// Sum of the program's host times between its kernels that the replay held the kernels
+    /// to (a trace a runtime recorded on a GPU carries them; 0 for one without, or with
+    /// `replay.program_host_time` off). A replay of a program whose host issued its kernels
+    /// more slowly than they ran takes at least this long.
+    pub program_host_ns: u64,
     /// Bytes moved host -> device.
     pub h2d_bytes: u64,
     /// Bytes moved device -> host.

@@ -64,7 +64,7 @@ fn none_policy_pays_exactly_the_fault_model() {
             name: "init".into(),
             acc: vec![TraceAccess { mode: crate::AccessMode::Write, ..read(1, mib4) }],
         },
-        TraceEvent::Kernel { name: "k".into(), dur_ns: 1_000_000, acc: vec![read(1, mib4)] },
+        TraceEvent::Kernel { name: "k".into(), dur_ns: 1_000_000, host_ns: None, acc: vec![read(1, mib4)] },
     ];
     let r = replay(events, PolicyName::None, 1 << 30);
     let cost = CostModel::h200();
@@ -85,9 +85,9 @@ fn written_then_evicted_data_costs_both_ways() {
     let events = vec![
         TraceEvent::Alloc { id: 1, bytes: mib8, name: None },
         TraceEvent::Alloc { id: 2, bytes: mib8, name: None },
-        TraceEvent::Kernel { name: "a".into(), dur_ns: 1000, acc: vec![write(1)] },
-        TraceEvent::Kernel { name: "b".into(), dur_ns: 1000, acc: vec![write(2)] },
-        TraceEvent::Kernel { name: "c".into(), dur_ns: 1000, acc: vec![read(1, mib8)] },
+        TraceEvent::Kernel { name: "a".into(), dur_ns: 1000, host_ns: None, acc: vec![write(1)] },
+        TraceEvent::Kernel { name: "b".into(), dur_ns: 1000, host_ns: None, acc: vec![write(2)] },
+        TraceEvent::Kernel { name: "c".into(), dur_ns: 1000, host_ns: None, acc: vec![read(1, mib8)] },
     ];
     let r = replay(events, PolicyName::None, 12 << 20);
     assert_eq!(r.d2h_bytes, mib8, "4 MiB of each region was evicted");
@@ -140,12 +140,12 @@ fn decoder(steps: u64, split: bool) -> Vec<TraceEvent> {
                     for m in 0..4 {
                         let (acc, dur_ns) =
                             (vec![read(4 * layer + m, sizes[m as usize])], sizes[m as usize] / 251);
-                        events.push(TraceEvent::Kernel { name: "matrix".into(), dur_ns, acc });
+                        events.push(TraceEvent::Kernel { name: "matrix".into(), dur_ns, host_ns: None, acc });
                     }
                     continue;
                 }
                 let acc = (0..4).map(|m| read(4 * layer + m, sizes[m as usize])).collect();
-                events.push(TraceEvent::Kernel { name: "layer".into(), dur_ns: 430_000, acc });
+                events.push(TraceEvent::Kernel { name: "layer".into(), dur_ns: 430_000, host_ns: None, acc });
             }
         }
     }
@@ -400,7 +400,8 @@ mod advisor_integrity {
                         let bytes = data[off as usize..(off + len) as usize].to_vec();
                         let acc =
                             vec![TraceAccess { id: *id, offset: off, len, mode: crate::AccessMode::Write }];
-                        let e = TraceEvent::Kernel { name: Arc::from("w"), dur_ns: 10_000, acc };
+                        let e =
+                            TraceEvent::Kernel { name: Arc::from("w"), dur_ns: 10_000, host_ns: None, acc };
                         let id = *id;
                         w.event(e, |s| s.kernel_write(RegionId(id), off, &bytes).unwrap());
                     }
@@ -409,7 +410,8 @@ mod advisor_integrity {
                         let len = data.len() as u64;
                         let acc =
                             vec![TraceAccess { id: *id, offset: 0, len, mode: crate::AccessMode::Read }];
-                        let e = TraceEvent::Kernel { name: Arc::from("r"), dur_ns: 10_000, acc };
+                        let e =
+                            TraceEvent::Kernel { name: Arc::from("r"), dur_ns: 10_000, host_ns: None, acc };
                         let mut seen = vec![0xEE; data.len()];
                         let id = *id;
                         w.event(e, |s| s.kernel_read(RegionId(id), 0, &mut seen).unwrap());
@@ -605,6 +607,7 @@ fn declared_programs_teach_nothing_from_faults() {
             (access(b, crate::AccessMode::Read), "k(b)"),
         ] {
             events.push(TraceEvent::Kernel {
+                host_ns: None,
                 name: std::sync::Arc::from(name),
                 dur_ns: 2_000_000,
                 acc: vec![acc],
@@ -701,6 +704,9 @@ impl MemoryBackend for CallLog {
         self.work_ns += wall_ns;
         self.sim.host_work(wall_ns)
     }
+    fn program_host_time(&mut self, host_ns: u64) {
+        self.sim.program_host_time(host_ns)
+    }
     fn residency(&self, range: ByteRange) -> Result<crate::seam::Residency> {
         self.sim.residency(range)
     }
@@ -734,7 +740,7 @@ fn the_policys_time_is_reported_to_the_backend_as_host_work() {
 fn data_from_before_the_trace_is_preloaded_at_allocation_when_known() {
     let mib = 1 << 20;
     let write = |id, len| TraceAccess { id, offset: 0, len, mode: crate::AccessMode::Write };
-    let kernel = |name: &str, acc| TraceEvent::Kernel { name: name.into(), dur_ns: 1000, acc };
+    let kernel = |name: &str, acc| TraceEvent::Kernel { name: name.into(), dur_ns: 1000, host_ns: None, acc };
     let events = vec![
         TraceEvent::Alloc { id: 1, bytes: 4 * mib, name: None },
         TraceEvent::Alloc { id: 2, bytes: 4 * mib, name: None },

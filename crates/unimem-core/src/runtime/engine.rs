@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
 
@@ -46,6 +47,8 @@ pub(super) enum Command {
         name: Arc<str>,
         dur_ns: u64,
         acc: Vec<RangeAccess>,
+        /// When the program issued it (each kernel command carries it: the trace's host time).
+        issued: Instant,
     },
     HostWrite {
         range: RangeAccess,
@@ -62,6 +65,7 @@ pub(super) enum Command {
         name: Arc<str>,
         dur_ns: u64,
         acc: Vec<RangeAccess>,
+        issued: Instant,
         reply: Sender<Result<Vec<Vec<u8>>>>,
     },
     /// A real GPU kernel: `job` enqueues it once the backend has placed its data.
@@ -69,6 +73,7 @@ pub(super) enum Command {
         name: Arc<str>,
         acc: Vec<RangeAccess>,
         job: NativeJob,
+        issued: Instant,
         reply: Sender<Result<()>>,
     },
     /// A kernel the program enqueues itself on `stream`, once its data is placed.
@@ -76,6 +81,7 @@ pub(super) enum Command {
         name: Arc<str>,
         acc: Vec<RangeAccess>,
         stream: ProgramStream,
+        issued: Instant,
         reply: Sender<Result<()>>,
     },
     /// An allocation for the program's `stream`; `written`: by the latest kernel, still
@@ -149,6 +155,7 @@ impl Engine {
             step: 0,
             failure: None,
             open: None,
+            last_issue: None,
         };
         let handle = std::thread::Builder::new()
             .name("unimem-engine".into())
@@ -183,6 +190,8 @@ struct Worker {
     failure: Option<Error>,
     /// The program's kernel still being enqueued (see [`OpenKernel`]).
     open: Option<OpenKernel>,
+    /// When the program issued its latest kernel (for the trace's host times).
+    last_issue: Option<Instant>,
 }
 
 /// An output at least this large is populated on the device ahead of its kernel
@@ -203,6 +212,8 @@ struct OpenKernel {
     inputs: Vec<RangeAccess>,
     outputs: Vec<RangeAccess>,
     held: Option<Op>,
+    /// Its host time for the trace ([`crate::trace::TraceEvent::Kernel`]).
+    host_ns: Option<u64>,
 }
 
 impl Worker {
@@ -233,15 +244,18 @@ impl Worker {
                         .and_then(|()| self.sink.as_mut().map_or(Ok(()), |sink| sink.freed(id)));
                     self.keep(r);
                 }
-                Command::Launch { name, dur_ns, acc } => {
+                Command::Launch { name, dur_ns, acc, issued } => {
                     let op = Op::Kernel { name: name.clone(), dur_ns, accesses: acc.clone() };
-                    let r =
-                        self.around(&op, |b| b.launch(&KernelLaunch { name: &name, dur_ns, accesses: &acc }));
+                    let host_ns = self.host_interval(issued);
+                    let r = self.around_issued(&op, host_ns, |b| {
+                        b.launch(&KernelLaunch { name: &name, dur_ns, accesses: &acc })
+                    });
                     self.keep(r);
                 }
-                Command::CpuKernel { name, dur_ns, acc, reply } => {
+                Command::CpuKernel { name, dur_ns, acc, issued, reply } => {
                     let op = Op::Kernel { name: name.clone(), dur_ns, accesses: acc.clone() };
-                    let r = self.around(&op, |b| {
+                    let host_ns = self.host_interval(issued);
+                    let r = self.around_issued(&op, host_ns, |b| {
                         b.launch(&KernelLaunch { name: &name, dur_ns, accesses: &acc })?;
                         acc.iter()
                             .map(|a| {
@@ -252,10 +266,11 @@ impl Worker {
                     });
                     let _ = reply.send(r);
                 }
-                Command::Native { name, acc, job, reply } => {
+                Command::Native { name, acc, job, issued, reply } => {
                     let op = Op::Kernel { name: name.clone(), dur_ns: 0, accesses: acc.clone() };
                     let mut job = Some(job);
-                    let r = self.around(&op, |b| {
+                    let host_ns = self.host_interval(issued);
+                    let r = self.around_issued(&op, host_ns, |b| {
                         let kind = b.kind();
                         let native = b.native().ok_or_else(|| Error::BackendUnavailable {
                             backend: kind.to_string(),
@@ -269,9 +284,10 @@ impl Worker {
                     });
                     let _ = reply.send(r);
                 }
-                Command::ProgramLaunch { name, acc, stream, reply } => {
+                Command::ProgramLaunch { name, acc, stream, issued, reply } => {
                     let op = Op::Kernel { name: name.clone(), dur_ns: 0, accesses: acc.clone() };
-                    let r = self.around_open(&op, stream, |b| {
+                    let host_ns = self.host_interval(issued);
+                    let r = self.around_open(&op, stream, host_ns, |b| {
                         let kernel = KernelLaunch { name: &name, dur_ns: 0, accesses: &acc };
                         program_streams(b)?.launch_on(&kernel, stream)
                     });
@@ -418,9 +434,31 @@ impl Worker {
     /// Runs one operation between the policy's `before` and `after`, as a replay does, and
     /// records it in the trace once it ran.
     fn around<T>(&mut self, op: &Op, execute: impl FnOnce(&mut dyn MemoryBackend) -> Result<T>) -> Result<T> {
+        self.around_issued(op, None, execute)
+    }
+
+    /// [`Self::around`] for a kernel the program issued `host_ns` after the one before it.
+    fn around_issued<T>(
+        &mut self,
+        op: &Op,
+        host_ns: Option<u64>,
+        execute: impl FnOnce(&mut dyn MemoryBackend) -> Result<T>,
+    ) -> Result<T> {
         let out = self.run_op(op, execute)?;
-        self.record(op);
+        self.record(op, host_ns);
         Ok(out)
+    }
+
+    /// The program's host time from issuing its previous kernel to `issued`, where the trace
+    /// measures kernel times: there the device's clock and the host's are both real, and a
+    /// replay can hold the program's kernels to the pace it issued them at. On the simulator
+    /// the program's host and the simulated device share no clock, so none is recorded.
+    fn host_interval(&mut self, issued: Instant) -> Option<u64> {
+        if !self.timed {
+            return None;
+        }
+        let previous = self.last_issue.replace(issued)?;
+        Some(issued.saturating_duration_since(previous).as_nanos() as u64)
     }
 
     /// Runs one operation between the policy's `before` and `after`, with the next index.
@@ -431,9 +469,9 @@ impl Worker {
     }
 
     /// Records an operation that ran in the trace, if one is recorded.
-    fn record(&mut self, op: &Op) {
+    fn record(&mut self, op: &Op, host_ns: Option<u64>) {
         if let Some(trace) = self.trace.as_mut() {
-            if let Err(e) = trace.op(op) {
+            if let Err(e) = trace.op(op, host_ns) {
                 // The program goes on; its trace is incomplete, so it is not kept.
                 tracing::error!(error = %e, path = %trace.path().display(), "recording the program's trace failed; recording stops");
                 self.trace = None;
@@ -446,6 +484,7 @@ impl Worker {
         &mut self,
         op: &Op,
         stream: ProgramStream,
+        host_ns: Option<u64>,
         execute: impl FnOnce(&mut dyn MemoryBackend) -> Result<()>,
     ) -> Result<()> {
         self.run_op(op, execute)?;
@@ -454,7 +493,7 @@ impl Worker {
             Op::Kernel { accesses, .. } => accesses.clone(),
             _ => Vec::new(),
         };
-        self.open = Some(OpenKernel { stream, inputs, outputs: Vec::new(), held });
+        self.open = Some(OpenKernel { stream, inputs, outputs: Vec::new(), held, host_ns });
         Ok(())
     }
 
@@ -475,7 +514,7 @@ impl Worker {
             }
         });
         if let Some(op) = open.held {
-            self.record(&op);
+            self.record(&op, open.host_ns);
         }
         r
     }

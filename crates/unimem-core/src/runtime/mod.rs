@@ -18,6 +18,7 @@ pub use builder::{RuntimeBuilder, SinkFor};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use crossbeam_channel::{bounded, Sender};
 
@@ -254,7 +255,8 @@ impl Runtime {
     /// [`Runtime::synchronize`].
     pub fn launch(&self, name: &str, dur_ns: u64, accesses: &[RangeAccess]) -> Result<()> {
         self.check_and_record(accesses, Accessor::Device)?;
-        self.send(Command::Launch { name: name.into(), dur_ns, acc: accesses.to_vec() }, "launching")
+        let issued = Instant::now();
+        self.send(Command::Launch { name: name.into(), dur_ns, acc: accesses.to_vec(), issued }, "launching")
     }
 
     /// Runs a kernel on the host, as the simulator's stand-in for a GPU kernel: it is declared,
@@ -271,7 +273,8 @@ impl Runtime {
         self.check_and_record(accesses, Accessor::Device)?;
         let (reply, rx) = bounded(1);
         let acc = accesses.to_vec();
-        self.send(Command::CpuKernel { name: name.into(), dur_ns, acc, reply }, "launching")?;
+        let issued = Instant::now();
+        self.send(Command::CpuKernel { name: name.into(), dur_ns, acc, issued, reply }, "launching")?;
         let buffers = recv_soon(&rx).map_err(|_| Error::Stopped("launching".into()))??;
         let mut data = KernelData { buffers, modes: accesses.iter().map(|a| a.mode).collect() };
         let out = body(&mut data);
@@ -301,8 +304,8 @@ impl Runtime {
     ) -> Result<()> {
         self.check_and_record(accesses, Accessor::Device)?;
         let (reply, rx) = bounded(1);
-        let command =
-            Command::Native { name: name.into(), acc: accesses.to_vec(), job: Box::new(job), reply };
+        let (acc, job, issued) = (accesses.to_vec(), Box::new(job), Instant::now());
+        let command = Command::Native { name: name.into(), acc, job, issued, reply };
         self.send(command, "launching")?;
         recv_soon(&rx).map_err(|_| Error::Stopped("launching".into()))?
     }

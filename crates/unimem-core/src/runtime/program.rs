@@ -22,7 +22,8 @@ impl Runtime {
     pub fn launch_on(&self, name: &str, accesses: &[RangeAccess], stream: ProgramStream) -> Result<()> {
         self.check_and_record(accesses, Accessor::Device)?;
         let (reply, rx) = bounded(1);
-        let command = Command::ProgramLaunch { name: name.into(), acc: accesses.to_vec(), stream, reply };
+        let (acc, issued) = (accesses.to_vec(), std::time::Instant::now());
+        let command = Command::ProgramLaunch { name: name.into(), acc, stream, issued, reply };
         self.send(command, "launching")?;
         super::recv_soon(&rx).map_err(|_| Error::Stopped("launching".into()))?
     }

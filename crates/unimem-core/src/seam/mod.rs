@@ -363,6 +363,13 @@ pub trait MemoryBackend: Send {
     /// calls, where it was opened to.
     fn host_work(&mut self, _wall_ns: u64) {}
 
+    /// The program spent `host_ns` of its own host time between issuing its previous kernel
+    /// and its next (a recorded trace's `host_ns`; 0 where the trace has none): that kernel is
+    /// issued no sooner than `host_ns` after the previous call, and the caller's work between
+    /// the calls (a policy's hints) counts toward it. The simulator moves its host clock; a
+    /// backend on real time waits on the host.
+    fn program_host_time(&mut self, host_ns: u64);
+
     /// Where the bytes of a range are.
     fn residency(&self, range: ByteRange) -> Result<Residency>;
 

@@ -41,6 +41,10 @@ pub enum TraceEvent {
         name: Arc<str>,
         /// Measured GPU time with all data resident, in nanoseconds.
         dur_ns: u64,
+        /// The program's own host time from issuing the kernel before this one to issuing
+        /// this one, its calls to the runtime included, where it was measured (a trace a
+        /// runtime recorded on a GPU); `None` for the first kernel and where unknown.
+        host_ns: Option<u64>,
         /// What it touches.
         acc: Vec<TraceAccess>,
     },

@@ -121,6 +121,8 @@ struct Regions {
     live_page_bytes: u64,
     /// Sum of `dur_ns` so far.
     kernel_ns: u64,
+    /// Sum of `host_ns` so far.
+    host_ns: u64,
 }
 
 /// An access as written: `[id, offset, len, mode]`.
@@ -136,6 +138,7 @@ struct RawEvent<'a> {
     #[serde(borrow)]
     name: Option<Cow<'a, str>>,
     dur_ns: Option<u64>,
+    host_ns: Option<u64>,
     #[serde(borrow)]
     acc: Option<Vec<RawAccess<'a>>>,
     index: Option<u64>,
@@ -327,7 +330,10 @@ impl TraceReader {
                 }
                 regions.freed.insert(*id);
             }
-            TraceEvent::Kernel { dur_ns, .. } => regions.kernel_ns += dur_ns,
+            TraceEvent::Kernel { dur_ns, host_ns, .. } => {
+                regions.kernel_ns += dur_ns;
+                regions.host_ns += host_ns.unwrap_or(0);
+            }
             _ => {}
         }
         Ok(Some(event))
@@ -375,6 +381,7 @@ fn explain(line: &[u8], e: &serde_json::Error) -> String {
         .or_else(|| field_type("id", serde_json::Value::is_u64, U64))
         .or_else(|| field_type("bytes", serde_json::Value::is_u64, U64))
         .or_else(|| field_type("dur_ns", serde_json::Value::is_u64, U64))
+        .or_else(|| field_type("host_ns", |v| v.is_u64() || v.is_null(), U64))
         .or_else(|| field_type("index", serde_json::Value::is_u64, U64))
         .or_else(|| field_type("acc", serde_json::Value::is_array, "a list of accesses [id, offset, len, mode]"))
         .or_else(|| {
@@ -495,7 +502,13 @@ fn validate(
                      may add up to"
                 ));
             }
-            TraceEvent::Kernel { name: name(ev)?, dur_ns, acc: accesses(ev)? }
+            if let Some(host_ns) = raw.host_ns.filter(|&ns| ns > MAX_TRACE_NS - regions.host_ns) {
+                return Err(format!(
+                    "`host_ns` {host_ns} takes the trace's host time past 2^62 ns (146 years), the most a trace \
+                     may add up to"
+                ));
+            }
+            TraceEvent::Kernel { name: name(ev)?, dur_ns, host_ns: raw.host_ns, acc: accesses(ev)? }
         }
         "host" => TraceEvent::Host { name: name(ev)?, acc: accesses(ev)? },
         "step" => TraceEvent::Step { index: need(raw.index, ev, "index")? },

@@ -169,8 +169,9 @@ impl TraceRecording {
         self.kernels
     }
 
-    /// Records one operation the runtime executed.
-    pub fn op(&mut self, op: &Op) -> Result<()> {
+    /// Records one operation the runtime executed; a kernel with `host_ns`, the program's
+    /// host time from issuing the kernel before it (see [`TraceEvent::Kernel`]).
+    pub fn op(&mut self, op: &Op, host_ns: Option<u64>) -> Result<()> {
         let (event, complete) = match op {
             Op::Alloc { region, bytes, name } => (
                 TraceEvent::Alloc { id: region.0, bytes: *bytes, name: name.as_deref().map(Into::into) },
@@ -179,7 +180,8 @@ impl TraceRecording {
             Op::Free { region } => (TraceEvent::Free { id: region.0 }, true),
             Op::Kernel { name, dur_ns, accesses: acc } => {
                 self.kernels += 1;
-                let event = TraceEvent::Kernel { name: name.clone(), dur_ns: *dur_ns, acc: accesses(acc) };
+                let event =
+                    TraceEvent::Kernel { name: name.clone(), dur_ns: *dur_ns, host_ns, acc: accesses(acc) };
                 (event, self.times == KernelTimes::Declared)
             }
             Op::Host { name, accesses: acc } => {
@@ -258,28 +260,29 @@ mod tests {
         let path = dir.join("m.jsonl");
         let mut rec =
             TraceRecording::create(&path, &TraceHeader::new("test"), KernelTimes::Measured).unwrap();
-        rec.op(&Op::Alloc { region: RegionId(1), bytes: 8, name: Some("x".into()) }).unwrap();
-        rec.op(&kernel("a")).unwrap();
-        rec.op(&Op::Step { index: 0 }).unwrap();
-        rec.op(&kernel("b")).unwrap();
+        rec.op(&Op::Alloc { region: RegionId(1), bytes: 8, name: Some("x".into()) }, None).unwrap();
+        rec.op(&kernel("a"), None).unwrap();
+        rec.op(&Op::Step { index: 0 }, None).unwrap();
+        rec.op(&kernel("b"), Some(40)).unwrap();
         rec.kernel_time(100).unwrap();
-        rec.op(&kernel("c")).unwrap();
+        rec.op(&kernel("c"), Some(70)).unwrap();
         rec.kernel_time(200).unwrap();
         rec.kernel_time(300).unwrap();
-        rec.op(&Op::Free { region: RegionId(1) }).unwrap();
+        rec.op(&Op::Free { region: RegionId(1) }, None).unwrap();
         assert_eq!(rec.finish().unwrap(), path);
         let events = read(&path);
         let kinds: Vec<String> = events
             .iter()
             .map(|e| match e {
-                TraceEvent::Kernel { name, dur_ns, .. } => format!("{name}={dur_ns}"),
+                TraceEvent::Kernel { name, dur_ns, host_ns: None, .. } => format!("{name}={dur_ns}"),
+                TraceEvent::Kernel { name, dur_ns, host_ns: Some(h), .. } => format!("{name}={dur_ns}+{h}"),
                 TraceEvent::Alloc { .. } => "alloc".into(),
                 TraceEvent::Free { .. } => "free".into(),
                 TraceEvent::Step { .. } => "step".into(),
                 other => format!("{other:?}"),
             })
             .collect();
-        assert_eq!(kinds, ["alloc", "a=100", "step", "b=200", "c=300", "free"]);
+        assert_eq!(kinds, ["alloc", "a=100", "step", "b=200+40", "c=300+70", "free"]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -49,6 +49,8 @@ pub struct TraceStats {
     pub steps: u64,
     /// Sum of kernel `dur_ns`: the time with all data resident.
     pub compute_floor_ns: u64,
+    /// Sum of kernel `host_ns`: the program's own host time, where the trace measured it.
+    pub program_host_ns: u64,
     /// Bytes read by kernels and the host (sum of access lengths with r or rw).
     pub bytes_read: u64,
     /// Bytes written (sum of access lengths with w or rw).
@@ -140,10 +142,11 @@ impl TraceStats {
                     live -= bytes;
                     live_pages -= page_round(bytes);
                 }
-                TraceEvent::Kernel { name, dur_ns, acc } => {
+                TraceEvent::Kernel { name, dur_ns, host_ns, acc } => {
                     s.kernels += 1;
-                    // The reader keeps the kernel time below 2^62 ns.
+                    // The reader keeps the kernel and host times below 2^62 ns.
                     s.compute_floor_ns += dur_ns;
+                    s.program_host_ns += host_ns.unwrap_or(0);
                     let declared = acc
                         .iter()
                         .try_fold(0u64, |sum, a| add(sum, a.len, "access lengths of one kernel"))?;

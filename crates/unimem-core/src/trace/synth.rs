@@ -227,6 +227,7 @@ impl Synth {
         self.pending.push_back(TraceEvent::Kernel {
             name: self.kernel_name.clone(),
             dur_ns: self.spec.kernel_ns,
+            host_ns: None,
             acc,
         });
         if let Some(prev) = self.prev_out.replace(out) {

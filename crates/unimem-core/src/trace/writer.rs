@@ -108,10 +108,13 @@ fn encode(event: &TraceEvent, out: &mut Vec<u8>) {
         TraceEvent::Free { id } => {
             let _ = write!(out, "{{\"ev\":\"free\",\"id\":{id}");
         }
-        TraceEvent::Kernel { name, dur_ns, acc: a } => {
+        TraceEvent::Kernel { name, dur_ns, host_ns, acc: a } => {
             out.extend_from_slice(b"{\"ev\":\"kernel\",\"name\":");
             string(out, name);
             let _ = write!(out, ",\"dur_ns\":{dur_ns}");
+            if let Some(host_ns) = host_ns {
+                let _ = write!(out, ",\"host_ns\":{host_ns}");
+            }
             acc(out, a);
         }
         TraceEvent::Host { name, acc: a } => {

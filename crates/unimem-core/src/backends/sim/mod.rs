@@ -84,6 +84,9 @@ pub struct SimBackend {
     allocated_bytes: u64,
     next_addr: u64,
     host_now: u64,
+    /// When the program issued its latest kernel on the host clock
+    /// ([`MemoryBackend::program_host_time`]).
+    program_issue_ns: u64,
     /// The caller's own host work, where it is charged.
     host_work: HostWork,
     /// Host time of freeing the buffers shed from the pool since the last synchronisation.
@@ -152,6 +155,7 @@ impl SimBackend {
             allocated_bytes: 0,
             next_addr: BASE_ADDR,
             host_now: 0,
+            program_issue_ns: 0,
             host_work: HostWork::default(),
             retired_free_ns: 0,
             launched: std::collections::VecDeque::new(),
@@ -367,6 +371,11 @@ impl MemoryBackend for SimBackend {
         if self.host_work.charge {
             self.host_now += wall_ns.saturating_sub(std::mem::take(&mut self.host_work.in_calls_ns));
         }
+    }
+
+    fn program_host_time(&mut self, host_ns: u64) {
+        self.host_now = self.host_now.max(self.program_issue_ns.saturating_add(host_ns));
+        self.program_issue_ns = self.host_now;
     }
 
     fn residency(&self, range: ByteRange) -> Result<Residency> {

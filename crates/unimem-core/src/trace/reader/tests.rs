@@ -25,6 +25,8 @@ const GOOD: &str = r#"{"ev": "step", "index": 0}
 {"ev": "alloc", "id": 1, "bytes": 4096, "name": "w"}
 {"ev": "alloc", "id": 2, "bytes": 100}
 {"ev": "kernel", "name": "k", "dur_ns": 5, "acc": [[1, 0, 4096, "r"], [2, 10, 90, "w"]]}
+{"ev": "kernel", "name": "k2", "dur_ns": 6, "host_ns": 250000, "acc": []}
+{"ev": "kernel", "name": "k3", "dur_ns": 7, "host_ns": null, "acc": []}
 
 {"ev": "host", "name": "h", "acc": [[2, 0, 8, "rw"]]}
 {"ev": "free", "id": 2}
@@ -33,10 +35,14 @@ const GOOD: &str = r#"{"ev": "step", "index": 0}
 #[test]
 fn reads_a_valid_trace() {
     let events = read_all(&format!("{HEADER}\n{GOOD}")).unwrap();
-    assert_eq!(events.len(), 6, "blank lines are skipped");
+    assert_eq!(events.len(), 8, "blank lines are skipped");
     assert_eq!(events[1], TraceEvent::Alloc { id: 1, bytes: 4096, name: Some("w".into()) });
-    let TraceEvent::Kernel { acc, dur_ns: 5, .. } = &events[3] else { panic!("{:?}", events[3]) };
+    let TraceEvent::Kernel { acc, dur_ns: 5, host_ns: None, .. } = &events[3] else {
+        panic!("{:?}", events[3])
+    };
     assert_eq!(acc[1], TraceAccess { id: 2, offset: 10, len: 90, mode: AccessMode::Write });
+    assert!(matches!(events[4], TraceEvent::Kernel { host_ns: Some(250_000), .. }), "{:?}", events[4]);
+    assert!(matches!(events[5], TraceEvent::Kernel { host_ns: None, .. }), "null is absent: {:?}", events[5]);
 }
 
 #[test]
@@ -241,6 +247,11 @@ fn sizes_and_times_past_the_format_limits_are_rejected() {
     let e = err_of(&format!("{}{}", k(1 << 61), k((1 << 61) + 1)));
     assert!(e.contains(":3:") && e.contains("past 2^62 ns"), "{e}");
     assert!(read_all(&format!("{HEADER}\n{}{}", k(1 << 61), k(1 << 61))).is_ok(), "exactly 2^62 ns");
+    let h = |ns: u64| {
+        format!("{{\"ev\": \"kernel\", \"name\": \"k\", \"dur_ns\": 1, \"host_ns\": {ns}, \"acc\": []}}\n")
+    };
+    let e = err_of(&format!("{}{}", h(1 << 61), h((1 << 61) + 1)));
+    assert!(e.contains(":3:") && e.contains("`host_ns`") && e.contains("host time past 2^62 ns"), "{e}");
 }
 
 #[test]
@@ -259,6 +270,10 @@ fn errors_speak_the_format_not_the_readers_types() {
         ),
         ("{\"ev\": \"alloc\", \"id\": 18446744073709551616, \"bytes\": 4}", "not an integer past 2^64-1"),
         ("{\"ev\": \"kernel\", \"name\": \"k\", \"dur_ns\": 1, \"acc\": 7}", "`acc` must be a list"),
+        (
+            "{\"ev\": \"kernel\", \"name\": \"k\", \"dur_ns\": 1, \"host_ns\": \"2us\", \"acc\": []}",
+            "`host_ns` must be an integer from 0 to 2^64-1, not a string",
+        ),
         ("{\"ev\": \"kernel\", \"name\": \"k\", \"dur_ns\": 1, \"acc\": [[1, 0, 1, 5]]}", "access 0 must be"),
     ] {
         let e = err_of(&format!("{line}\n"));
@@ -270,7 +285,7 @@ fn errors_speak_the_format_not_the_readers_types() {
 #[test]
 fn a_byte_order_mark_before_the_header_is_skipped() {
     let events = read_all(&format!("\u{feff}{HEADER}\n{GOOD}")).unwrap();
-    assert_eq!(events.len(), 6);
+    assert_eq!(events.len(), 8);
 }
 
 proptest! {
@@ -282,12 +297,13 @@ proptest! {
         id in 1u64..1 << 40,
         bytes in 1u64..MAX_REGION_BYTES,
         dur in 0u64..MAX_TRACE_NS,
+        host in proptest::option::of(0u64..MAX_TRACE_NS),
         mode in prop_oneof![Just(AccessMode::Read), Just(AccessMode::Write), Just(AccessMode::ReadWrite)],
     ) {
         let acc = vec![crate::trace::TraceAccess { id, offset: 0, len: bytes, mode }];
         let events = vec![
             TraceEvent::Alloc { id, bytes, name: Some(name.clone()) },
-            TraceEvent::Kernel { name: name.as_str().into(), dur_ns: dur, acc: acc.clone() },
+            TraceEvent::Kernel { name: name.as_str().into(), dur_ns: dur, host_ns: host, acc: acc.clone() },
             TraceEvent::Host { name: name.as_str().into(), acc },
             TraceEvent::Step { index: dur },
             TraceEvent::Free { id },

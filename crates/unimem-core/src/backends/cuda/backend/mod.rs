@@ -184,6 +184,8 @@ pub struct CudaBackend {
     /// The kernels the program enqueues on its own streams (see `program.rs`).
     program: program::ProgramState,
     info: BackendInfo,
+    /// The pace a replayed program issued its kernels at.
+    pace: crate::mechanism::pace::IssuePace,
 }
 
 /// The backend's streams. Kernels run on `compute`, prefetches to the device on `h2d`, moves
@@ -349,6 +351,7 @@ impl CudaBackend {
             spare_marks: Vec::new(),
             program: Default::default(),
             info,
+            pace: Default::default(),
         })
     }
 
@@ -549,6 +552,10 @@ impl MemoryBackend for CudaBackend {
             Transfer::KernelRead(buf) => self.view(id, offset, buf),
             Transfer::KernelWrite(data) => self.store(id, offset, data),
         }
+    }
+
+    fn program_host_time(&mut self, host_ns: u64) {
+        self.pace.wait(host_ns);
     }
 
     fn synchronize(&mut self) -> Result<u64> {

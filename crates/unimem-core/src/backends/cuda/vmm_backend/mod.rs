@@ -212,6 +212,8 @@ pub struct VmmBackend {
     info: BackendInfo,
     /// The mapping calls' counters when it opened (they count for the process).
     calls_at_open: [(u64, u64); 4],
+    /// The pace a replayed program issued its kernels at.
+    pace: crate::mechanism::pace::IssuePace,
 }
 
 /// The process's mapping-call counters: (calls, host ns) per kind.
@@ -286,6 +288,7 @@ impl VmmBackend {
             excluded_ns: 0,
             recorder: Recorder::default(),
             info,
+            pace: Default::default(),
             calls_at_open: call_counters(),
         })
     }
@@ -549,6 +552,10 @@ impl MemoryBackend for VmmBackend {
             Transfer::HostRead(buf) | Transfer::KernelRead(buf) => self.read_bytes(id, offset, buf),
             Transfer::HostWrite(data) | Transfer::KernelWrite(data) => self.write_bytes(id, offset, data),
         }
+    }
+
+    fn program_host_time(&mut self, host_ns: u64) {
+        self.pace.wait(host_ns);
     }
 
     fn synchronize(&mut self) -> Result<u64> {
