@@ -411,7 +411,13 @@ mod backend {
             w.write(&TraceEvent::Step { index: 2 * pass }).unwrap();
             for k in 0..total / chunk {
                 let acc = vec![TraceAccess { id: 1, offset: k * chunk, len: chunk, mode: AccessMode::Read }];
-                w.write(&TraceEvent::Kernel { name: Arc::from("read_chunk"), dur_ns: 1000, acc }).unwrap();
+                w.write(&TraceEvent::Kernel {
+                    name: Arc::from("read_chunk"),
+                    dur_ns: 1000,
+                    host_ns: None,
+                    acc,
+                })
+                .unwrap();
             }
         }
         let bytes: &'static [u8] = Box::leak(w.finish().unwrap().into_boxed_slice());
