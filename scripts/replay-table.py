@@ -28,9 +28,9 @@ else:
     traces = [(t, f"traces/{t}.jsonl.gz") for t in ["resnet50-train", "transformer-decode"]]
     budgets = ["100%", "75%", "50%", "25%"]
 
-print("| trace | budget | policy | time | x floor | x bound | vs none | H2D GB | D2H GB | staged GB | dup GB | remote GB "
+print("| trace | budget | policy | time | x floor | x bound | x phase | vs none | H2D GB | D2H GB | staged GB | dup GB | remote GB "
       "| prefetch acc / cov / on-time | peak resident / budget | steps (x floor) |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for name, path in traces:
     for b in budgets:
         out = subprocess.run([exe, "replay", path, "--budget", b, "--policy", policies, "--json"],
@@ -43,7 +43,7 @@ for name, path in traces:
             p = r["prefetch"]
             metrics = "-" if p["arrived_bytes"] == 0 else f"{p['accuracy']:.2f} / {p['coverage']:.2f} / {p['timeliness']:.2f}"
             print(f"| {name} | {b} | {r['policy']} | {r['time_ns'] / 1e6:.1f} ms | "
-                  f"{r['over_floor']:.2f} | {r['over_bound']:.2f} | {base / r['time_ns']:.2f}x | {r['h2d_bytes'] / 1e9:.2f} | "
+                  f"{r['over_floor']:.2f} | {r['over_bound']:.2f} | {r['over_phase_bound']:.2f} | {base / r['time_ns']:.2f}x | {r['h2d_bytes'] / 1e9:.2f} | "
                   f"{r['d2h_bytes'] / 1e9:.2f} | {r['placement']['staged'] / 1e9:.2f} | "
                   f"{r['placement']['duplicated'] / 1e9:.2f} | "
                   f"{r['placement']['remote'] / 1e9:.2f} | {metrics} | "

@@ -26,6 +26,15 @@ fn replay(name: &str, budget: Budget, policy: PolicyName) -> ReplayReport {
     replay::run(TraceReader::open(&trace(name)).unwrap(), &mut backend, policy.as_mut(), &mut |_| {}).unwrap()
 }
 
+/// The link-limit and phase bounds of a trace at `budget` bytes, at the profile's link rate.
+fn phase_and_link_bound(name: &str, budget: u64) -> unimem::bound::LinkBound {
+    let mut program = unimem::bound::Program::new();
+    for e in TraceReader::open(&trace(name)).unwrap() {
+        program.observe(&unimem::op::Op::from(e.unwrap()));
+    }
+    program.bound(budget, CostModel::h200().link_rate_gbps)
+}
+
 /// The rough estimate, written independently of the simulator: whole regions, evict
 /// least-recently-migrated, fault in at 4.4 GB/s, migrate out at 16.8 GB/s, nothing overlapped.
 /// A region first written by a kernel needs no transfer; one first read starts on the host.
@@ -112,6 +121,16 @@ fn placing_policies_beat_none_hold_the_budget_and_the_advisor_tracks_the_oracle(
                 assert!(r.peak_resident_bytes <= r.budget_bytes, "{name} at {pct}%: {}", r.policy);
             }
             assert!(oracle.h2d_bytes <= none.h2d_bytes, "{name} at {pct}%: the oracle moved more in");
+            // Both bounds are lower bounds for any schedule the simulator runs, at its link rate.
+            let bound = phase_and_link_bound(name, oracle.budget_bytes);
+            for r in [&none, &oracle, &advisor] {
+                assert!(
+                    r.time_ns >= bound.bound_ns && r.time_ns >= bound.phase_ns,
+                    "{name} at {pct}%: {} took {} ns, under a bound: {bound:?}",
+                    r.policy,
+                    r.time_ns
+                );
+            }
             assert!(none.peak_resident_bytes <= none.budget_bytes, "{name} at {pct}%");
             let vs_oracle = advisor.time_ns as f64 / oracle.time_ns as f64;
             let limit = if pct <= 25.0 { 1.5 } else { 1.3 };

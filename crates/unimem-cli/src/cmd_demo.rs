@@ -35,9 +35,10 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
     }
     println!("memory; 'x floor' is time over the compute floor (all data resident = 1.00); 'x bound',");
     println!(
-        "over the link-limit bound (only the bytes that must move, at {} GB/s each way, overlapped).\n",
+        "over the link-limit bound (only the bytes that must move, at {} GB/s each way, overlapped);",
         cost.link_rate_gbps
     );
+    println!("'--wide' adds 'x phase', over the phase bound (what each stretch of the program must move).\n");
     let mut table = output::report_table(false);
     for trace in &TRACES {
         let mut program = unimem_core::bound::Program::new();

@@ -278,12 +278,14 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
         println!("{name}: {} kernels, peak live {}", stats.kernels, Bytes(stats.peak_live_page_bytes));
         println!("{}", table.render_with(args.wide));
         println!(
-            "compute floor {}; link-limit bound {}: {} in, {} out at {} GB/s each way\nbackend: {}; peak RSS {}",
+            "compute floor {}; link-limit bound {}: {} in, {} out at {} GB/s each way\nphase bound {}: \
+             the traffic the order of the program's uses forces, a stretch at a time\nbackend: {}; peak RSS {}",
             unimem_core::units::Nanos(stats.compute_floor_ns),
             unimem_core::units::Nanos(bound.bound_ns),
             Bytes(bound.h2d_bytes),
             Bytes(bound.d2h_bytes),
             backends::cost_model(&config)?.link_rate_gbps,
+            unimem_core::units::Nanos(bound.phase_ns),
             backend_ran,
             output::peak_rss_bytes().map(|b| Bytes(b).to_string()).unwrap_or("n/a".into())
         );

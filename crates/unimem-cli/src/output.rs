@@ -38,6 +38,9 @@ struct JsonRun<'a> {
     bound_h2d_bytes: Option<u64>,
     bound_d2h_bytes: Option<u64>,
     over_bound: Option<f64>,
+    /// The phase bound (`unimem_core::bound::phase`) and the run's time over it.
+    phase_bound_ns: Option<u64>,
+    over_phase_bound: Option<f64>,
     events_per_sec: f64,
     peak_rss_bytes: Option<u64>,
 }
@@ -58,6 +61,8 @@ pub fn print_report_json(
         bound_h2d_bytes: report.bound.map(|b| b.h2d_bytes),
         bound_d2h_bytes: report.bound.map(|b| b.d2h_bytes),
         over_bound: report.over_bound(),
+        phase_bound_ns: report.bound.map(|b| b.phase_ns),
+        over_phase_bound: report.over_phase_bound(),
         events_per_sec: report.events_per_sec().round(),
         peak_rss_bytes: peak_rss_bytes(),
     };
@@ -130,7 +135,8 @@ impl Table {
 
 /// The standard report columns. By default a table shows how fast each run was and what it
 /// moved; `--wide` adds where the data went. A table of one trace (`one_trace`) leaves the
-/// trace out (its title names it) and shows the GPU faults instead.
+/// trace out (its title names it) and shows the GPU faults and the time over the phase bound
+/// instead.
 pub fn report_table(one_trace: bool) -> Table {
     let t = Table::new(vec![
         "trace",
@@ -139,6 +145,7 @@ pub fn report_table(one_trace: bool) -> Table {
         "time",
         "x floor",
         "x bound",
+        "x phase",
         "H2D",
         "D2H",
         "GPU faults",
@@ -152,7 +159,7 @@ pub fn report_table(one_trace: bool) -> Table {
     if one_trace {
         t.wide_only(&["trace"])
     } else {
-        t.wide_only(&["GPU faults"])
+        t.wide_only(&["GPU faults", "x phase"])
     }
 }
 
@@ -171,6 +178,7 @@ pub fn report_row(trace: &str, budget_spec: &str, r: &ReplayReport) -> Vec<Strin
         Nanos(r.time_ns).to_string(),
         format!("{:.2}", r.over_floor()),
         r.over_bound().map_or("-".into(), |x| format!("{x:.2}")),
+        r.over_phase_bound().map_or("-".into(), |x| format!("{x:.2}")),
         Bytes(r.h2d_bytes).to_string(),
         Bytes(r.d2h_bytes).to_string(),
         r.gpu_faults.to_string(),

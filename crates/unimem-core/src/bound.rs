@@ -13,7 +13,8 @@
 //! bound = max(compute floor, bytes in / rate, bytes out / rate). It is a yardstick, not a
 //! proof of optimality: Belady minimises misses for equal sizes, not bytes for mixed sizes;
 //! moving parts of regions can move less; and dependencies can keep a real schedule from
-//! overlapping everything.
+//! overlapping everything. The phase bound ([`phase`]) counts that last part: the traffic the
+//! order of the uses puts in each stretch of the program.
 
 use std::collections::BTreeSet;
 
@@ -39,10 +40,11 @@ enum Step {
     Free {
         region: u32,
     },
-    /// A kernel: `uses[start..end]`.
+    /// A kernel: `uses[start..end]`, running `dur_ns`.
     Kernel {
         start: u32,
         end: u32,
+        dur_ns: u64,
     },
     /// A host operation: `uses[start..end]`.
     Host {
@@ -62,6 +64,8 @@ pub struct Program {
     /// Dense index of each live trace region.
     index: FxHashMap<RegionId, u32>,
     compute_floor_ns: u64,
+    /// The phase bound's segments, worked out at the first bound asked for.
+    phase: std::sync::OnceLock<phase::Segments>,
 }
 
 /// The bound at one budget.
@@ -75,6 +79,9 @@ pub struct LinkBound {
     pub compute_floor_ns: u64,
     /// max(compute floor, bytes in / rate, bytes out / rate).
     pub bound_ns: u64,
+    /// The phase bound ([`phase`]): the most that the order of the program's uses forces
+    /// on the link at this budget, a segment of the program at a time.
+    pub phase_ns: u64,
 }
 
 impl Program {
@@ -85,6 +92,7 @@ impl Program {
 
     /// Adds the next operation.
     pub fn observe(&mut self, op: &Op) {
+        self.phase.take();
         match op {
             Op::Alloc { region, bytes, .. } => {
                 let dense = self.bytes.len() as u32;
@@ -110,7 +118,7 @@ impl Program {
                 let end = self.uses.len() as u32;
                 if let Op::Kernel { dur_ns, .. } = op {
                     self.compute_floor_ns = self.compute_floor_ns.saturating_add(*dur_ns);
-                    self.steps.push(Step::Kernel { start, end });
+                    self.steps.push(Step::Kernel { start, end, dur_ns: *dur_ns });
                 } else {
                     self.steps.push(Step::Host { start, end });
                 }
@@ -128,6 +136,7 @@ impl Program {
             d2h_bytes,
             compute_floor_ns: self.compute_floor_ns,
             bound_ns: self.compute_floor_ns.max(ns(h2d_bytes)).max(ns(d2h_bytes)),
+            phase_ns: self.phase.get_or_init(|| phase::Segments::of(self)).bound_ns(budget, rate_gbps),
         }
     }
 
@@ -176,7 +185,7 @@ impl Program {
                         }
                     }
                 }
-                Step::Kernel { start, end } => {
+                Step::Kernel { start, end, .. } => {
                     let uses = &self.uses[start as usize..end as usize];
                     // Room first, for what is not resident: the kernel's own regions have the
                     // nearest next use (this kernel) and are never evicted for each other.
@@ -241,5 +250,6 @@ struct Region {
     touched: bool,
 }
 
+mod phase;
 #[cfg(test)]
 mod tests;

@@ -164,6 +164,11 @@ impl ReplayReport {
         self.bound.filter(|b| b.bound_ns > 0).map(|b| self.time_ns as f64 / b.bound_ns as f64)
     }
 
+    /// Time over the phase bound ([`crate::bound::LinkBound::phase_ns`]), where it is known.
+    pub fn over_phase_bound(&self) -> Option<f64> {
+        self.bound.filter(|b| b.phase_ns > 0).map(|b| self.time_ns as f64 / b.phase_ns as f64)
+    }
+
     /// Time over the compute floor (1.0 = as fast as with everything resident).
     pub fn over_floor(&self) -> f64 {
         if self.compute_floor_ns == 0 {
