@@ -250,6 +250,6 @@ struct Region {
     touched: bool,
 }
 
-mod phase;
+pub mod phase;
 #[cfg(test)]
 mod tests;

@@ -11,8 +11,8 @@
 //!
 //! So the segment takes at least max(compute, in / rate, out / rate), and the program at least
 //! the sum over the segments, for any cut: the bound is the largest such sum, found by dynamic
-//! programming over up to [`POINTS`] evenly spaced cut points, segments of up to [`SPAN`] of
-//! them. Where a program makes data in one phase and uses it in the next (a training step's
+//! programming over up to 256 evenly spaced cut points (`POINTS`), segments of up to 128 of
+//! them (`SPAN`). Where a program makes data in one phase and uses it in the next (a training step's
 //! forward and backward passes), the two phases' traffic cannot overlap and this bound is
 //! about twice the link-limit one. It assumes what the link-limit bound assumes (region
 //! granularity, each direction at the rate, nothing else in the way) and no more.
