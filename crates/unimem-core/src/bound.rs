@@ -34,6 +34,15 @@ struct Use {
     writes: bool,
 }
 
+/// The bytes one use reads and writes: of its accesses that read (write), the longest, as
+/// `(offset, len)` (len 0: none). The phase bound counts these rather than whole regions, so
+/// that it stays a lower bound where a program touches parts of its regions.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct UseSpans {
+    read: (u64, u64),
+    write: (u64, u64),
+}
+
 /// A step of the program as the bound sees it.
 #[derive(Debug, Clone, Copy)]
 enum Step {
@@ -54,11 +63,13 @@ enum Step {
 }
 
 /// A program recorded for the bound: its steps and every use of every region, compactly (8
-/// bytes a use), built from its operations in order ([`Program::observe`]).
+/// bytes a use, and 32 for what it reads and writes), built from its operations in order ([`Program::observe`]).
 #[derive(Debug, Default)]
 pub struct Program {
     steps: Vec<Step>,
     uses: Vec<Use>,
+    /// Beside each use, what it reads and writes (for the phase bound).
+    spans: Vec<UseSpans>,
     /// Region sizes, by dense index.
     bytes: Vec<u64>,
     /// Dense index of each live trace region.
@@ -109,10 +120,28 @@ impl Program {
                 for a in accesses {
                     let Some(&region) = self.index.get(&a.region) else { continue };
                     let (reads, writes) = (a.mode.reads(), a.mode.writes());
+                    let span = (a.offset, a.len);
+                    let longer = |old: &mut (u64, u64), on: bool| {
+                        if on && span.1 > old.1 {
+                            *old = span;
+                        }
+                    };
                     // One use per region per operation.
-                    match self.uses[start as usize..].iter_mut().find(|u| u.region == region) {
-                        Some(u) => (u.reads, u.writes) = (u.reads | reads, u.writes | writes),
-                        None => self.uses.push(Use { region, reads, writes }),
+                    match self.uses[start as usize..].iter().position(|u| u.region == region) {
+                        Some(i) => {
+                            let (u, s) =
+                                (&mut self.uses[start as usize + i], &mut self.spans[start as usize + i]);
+                            (u.reads, u.writes) = (u.reads | reads, u.writes | writes);
+                            longer(&mut s.read, reads);
+                            longer(&mut s.write, writes);
+                        }
+                        None => {
+                            self.uses.push(Use { region, reads, writes });
+                            let mut s = UseSpans::default();
+                            longer(&mut s.read, reads);
+                            longer(&mut s.write, writes);
+                            self.spans.push(s);
+                        }
                     }
                 }
                 let end = self.uses.len() as u32;

@@ -2,11 +2,12 @@
 //! link-limit bound counts only the total of its bytes.
 //!
 //! Cut the program at kernel boundaries into segments. In a segment from operation `a` to `b`:
-//! - every region whose first use in it reads was either resident when it began or crosses
-//!   the link within it, and at most the budget was resident: `in >= read-first bytes - budget`;
-//! - every region written in it and read next after it is either resident at its end or was
-//!   copied out within it (after the write, before its room was taken):
-//!   `out >= such bytes - budget`;
+//! - what the first use in it of each region reads was either resident when it began or
+//!   crosses the link within it, and at most the budget was resident:
+//!   `in >= read-first bytes - budget`;
+//! - what the latest write in it to each region wrote, where the region's next use after it
+//!   reads it again, is either resident at its end or was copied out within it (after the
+//!   write, before its room was taken): `out >= such bytes - budget`;
 //! - its kernels run one after another within it.
 //!
 //! So the segment takes at least max(compute, in / rate, out / rate), and the program at least
@@ -14,17 +15,25 @@
 //! programming over up to 256 evenly spaced cut points (`POINTS`), segments of up to 128 of
 //! them (`SPAN`). Where a program makes data in one phase and uses it in the next (a training step's
 //! forward and backward passes), the two phases' traffic cannot overlap and this bound is
-//! about twice the link-limit one. It assumes what the link-limit bound assumes (region
-//! granularity, each direction at the rate, nothing else in the way) and no more.
+//! about twice the link-limit one. It counts the bytes the accesses name (of a use's reads,
+//! the longest; of its writes, the longest), each direction of the link at the rate with
+//! nothing else in the way, and assumes no more. Per region and stretch it counts one use's
+//! reads and one write, so a program that touches many parts of one region in a stretch gets
+//! a weaker bound, never a wrong one.
 
-use super::{Program, Step};
+use super::{Program, Step, NEVER};
 
 /// Cut points at most: the cost of the segments' sums is about [`SPAN`] passes over the uses.
 pub(super) const POINTS: usize = 256;
 /// A segment spans at most this many cut points.
 pub(super) const SPAN: usize = 128;
 
-/// One segment's totals, at region granularity.
+/// The bytes two `(offset, len)` ranges share.
+fn overlap(a: (u64, u64), b: (u64, u64)) -> u64 {
+    (a.0 + a.1).min(b.0 + b.1).saturating_sub(a.0.max(b.0))
+}
+
+/// One segment's totals.
 #[derive(Debug, Clone, Copy, Default)]
 struct Segment {
     compute_ns: u64,
@@ -55,49 +64,50 @@ impl Segments {
         if ops.is_empty() {
             return Self::default();
         }
-        // Whether each use's region is read at its next use (false where it has none).
+        // Each use's region's next use (`NEVER`: none).
         let uses = &program.uses;
-        let mut next_reads = vec![false; uses.len()];
-        let mut later: Vec<Option<bool>> = vec![None; program.bytes.len()];
+        let spans = &program.spans;
+        let mut next = vec![NEVER; uses.len()];
+        let mut later = vec![NEVER; program.bytes.len()];
         for (i, u) in uses.iter().enumerate().rev() {
-            let r = u.region as usize;
-            next_reads[i] = later[r].unwrap_or(false);
-            later[r] = Some(u.reads);
+            next[i] = later[u.region as usize];
+            later[u.region as usize] = i as u32;
         }
+        // The bytes of `write` the use after `i` reads again.
+        let read_next = |i: usize, write: (u64, u64)| match next[i] {
+            NEVER => 0,
+            n => overlap(write, spans[n as usize].read),
+        };
         let points = ops.len().min(POINTS);
         let cut = |p: usize| p * ops.len() / points;
         let mut segments = vec![Segment::default(); points * SPAN];
-        // Per region, stamped with the start point of the sweep: met, written, counted.
-        let (mut met, mut written, mut counted) = (
-            vec![usize::MAX; program.bytes.len()],
-            vec![usize::MAX; program.bytes.len()],
-            vec![false; program.bytes.len()],
-        );
+        let n = program.bytes.len();
+        // Per region, for the sweep from start point `p` (stamped with it): met yet; written
+        // yet, its latest write, and the bytes of it counted as read next.
+        let (mut met, mut written) = (vec![usize::MAX; n], vec![usize::MAX; n]);
+        let (mut last_write, mut counted) = (vec![(0u64, 0u64); n], vec![0u64; n]);
         for p in 0..points {
             let mut seg = Segment::default();
             for q in 1..=SPAN.min(points - p) {
                 for &(dur_ns, start, end) in &ops[cut(p + q - 1)..cut(p + q)] {
                     seg.compute_ns = seg.compute_ns.saturating_add(dur_ns);
-                    for (i, u) in uses[start as usize..end as usize].iter().enumerate() {
+                    for i in start as usize..end as usize {
+                        let (u, span) = (uses[i], spans[i]);
                         let r = u.region as usize;
-                        let bytes = program.bytes[r];
                         if met[r] != p {
                             met[r] = p;
-                            if u.reads {
-                                seg.read_first_bytes += bytes;
-                            }
+                            seg.read_first_bytes += span.read.1;
                         }
-                        if u.writes && written[r] != p {
-                            written[r] = p;
-                            counted[r] = false;
+                        if u.writes {
+                            if written[r] != p {
+                                written[r] = p;
+                                counted[r] = 0;
+                            }
+                            last_write[r] = span.write;
                         }
                         if written[r] == p {
-                            let now = next_reads[start as usize + i];
-                            match (counted[r], now) {
-                                (false, true) => seg.written_read_next_bytes += bytes,
-                                (true, false) => seg.written_read_next_bytes -= bytes,
-                                _ => {}
-                            }
+                            let now = read_next(i, last_write[r]);
+                            seg.written_read_next_bytes = seg.written_read_next_bytes - counted[r] + now;
                             counted[r] = now;
                         }
                     }
