@@ -213,6 +213,11 @@ impl SimBackend {
             match this.budget.pool_mut().take(bytes) {
                 Some(entry) => {
                     region.addr = entry.buf.addr;
+                    // Its pages are written once the work on them still queued is done.
+                    let after = entry.after.iter().copied().max().unwrap_or(0);
+                    for blk in &mut region.blocks {
+                        blk.ready_ns = blk.ready_ns.max(after);
+                    }
                     for b in (0..entry.resident.len()).filter(|&b| entry.resident[b]) {
                         let (bs, be) = region.block_pages(b);
                         region.on_device.insert(bs, be);
