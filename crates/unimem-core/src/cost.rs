@@ -59,6 +59,12 @@ pub struct CostModel {
     pub batch_range_ns: u64,
     /// Rate at which a prefetch populates pages that have no copy.
     pub prefetch_populate_rate_gbps: f64,
+    /// Rate of that population while staged evictions (copies out, then the discard of their
+    /// pages) are under way: on the H200 the driver's population slows to a crawl beside
+    /// discards, where beside a copy alone it keeps its rate. Profiles written before it was
+    /// measured take the H200's.
+    #[serde(default = "h200_populate_beside_stage_out")]
+    pub populate_beside_stage_out_rate_gbps: f64,
     /// Rate of the driver's own eviction (D2H).
     pub evict_d2h_rate_gbps: f64,
     /// Whether H2D and D2H migrations can run at the same time.
@@ -154,6 +160,10 @@ fn h200_host_memory() -> u64 {
 
 fn h200_free_retired() -> u64 {
     CostModel::h200().free_retired_host_ns
+}
+
+fn h200_populate_beside_stage_out() -> f64 {
+    CostModel::h200().populate_beside_stage_out_rate_gbps
 }
 
 fn h200_prefetch_deferred_call() -> u64 {
@@ -268,6 +278,7 @@ impl CostModel {
             ("prefetch_h2d_rate_gbps", self.prefetch_h2d_rate_gbps),
             ("prefetch_d2h_rate_gbps", self.prefetch_d2h_rate_gbps),
             ("prefetch_populate_rate_gbps", self.prefetch_populate_rate_gbps),
+            ("populate_beside_stage_out_rate_gbps", self.populate_beside_stage_out_rate_gbps),
             ("evict_d2h_rate_gbps", self.evict_d2h_rate_gbps),
             ("duplicate_drop_rate_gbps", self.duplicate_drop_rate_gbps),
             ("duplicate_prefetch_rate_gbps", self.duplicate_prefetch_rate_gbps),

@@ -7,6 +7,7 @@
 //! and allocations), `vmm.rs` (virtual memory management and copies both ways at once, the
 //! candidates for moving data at the link's rate); `measure.rs` has how each is timed.
 
+mod beside;
 mod host;
 mod managed;
 mod measure;
@@ -104,6 +105,7 @@ pub fn transfers(dev: &CudaDevice, bytes: u64) -> Result<Vec<Measurement>> {
     let c = Ctx { dev, kernels: &kernels, s: &s, s2: &s2, bytes, default: &default };
     let mut n = Notes::default();
     vmm::rows(&c, &mut n)?;
+    beside::rows(&c, &mut n)?;
     Ok(n.0)
 }
 
@@ -163,6 +165,11 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
     if let Err(e) = vmm::rows(&c, n) {
         tracing::warn!(error = %e, "the VMM and copy-duplex rows could not be measured");
     }
+    let populate_beside_stage_out = if dev.capabilities().discard_batch {
+        beside::rows(&c, n)?
+    } else {
+        default.populate_beside_stage_out_rate_gbps
+    };
     let host: HostCosts = host::host_costs(&c, n, &a)?;
 
     let (major, minor) = dev.capabilities().compute_capability;
@@ -182,6 +189,7 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
         prefetch_d2h_rate_gbps: p.d2h,
         batch_range_ns: p.batch_ns.round() as u64,
         prefetch_populate_rate_gbps: populate_rate,
+        populate_beside_stage_out_rate_gbps: populate_beside_stage_out,
         evict_d2h_rate_gbps: p.d2h,
         um_full_duplex: full_duplex,
         duplicate_drop_rate_gbps: rm.drop_rate,

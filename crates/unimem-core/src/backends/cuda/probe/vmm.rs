@@ -21,12 +21,12 @@ fn map(range: &Reserved, offset: u64, chunk: &Physical, device: i32) -> Result<(
 }
 
 /// Pinned host memory (`cuMemHostAlloc`), freed on drop.
-struct Pinned {
+pub(super) struct Pinned {
     ptr: *mut u8,
 }
 
 impl Pinned {
-    fn new(bytes: u64) -> Result<Self> {
+    pub(super) fn new(bytes: u64) -> Result<Self> {
         let mut p: *mut std::ffi::c_void = std::ptr::null_mut();
         // SAFETY: one out-pointer.
         unsafe { sys::cuMemHostAlloc(&mut p, bytes as usize, sys::CU_MEMHOSTALLOC_DEVICEMAP) }
@@ -35,7 +35,7 @@ impl Pinned {
         Ok(Self { ptr: p.cast() })
     }
 
-    fn addr(&self) -> u64 {
+    pub(super) fn addr(&self) -> u64 {
         self.ptr as u64
     }
 }
@@ -48,7 +48,7 @@ impl Drop for Pinned {
 }
 
 /// Copies `bytes` from `src` to `dst` on `stream` (either side device or pinned host memory).
-fn copy(dst: u64, src: u64, bytes: u64, stream: &CudaStream) -> Result<()> {
+pub(super) fn copy(dst: u64, src: u64, bytes: u64, stream: &CudaStream) -> Result<()> {
     // SAFETY: both ranges are owned by the probe and live until the stream has run the copy.
     unsafe { sys::cuMemcpyAsync(dst, src, bytes as usize, stream.cu_stream()) }
         .result()
@@ -101,7 +101,7 @@ fn timed_beside_spin(c: &Ctx<'_>, what: &'static str, f: impl FnOnce() -> Result
     Ok(t)
 }
 
-fn sync(s: &CudaStream) -> Result<()> {
+pub(super) fn sync(s: &CudaStream) -> Result<()> {
     s.synchronize().map_err(cuda_err("cuStreamSynchronize", "probe"))
 }
 
