@@ -58,8 +58,8 @@ use crate::error::{Error, Result};
 use crate::region::RegionId;
 use crate::seam::{
     Advice, BackendInfo, BackendKind, BackendStats, ByteRange, Destination, DeviceId, Direction, HostAccess,
-    HostOp, KernelLaunch, Location, MemEvent, MemoryBackend, MigrationCause, Recorder, Residency, Transfer,
-    BLOCK_SIZE, PAGE_SIZE,
+    HostOp, KernelLaunch, Location, MemEvent, MemoryBackend, MigrationCause, Recorder, Residency,
+    Transfer, BLOCK_SIZE, PAGE_SIZE,
 };
 use crate::units::Bytes;
 
@@ -96,6 +96,9 @@ pub struct SimBackend {
     compute_free: u64,
     link_h2d: u64,
     link_d2h: u64,
+    /// When the staged evictions issued so far end (their copies out, after which their pages
+    /// are discarded): a population before then runs at the profile's slower rate.
+    stage_out_until: u64,
     /// When the CUDA backend's `h2d` stream is next free: its prefetches and restores queue
     /// in order, populations of fresh pages among them, which do not occupy the link.
     h2d_stream: u64,
@@ -162,6 +165,7 @@ impl SimBackend {
             compute_free: 0,
             link_h2d: 0,
             link_d2h: 0,
+            stage_out_until: 0,
             h2d_stream: 0,
             staging_capacity: 0,
             staged_bytes: 0,
@@ -295,6 +299,24 @@ impl SimBackend {
         };
         self.h2d_stream = end;
         (start, end)
+    }
+
+    /// Device time of populating `bytes` of fresh pages from `start`: at the profile's rate,
+    /// but at `populate_beside_stage_out_rate_gbps` while the staged evictions issued so far
+    /// run (until `stage_out_until`), as on the H200 (`docs/decisions.md`).
+    fn population_ns(&self, start: u64, bytes: u64) -> u64 {
+        let (fast, slow) =
+            (self.cost.prefetch_populate_rate_gbps, self.cost.populate_beside_stage_out_rate_gbps);
+        if bytes == 0 || self.stage_out_until <= start {
+            return CostModel::transfer_ns(bytes, fast);
+        }
+        let window = self.stage_out_until - start;
+        let all_slow = CostModel::transfer_ns(bytes, slow);
+        if all_slow <= window {
+            return all_slow;
+        }
+        let done = ((window as f64 * slow) as u64).min(bytes);
+        window + CostModel::transfer_ns(bytes - done, fast)
     }
 
     /// Occupies the link in `dir` for `dur` from no earlier than `earliest`; returns (start, end).

@@ -72,6 +72,7 @@ impl SimBackend {
                         (start_at, start_at)
                     };
                     this.regions.get_mut(&id).expect("checked").blocks[b].staged_until = end;
+                    this.stage_out_until = this.stage_out_until.max(end);
                     copies += 1;
                     this.stats.d2h_bytes += copied;
                     this.stats.staged_out_bytes += bytes;

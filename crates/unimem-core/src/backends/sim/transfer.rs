@@ -79,9 +79,9 @@ impl SimBackend {
         } else {
             self.cost.prefetch_h2d_rate_gbps
         };
-        let dur = call_ns
-            + CostModel::transfer_ns(bytes, rate)
-            + CostModel::transfer_ns(m.populated as u64 * PAGE_SIZE, self.cost.prefetch_populate_rate_gbps);
+        let copy_ns = call_ns + CostModel::transfer_ns(bytes, rate);
+        let populated_from = room_at.max(self.h2d_stream) + copy_ns;
+        let dur = copy_ns + self.population_ns(populated_from, m.populated as u64 * PAGE_SIZE);
         let (start, end) = self.occupy_h2d_stream(room_at, dur, bytes > 0);
         // The CUDA backend queues it behind a short kernel: the driver
         // defers the work, and the call holds the host for itself alone.
