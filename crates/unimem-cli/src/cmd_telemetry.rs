@@ -89,6 +89,18 @@ pub fn run(cmd: &Command) -> Result<()> {
             );
             println!("of those stalls, with no copy on the link: {}", Nanos(t.stall_link_idle_ns));
             println!("device idle between kernels (none issued yet): {}", Nanos(t.device_idle_ns));
+            if !t.page_work.is_empty() {
+                println!("the driver's page work on the device:");
+                for (kind, w) in &t.page_work {
+                    println!(
+                        "  {kind} {} in {} ({:.1} GB/s), {} of it beside copies on the link",
+                        Bytes(w.bytes),
+                        Nanos(w.ns),
+                        w.bytes as f64 / w.ns.max(1) as f64,
+                        Nanos(w.beside_copies_ns)
+                    );
+                }
+            }
             let causes: Vec<String> = t.by_cause.iter().map(|(c, b)| format!("{c} {}", Bytes(*b))).collect();
             println!(
                 "bytes moved by cause: {}",

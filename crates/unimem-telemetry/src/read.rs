@@ -89,8 +89,8 @@ pub const MAX_LOG_SUM: u64 = 1 << 63;
 
 /// Record kinds of the schema, for error messages.
 const KINDS: &str =
-    "region, freed, fault, migration, populate, drop, released, relocated, thrashing, throttling, remote_map, kernel, \
-     hint, forecast, end";
+    "region, freed, fault, migration, populate, drop, released, relocated, thrashing, throttling, remote_map, \
+     page_work, kernel, hint, forecast, end";
 
 /// Longest record line accepted: a longer one is an error, not a memory exhaustion.
 pub const MAX_RECORD_BYTES: u64 = unimem_core::trace::MAX_LINE_BYTES;
@@ -242,7 +242,7 @@ fn record(v: &serde_json::Value, log: &mut Log) -> Result<(), String> {
         }
         Some(
             "fault" | "migration" | "populate" | "drop" | "released" | "relocated" | "thrashing"
-            | "throttling" | "remote_map" | "kernel" | "hint" | "forecast",
+            | "throttling" | "remote_map" | "page_work" | "kernel" | "hint" | "forecast",
         ) => {
             let e: MemEvent = serde_json::from_value(v.clone()).map_err(|e| e.to_string())?;
             let (bytes, ns) = sizes(&e)?;
@@ -271,6 +271,7 @@ fn sizes(e: &MemEvent) -> Result<(u64, u64), String> {
     Ok(match *e {
         MemEvent::Migration { bytes, start_ns, end_ns, .. } => (bytes, span(start_ns, end_ns)?),
         MemEvent::Throttling { start_ns, end_ns, .. } => (0, span(start_ns, end_ns)?),
+        MemEvent::PageWork { bytes, start_ns, end_ns, .. } => (bytes, span(start_ns, end_ns)?),
         MemEvent::Kernel { start_ns, end_ns, stall_ns, .. } => {
             (0, span(start_ns, end_ns)?.saturating_add(stall_ns))
         }

@@ -31,6 +31,19 @@ pub struct RegionSummary {
     pub transfer_ns: u64,
 }
 
+/// The driver's page-table work of one kind over a log ([`MemEvent::PageWork`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PageWorkTotals {
+    /// Pieces of work (calls the backend queued).
+    pub count: u64,
+    /// Bytes of pages.
+    pub bytes: u64,
+    /// Device time they took, summed.
+    pub ns: u64,
+    /// Of that time, the part while a copy was on the link.
+    pub beside_copies_ns: u64,
+}
+
 /// Totals over a log.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct Totals {
@@ -57,6 +70,9 @@ pub struct Totals {
     /// The most live bytes on the device at once ([`crate::resident_series`]); set by
     /// [`Summary::of_log`], which has the frees.
     pub peak_resident_bytes: u64,
+    /// The driver's page-table work the backend timed, by kind (`populate`, `repopulate`,
+    /// `discard`; a GPU backend times it, the simulator models it).
+    pub page_work: BTreeMap<String, PageWorkTotals>,
     /// Kernels and the time they stalled.
     pub kernels: u64,
     /// Sum of kernel stalls.
@@ -92,6 +108,8 @@ pub struct Summary {
     /// Kernels' stalls and copies on the link, as intervals (start, end) in ns.
     stalls: Vec<(u64, u64)>,
     copies: Vec<(u64, u64)>,
+    /// Page work by kind, as intervals (start, end).
+    page_work: BTreeMap<&'static str, Vec<(u64, u64)>>,
 }
 
 /// The union of `intervals`, sorted and merged.
@@ -141,6 +159,10 @@ impl Summary {
         let copies = union(std::mem::take(&mut s.copies));
         let stalled: u64 = stalls.iter().map(|(a, b)| b - a).sum();
         s.totals.stall_link_idle_ns = stalled - shared(&stalls, &copies);
+        for (kind, spans) in std::mem::take(&mut s.page_work) {
+            let t = s.totals.page_work.entry(kind.to_string()).or_default();
+            t.beside_copies_ns = shared(&union(spans), &copies);
+        }
         s
     }
 
@@ -208,6 +230,14 @@ impl Summary {
                     self.totals.device_idle_ns += start_ns.saturating_sub(last);
                 }
                 self.last_kernel_end = Some(self.last_kernel_end.map_or(end_ns, |l| l.max(end_ns)));
+            }
+            MemEvent::PageWork { work, bytes, start_ns, end_ns } => {
+                let kind: &'static str = work.name();
+                let t = self.totals.page_work.entry(kind.to_string()).or_default();
+                t.count += 1;
+                t.bytes += bytes;
+                t.ns += end_ns.saturating_sub(start_ns);
+                self.page_work.entry(kind).or_default().push((start_ns, end_ns));
             }
             MemEvent::Hint { ref hint, bytes, .. } => {
                 let h = self.totals.hints.entry(hint.to_string()).or_default();
@@ -277,6 +307,58 @@ mod tests {
         assert_eq!(s.totals.kernel_stall_ns, 200);
         assert_eq!(s.totals.stall_link_idle_ns, 50 + 50, "0-50 and 250-300 had no copy");
         assert_eq!(Summary::of(&[k(0, 0)]).totals.stall_link_idle_ns, 0, "no stall, nothing idle");
+    }
+
+    #[test]
+    fn page_work_is_totalled_by_kind_with_its_time_beside_copies() {
+        use unimem_core::seam::PageWork;
+        let work = |work, bytes, start_ns, end_ns| MemEvent::PageWork { work, bytes, start_ns, end_ns };
+        let copy = |start_ns, end_ns| MemEvent::Migration {
+            region: RegionId(1),
+            offset: 0,
+            bytes: 4096,
+            dir: Direction::D2H,
+            cause: MigrationCause::Staging,
+            start_ns,
+            end_ns,
+        };
+        // A copy over 100-200; populations over 50-150 and 300-400; a discard over 190-210.
+        let s = Summary::of(&[
+            copy(100, 200),
+            work(PageWork::Populate, 1000, 50, 150),
+            work(PageWork::Discard, 500, 190, 210),
+            work(PageWork::Populate, 3000, 300, 400),
+        ]);
+        let p = s.totals.page_work["populate"];
+        assert_eq!((p.count, p.bytes, p.ns, p.beside_copies_ns), (2, 4000, 200, 50));
+        let d = s.totals.page_work["discard"];
+        assert_eq!((d.count, d.bytes, d.ns, d.beside_copies_ns), (1, 500, 20, 10));
+        assert!(!s.totals.page_work.contains_key("repopulate"));
+    }
+
+    /// The simulator reports the page work it models: a new region's population, and the
+    /// repopulation of staged pages before their copy in, each with its device time.
+    #[test]
+    fn simulator_page_work_is_reported() {
+        let mut gpu = SimBackend::new(CostModel::h200(), 64 << 20).with_staging(64 << 20);
+        gpu.record_events(true);
+        let id = RegionId(1);
+        gpu.allocate(id, 8 << 20).unwrap();
+        let whole = unimem_core::ByteRange::whole(id, 8 << 20);
+        gpu.prefetch(&[whole], unimem_core::Location::DEVICE).unwrap();
+        let acc = [RangeAccess { region: id, offset: 0, len: 8 << 20, mode: AccessMode::Write }];
+        gpu.launch(&KernelLaunch { name: "write", dur_ns: 1000, accesses: &acc }).unwrap();
+        gpu.stage_out(&[whole]).unwrap();
+        gpu.synchronize().unwrap();
+        gpu.prefetch(&[whole], unimem_core::Location::DEVICE).unwrap();
+        gpu.synchronize().unwrap();
+        let mut events = Vec::new();
+        gpu.drain_events(&mut events);
+        let t = Summary::of(&events).totals;
+        let (pop, repop) = (t.page_work["populate"], t.page_work["repopulate"]);
+        assert_eq!((pop.count, pop.bytes), (1, 8 << 20), "{t:?}");
+        assert_eq!((repop.count, repop.bytes), (1, 8 << 20), "{t:?}");
+        assert!(pop.ns > 0 && repop.ns > 0, "{t:?}");
     }
 
     #[test]

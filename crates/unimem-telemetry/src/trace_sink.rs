@@ -60,6 +60,9 @@ impl EventSink for TracingSink {
                 MemEvent::Kernel { name, start_ns, end_ns, stall_ns } => {
                     tracing::trace!(target: "unimem::telemetry", kernel = %name, start_ns, end_ns, stall_ns, "kernel")
                 }
+                MemEvent::PageWork { work, bytes, start_ns, end_ns } => tracing::trace!(
+                    target: "unimem::telemetry", work = work.name(), bytes, start_ns, end_ns, "page work"
+                ),
                 MemEvent::Populate { region, bytes, on, .. } => tracing::trace!(
                     target: "unimem::telemetry", region = region.0, name = %self.name(*region), bytes, on = ?on, "populate"
                 ),

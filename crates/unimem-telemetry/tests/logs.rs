@@ -205,18 +205,20 @@ fn bad_logs_are_clear_errors() {
     let e = err(cut);
     assert!(e.starts_with("bad.jsonl:") && e.contains("truncated"), "{e}");
     // Wrong schema version, wrong schema.
-    let e = err(&good.replacen("\"version\":6", "\"version\":7", 1));
+    let e = err(&good.replacen("\"version\":7", "\"version\":8", 1));
     assert!(
-        e.contains("bad.jsonl:1:") && e.contains("version 7") && e.contains("reads versions 2 to 6"),
+        e.contains("bad.jsonl:1:") && e.contains("version 8") && e.contains("reads versions 2 to 7"),
         "{e}"
     );
     assert!(err(&good.replacen("unimem-telemetry", "other", 1)).contains("is not `unimem-telemetry`"));
     // Version 2 (no addresses, no releases), 3 (no driver thrashing events), 4 (no
     // relocations) and 5 (no end record) logs still read; they cannot say whether they are
-    // complete.
+    // complete. A version 6 log (no page work) reads, complete.
+    let v6 = good.replacen("\"version\":7", "\"version\":6", 1);
+    assert_eq!(Log::parse(v6.as_bytes(), "v6.jsonl").unwrap().end, unimem_telemetry::LogEnd::Complete);
     let unended = good.lines().filter(|l| !l.contains("\"kind\":\"end\"")).collect::<Vec<_>>().join("\n");
     for v in [2, 3, 4, 5] {
-        let old = unended.replacen("\"version\":6", &format!("\"version\":{v}"), 1);
+        let old = unended.replacen("\"version\":7", &format!("\"version\":{v}"), 1);
         let log = Log::parse(old.as_bytes(), "old.jsonl").unwrap_or_else(|e| panic!("version {v}: {e}"));
         assert_eq!(log.end, unimem_telemetry::LogEnd::Unmarked, "version {v}");
     }
@@ -232,6 +234,14 @@ fn bad_logs_are_clear_errors() {
     // A known kind with a bad field.
     let e = err(&good.replacen("\"dir\":\"h2d\"", "\"dir\":\"sideways\"", 1));
     assert!(e.contains("sideways"), "{e}");
+    // Page work that ends before it starts, and of an unknown kind.
+    let mut lines: Vec<&str> = good.lines().collect();
+    lines.insert(3, r#"{"kind":"page_work","work":"populate","bytes":4096,"start_ns":20,"end_ns":10}"#);
+    let e = err(&lines.join("\n"));
+    assert!(e.contains("bad.jsonl:4:") && e.contains("before `start_ns`"), "{e}");
+    lines[3] = r#"{"kind":"page_work","work":"teleport","bytes":4096,"start_ns":10,"end_ns":20}"#;
+    let e = err(&lines.join("\n"));
+    assert!(e.contains("bad.jsonl:4:") && e.contains("teleport"), "{e}");
     assert!(err("").contains("empty file"));
 }
 

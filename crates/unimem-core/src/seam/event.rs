@@ -77,6 +77,31 @@ impl RemoteMapCause {
     }
 }
 
+/// The driver's page-table work a backend times (see [`MemEvent::PageWork`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum PageWork {
+    /// A prefetch to the device of pages that hold no data on it: fresh pages populated (a new
+    /// region's, or a new output's), or host pages migrated.
+    Populate,
+    /// Discarded pages of staged blocks brought back before their data is copied in.
+    Repopulate,
+    /// The pages of staged-out (or dead) data dropped.
+    Discard,
+}
+
+impl PageWork {
+    /// The name the telemetry log gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            PageWork::Populate => "populate",
+            PageWork::Repopulate => "repopulate",
+            PageWork::Discard => "discard",
+        }
+    }
+}
+
 /// What a hint asked the backend for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -265,6 +290,20 @@ pub enum MemEvent {
         cause: RemoteMapCause,
         /// When.
         at_ns: u64,
+    },
+    /// The driver's page-table work on the device, as the backend queued it: no bytes cross
+    /// the link, but on the H200 it runs far slower beside other such work (a population
+    /// beside a stage-out's discards at a fifteenth of its rate alone), and the data it is for
+    /// waits for it.
+    PageWork {
+        /// What it was.
+        work: PageWork,
+        /// Bytes of the pages.
+        bytes: u64,
+        /// When the device began it.
+        start_ns: u64,
+        /// When it was done.
+        end_ns: u64,
     },
     /// A kernel ran.
     Kernel {
@@ -484,6 +523,9 @@ mod tests {
         use MigrationCause as M;
         for c in [M::Fault, M::Prefetch, M::Eviction, M::Coherence, M::Staging] {
             assert_eq!(serde_json::to_string(&c).unwrap(), format!("\"{}\"", c.name()));
+        }
+        for w in [PageWork::Populate, PageWork::Repopulate, PageWork::Discard] {
+            assert_eq!(serde_json::to_string(&w).unwrap(), format!("\"{}\"", w.name()));
         }
         use RemoteMapCause as R;
         for c in [R::Coherence, R::Thrashing, R::Policy, R::OutOfMemory, R::Eviction, R::Unknown] {

@@ -10,7 +10,7 @@ mod recorder;
 use std::fmt;
 
 pub use event::{
-    BackendStats, Direction, HintKind, HostOp, HostTime, MemEvent, MigrationCause, RemoteMapCause,
+    BackendStats, Direction, HintKind, HostOp, HostTime, MemEvent, MigrationCause, PageWork, RemoteMapCause,
 };
 pub use program::{ProgramStream, ProgramStreams};
 pub use recorder::Recorder;

@@ -58,7 +58,7 @@ use crate::error::{Error, Result};
 use crate::region::RegionId;
 use crate::seam::{
     Advice, BackendInfo, BackendKind, BackendStats, ByteRange, Destination, DeviceId, Direction, HostAccess,
-    HostOp, KernelLaunch, Location, MemEvent, MemoryBackend, MigrationCause, Recorder, Residency,
+    HostOp, KernelLaunch, Location, MemEvent, MemoryBackend, MigrationCause, PageWork, Recorder, Residency,
     Transfer, BLOCK_SIZE, PAGE_SIZE,
 };
 use crate::units::Bytes;

@@ -31,7 +31,9 @@ impl SimBackend {
             }
         }
         let dur = self.cost.discard_call_ns + CostModel::transfer_ns(bytes, self.cost.discard_rate_gbps);
-        self.occupy_link(Direction::D2H, self.host_now, dur);
+        let (start_ns, end_ns) = self.occupy_link(Direction::D2H, self.host_now, dur);
+        let work = PageWork::Discard;
+        self.emit(|| MemEvent::PageWork { work, bytes, start_ns, end_ns });
         self.host_now += self.discard_host_ns(bytes);
     }
 

@@ -217,13 +217,20 @@ impl SimBackend {
             self.restamp(id, blocks);
             self.stats.h2d_bytes += bytes;
             self.stats.staged_in_bytes += bytes;
+            // The repopulation, then the copy.
+            let copied_from = start + call + per_block;
+            if repopulated > 0 {
+                let bytes = (bytes - resident_bytes).min(repopulated as u64 * BLOCK_SIZE);
+                let work = PageWork::Repopulate;
+                self.emit(|| MemEvent::PageWork { work, bytes, start_ns: start + call, end_ns: copied_from });
+            }
             self.emit_migration(
                 id,
                 rs as u64 * PAGE_SIZE,
                 bytes,
                 Direction::H2D,
                 MigrationCause::Staging,
-                (start, end),
+                (copied_from, end),
             );
             pages += n;
             done = done.max(end);

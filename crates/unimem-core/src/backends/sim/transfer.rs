@@ -83,6 +83,10 @@ impl SimBackend {
         let populated_from = room_at.max(self.h2d_stream) + copy_ns;
         let dur = copy_ns + self.population_ns(populated_from, m.populated as u64 * PAGE_SIZE);
         let (start, end) = self.occupy_h2d_stream(room_at, dur, bytes > 0);
+        if m.populated > 0 {
+            let (work, bytes) = (PageWork::Populate, m.populated as u64 * PAGE_SIZE);
+            self.emit(|| MemEvent::PageWork { work, bytes, start_ns: start + copy_ns, end_ns: end });
+        }
         // The CUDA backend queues it behind a short kernel: the driver
         // defers the work, and the call holds the host for itself alone.
         self.host_now += self.cost.prefetch_deferred_call_ns;
@@ -171,7 +175,9 @@ impl SimBackend {
                 });
             }
             let dur = this.cost.discard_call_ns + CostModel::transfer_ns(total, this.cost.discard_rate_gbps);
-            this.occupy_link(Direction::D2H, after, dur);
+            let (start_ns, end_ns) = this.occupy_link(Direction::D2H, after, dur);
+            let (work, bytes) = (PageWork::Discard, total);
+            this.emit(|| MemEvent::PageWork { work, bytes, start_ns, end_ns });
             // The call itself holds the host (measured per GiB of 2 MiB ranges).
             let bytes: u64 = ranges.iter().map(|r| r.len).sum();
             this.host_now += this.discard_host_ns(bytes);

@@ -75,7 +75,7 @@ use crate::region::RegionId;
 use crate::seam::{
     block_bytes, Advice, BackendInfo, BackendKind, BackendStats, ByteRange, Destination, DeviceId,
     HostAccess, HostOp, KernelLaunch, Location, MemEvent, MemoryBackend, NativeLaunch, NativeLaunches,
-    Recorder, Residency, Transfer, BLOCK_SIZE, PAGE_SIZE,
+    PageWork, Recorder, Residency, Transfer, BLOCK_SIZE, PAGE_SIZE,
 };
 
 /// A device address range as the driver's calls take it: (address, bytes).

@@ -28,6 +28,13 @@ pub(super) enum Pending {
         start: CudaEvent,
         end: CudaEvent,
     },
+    /// The driver's page-table work queued on a stream (populations, repopulations, discards).
+    PageWork {
+        work: crate::seam::PageWork,
+        bytes: u64,
+        start: CudaEvent,
+        end: CudaEvent,
+    },
     /// One mark per stream, recorded at the free.
     Released {
         region: RegionId,
@@ -66,7 +73,9 @@ impl Recording {
     pub(super) fn resolve(&mut self, out: &mut Vec<MemEvent>) {
         while let Some(front) = self.pending.front() {
             let done = match front {
-                Pending::Kernel { end, .. } | Pending::Staging { end, .. } => end.is_complete(),
+                Pending::Kernel { end, .. }
+                | Pending::Staging { end, .. }
+                | Pending::PageWork { end, .. } => end.is_complete(),
                 Pending::Released { marks, .. } => marks.iter().all(|m| m.is_complete()),
             };
             if !done {
@@ -98,6 +107,11 @@ impl Recording {
                         });
                         at = until;
                     }
+                    self.spare.extend([start, end]);
+                }
+                Pending::PageWork { work, bytes, start, end } => {
+                    let (start_ns, end_ns) = (self.time_of(&start), self.time_of(&end));
+                    out.push(MemEvent::PageWork { work, bytes, start_ns, end_ns: end_ns.max(start_ns) });
                     self.spare.extend([start, end]);
                 }
                 Pending::Released { region, marks } => {
@@ -170,6 +184,27 @@ impl CudaBackend {
                 self.recorder.extend(done);
             }
         }
+    }
+
+    /// Runs `work` (the driver's page-table work over `bytes`, enqueued on `stream`), and when
+    /// recording times it with a pair of events: it becomes a `PageWork` event.
+    pub(super) fn timed_page_work<T>(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        kind: crate::seam::PageWork,
+        bytes: u64,
+        work: impl FnOnce(&mut Self) -> Result<T>,
+    ) -> Result<T> {
+        let start = match self.timing() {
+            Some(rec) => Some(rec.mark(stream)?),
+            None => None,
+        };
+        let out = work(self)?;
+        if let (Some(start), Some(rec)) = (start, self.recording.as_mut()) {
+            let end = rec.mark(stream)?;
+            rec.pending.push_back(Pending::PageWork { work: kind, bytes, start, end });
+        }
+        Ok(out)
     }
 
     /// Runs `copy` (staging copies of `blocks` enqueued on `stream`), and when recording times

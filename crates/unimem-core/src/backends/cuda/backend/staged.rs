@@ -132,7 +132,10 @@ impl CudaBackend {
                 .wait(&p.copied)
                 .map_err(cuda_err("cuStreamWaitEvent", "discard after its copy"))?;
         }
-        discard_batch(&self.dev, &p.ranges, &self.streams.remap)?;
+        let (remap, bytes) = (self.streams.remap.clone(), p.ranges.iter().map(|r| r.1).sum());
+        self.timed_page_work(&remap, PageWork::Discard, bytes, |this| {
+            discard_batch(&this.dev, &p.ranges, &remap)
+        })?;
         let done = Arc::new(
             self.streams.remap.record_event(None).map_err(cuda_err("cuEventRecord", "staged eviction"))?,
         );
