@@ -288,8 +288,8 @@ impl SimBackend {
 
     /// Work on the `h2d` stream for `dur` from no earlier than `earliest`, after the work
     /// queued there: a copy in occupies the link as well; a population of fresh pages does not
-    /// (on the H200 it ran beside a copy either way at 1.05x the longer one's time, in
-    /// `unimem probe --transfers`). Returns (start, end).
+    /// (on the H200 a copy either way beside it keeps its rate, `unimem probe --transfers`; the
+    /// population's own rate is `population_ns`'s). Returns (start, end).
     fn occupy_h2d_stream(&mut self, earliest: u64, dur: u64, on_link: bool) -> (u64, u64) {
         let earliest = earliest.max(self.h2d_stream);
         let (start, end) = if on_link {
