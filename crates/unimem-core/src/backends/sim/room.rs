@@ -30,10 +30,7 @@ impl SimBackend {
                 self.retired_free_ns += self.cost.free_retired_ns(e.resident_bytes());
             }
         }
-        let dur = self.cost.discard_call_ns + CostModel::transfer_ns(bytes, self.cost.discard_rate_gbps);
-        let (start_ns, end_ns) = self.occupy_link(Direction::D2H, self.host_now, dur);
-        let work = PageWork::Discard;
-        self.emit(|| MemEvent::PageWork { work, bytes, start_ns, end_ns });
+        self.discard_on_device(self.host_now, bytes);
         self.host_now += self.discard_host_ns(bytes);
     }
 

@@ -174,16 +174,22 @@ impl SimBackend {
                     from: Location::DEVICE,
                 });
             }
-            let dur = this.cost.discard_call_ns + CostModel::transfer_ns(total, this.cost.discard_rate_gbps);
-            let (start_ns, end_ns) = this.occupy_link(Direction::D2H, after, dur);
-            let (work, bytes) = (PageWork::Discard, total);
-            this.emit(|| MemEvent::PageWork { work, bytes, start_ns, end_ns });
+            this.discard_on_device(after, total);
             // The call itself holds the host (measured per GiB of 2 MiB ranges).
             let bytes: u64 = ranges.iter().map(|r| r.len).sum();
             this.host_now += this.discard_host_ns(bytes);
             this.stats.discarded_bytes += total;
             Ok(())
         })
+    }
+
+    /// The device's part of a discard of `bytes` from `after`: the call and the bytes at the
+    /// discard rate, on the D2H side of the link, reported as page work.
+    pub(super) fn discard_on_device(&mut self, after: u64, bytes: u64) {
+        let dur = self.cost.discard_call_ns + CostModel::transfer_ns(bytes, self.cost.discard_rate_gbps);
+        let (start_ns, end_ns) = self.occupy_link(Direction::D2H, after, dur);
+        let work = PageWork::Discard;
+        self.emit(|| MemEvent::PageWork { work, bytes, start_ns, end_ns });
     }
 
     /// Host time of a discard call over `bytes` (measured per GiB of 2 MiB ranges).

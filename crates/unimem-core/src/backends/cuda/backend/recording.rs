@@ -30,7 +30,7 @@ pub(super) enum Pending {
     },
     /// The driver's page-table work queued on a stream (populations, repopulations, discards).
     PageWork {
-        work: crate::seam::PageWork,
+        work: PageWork,
         bytes: u64,
         start: CudaEvent,
         end: CudaEvent,
@@ -186,23 +186,24 @@ impl CudaBackend {
         }
     }
 
-    /// Runs `work` (the driver's page-table work over `bytes`, enqueued on `stream`), and when
-    /// recording times it with a pair of events: it becomes a `PageWork` event.
-    pub(super) fn timed_page_work<T>(
+    /// Runs `work` (enqueued on `stream`) and, when recording, times it with a pair of events
+    /// on that stream: `event` makes the pending record of the pair, from what `work` did.
+    fn timed_on<T>(
         &mut self,
         stream: &Arc<CudaStream>,
-        kind: crate::seam::PageWork,
-        bytes: u64,
         work: impl FnOnce(&mut Self) -> Result<T>,
+        event: impl FnOnce(&Self, CudaEvent, CudaEvent) -> Pending,
     ) -> Result<T> {
         let start = match self.timing() {
             Some(rec) => Some(rec.mark(stream)?),
             None => None,
         };
         let out = work(self)?;
-        if let (Some(start), Some(rec)) = (start, self.recording.as_mut()) {
-            let end = rec.mark(stream)?;
-            rec.pending.push_back(Pending::PageWork { work: kind, bytes, start, end });
+        let (Some(start), Some(rec)) = (start, self.recording.as_mut()) else { return Ok(out) };
+        let end = rec.mark(stream)?;
+        let pending = event(self, start, end);
+        if let Some(rec) = self.recording.as_mut() {
+            rec.pending.push_back(pending);
         }
         Ok(out)
     }
@@ -216,22 +217,42 @@ impl CudaBackend {
         blocks: &[StagedBlock],
         copy: impl FnOnce(&mut Self) -> Result<()>,
     ) -> Result<()> {
-        let start = match self.timing() {
-            Some(rec) => Some(rec.mark(stream)?),
-            None => None,
-        };
-        copy(self)?;
-        if let (Some(start), Some(rec)) = (start, self.recording.as_mut()) {
-            let end = rec.mark(stream)?;
+        self.timed_on(stream, copy, |this, start, end| {
             let blocks = blocks
                 .iter()
                 .map(|&StagedBlock { block: BlockId { region: id, block: b }, .. }| {
-                    let r = &self.regions[&id];
+                    let r = &this.regions[&id];
                     (id, b as u64 * BLOCK_SIZE, r.block_bytes(b as usize))
                 })
                 .collect();
-            rec.pending.push_back(Pending::Staging { dir, blocks, start, end });
-        }
-        Ok(())
+            Pending::Staging { dir, blocks, start, end }
+        })
+    }
+
+    /// Prefetches `ranges` to the device on `stream` (the driver's page work `work`: a
+    /// population or a repopulation), timed as such where recording.
+    pub(super) fn prefetch_pages(
+        &mut self,
+        work: PageWork,
+        stream: Arc<CudaStream>,
+        ranges: &[DevRange],
+    ) -> Result<()> {
+        let bytes = ranges.iter().map(|r| r.1).sum();
+        self.timed_on(
+            &stream,
+            |this| prefetch_batch(&this.dev, ranges, Location::DEVICE, &stream),
+            |_, start, end| Pending::PageWork { work, bytes, start, end },
+        )
+    }
+
+    /// Discards `ranges` on `stream`, timed as page work where recording; false where the
+    /// driver has no batch discard (nothing was queued).
+    pub(super) fn discard_pages(&mut self, stream: Arc<CudaStream>, ranges: &[DevRange]) -> Result<bool> {
+        let bytes = ranges.iter().map(|r| r.1).sum();
+        self.timed_on(
+            &stream,
+            |this| discard_batch(&this.dev, ranges, &stream),
+            |_, start, end| Pending::PageWork { work: PageWork::Discard, bytes, start, end },
+        )
     }
 }

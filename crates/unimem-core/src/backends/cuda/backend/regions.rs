@@ -131,10 +131,7 @@ impl CudaBackend {
                 .d2h
                 .join(&this.streams.compute)
                 .map_err(cuda_err("cuStreamWaitEvent", "discard after kernels"))?;
-            let (d2h, bytes) = (this.streams.d2h.clone(), list.iter().map(|r| r.1).sum());
-            if !this.timed_page_work(&d2h, PageWork::Discard, bytes, |this| {
-                discard_batch(&this.dev, &list, &d2h)
-            })? {
+            if !this.discard_pages(this.streams.d2h.clone(), &list)? {
                 return Ok(()); // no discard on this driver: the data simply stays (a hint)
             }
             this.after_moves_back("order after discard")?;

@@ -125,10 +125,7 @@ impl CudaBackend {
         for ev in shed.iter().flat_map(|e| e.after.iter().chain(&e.last_use)).filter(|ev| !ev.is_complete()) {
             self.streams.remap.wait(ev).map_err(cuda_err("cuStreamWaitEvent", "shed after last use"))?;
         }
-        let (remap, bytes) = (self.streams.remap.clone(), ranges.iter().map(|r| r.1).sum());
-        if self.timed_page_work(&remap, PageWork::Discard, bytes, |this| {
-            discard_batch(&this.dev, &ranges, &remap)
-        })? {
+        if self.discard_pages(self.streams.remap.clone(), &ranges)? {
             let discarded = Arc::new(
                 self.streams.remap.record_event(None).map_err(cuda_err("cuEventRecord", "shed discard"))?,
             );

@@ -132,10 +132,7 @@ impl CudaBackend {
                 .wait(&p.copied)
                 .map_err(cuda_err("cuStreamWaitEvent", "discard after its copy"))?;
         }
-        let (remap, bytes) = (self.streams.remap.clone(), p.ranges.iter().map(|r| r.1).sum());
-        self.timed_page_work(&remap, PageWork::Discard, bytes, |this| {
-            discard_batch(&this.dev, &p.ranges, &remap)
-        })?;
+        self.discard_pages(self.streams.remap.clone(), &p.ranges)?;
         let done = Arc::new(
             self.streams.remap.record_event(None).map_err(cuda_err("cuEventRecord", "staged eviction"))?,
         );

@@ -101,10 +101,7 @@ impl CudaBackend {
             // populate on the spot, holding the host (50-360 us per 64 MiB of fresh pages on
             // the H200, `unimem probe`); queued behind a short kernel it returns at once.
             self.kernels.touch_with_blocks(&self.streams.h2d, &[], 1, HOLD_NS, 1)?;
-            let (h2d, bytes) = (self.streams.h2d.clone(), list.iter().map(|r| r.1).sum());
-            self.timed_page_work(&h2d, PageWork::Populate, bytes, |this| {
-                prefetch_batch(&this.dev, list, Location::DEVICE, &h2d)
-            })?;
+            self.prefetch_pages(PageWork::Populate, self.streams.h2d.clone(), list)?;
         }
         if !repopulate.is_empty() {
             // On an idle stream the call does the repopulation on the spot, holding the host
@@ -112,10 +109,7 @@ impl CudaBackend {
             // once and the driver does it when the stream gets there. A short kernel ahead of
             // it on `remap` frees the host (docs/decisions.md).
             self.kernels.touch_with_blocks(&self.streams.remap, &[], 1, HOLD_NS, 1)?;
-            let (remap, bytes) = (self.streams.remap.clone(), repopulate.iter().map(|r| r.1).sum());
-            self.timed_page_work(&remap, PageWork::Repopulate, bytes, |this| {
-                prefetch_batch(&this.dev, repopulate, Location::DEVICE, &remap)
-            })?;
+            self.prefetch_pages(PageWork::Repopulate, self.streams.remap.clone(), repopulate)?;
             let there = self
                 .streams
                 .remap

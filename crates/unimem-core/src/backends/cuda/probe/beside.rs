@@ -196,9 +196,5 @@ fn beside_copy(
     let w1 = ev(s2)?;
     sync(s)?;
     sync(s2)?;
-    let ns = |a: &cudarc::driver::CudaEvent, z: &cudarc::driver::CudaEvent| -> Result<u64> {
-        let ms = a.elapsed_ms(z).map_err(cuda_err("cuEventElapsedTime", "probe beside"))?;
-        Ok((ms as f64 * 1e6).round().max(1.0) as u64)
-    };
-    Ok((ns(&w0, &w1)?, ns(&c0, &c1)?))
+    Ok((event_ns(&w0, &w1)?, event_ns(&c0, &c1)?))
 }

@@ -19,7 +19,12 @@ pub(super) fn timed(stream: &CudaStream, f: impl FnOnce() -> Result<()>) -> Resu
     let start = stream.record_event(flags).map_err(cuda_err("cuEventRecord", "probe start"))?;
     f()?;
     let end = stream.record_event(flags).map_err(cuda_err("cuEventRecord", "probe end"))?;
-    let ms = start.elapsed_ms(&end).map_err(cuda_err("cuEventElapsedTime", "probe"))?;
+    event_ns(&start, &end)
+}
+
+/// Device time between two completed events (milliseconds -> ns, at least 1).
+pub(super) fn event_ns(start: &CudaEvent, end: &CudaEvent) -> Result<u64> {
+    let ms = start.elapsed_ms(end).map_err(cuda_err("cuEventElapsedTime", "probe"))?;
     Ok((ms as f64 * 1e6).round().max(1.0) as u64)
 }
 

@@ -18,7 +18,7 @@ mod vmm;
 use std::sync::Arc;
 use std::time::Instant;
 
-use cudarc::driver::{sys, CudaStream};
+use cudarc::driver::{sys, CudaEvent, CudaStream};
 
 use super::staging::{Run, Slot, StagingPool, SLOT_BYTES};
 use super::{cuda_err, discard_batch, prefetch_batch, CudaDevice, Kernels, ManagedBuffer, TouchMode};
@@ -27,7 +27,7 @@ use crate::error::{Error, Result};
 use crate::seam::{Advice, Location};
 use host::HostCosts;
 use managed::{Discard, FaultRates, PrefetchCosts, ReadMostly, Remote};
-use measure::{buffer_bytes, gbps, host_timed, line_through, place, timed, DeviceMemory};
+use measure::{buffer_bytes, event_ns, gbps, host_timed, line_through, place, timed, DeviceMemory};
 pub use population::population;
 use population::population_rows;
 pub use population::POPULATION_PROFILE_ROW;
