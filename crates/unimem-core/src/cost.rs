@@ -194,6 +194,9 @@ fn h200_stage_h2d_resident() -> f64 {
     CostModel::h200().stage_h2d_resident_rate_gbps
 }
 
+/// Host time of one of the device arena's calls (bookkeeping and a copy or two issued).
+pub const ARENA_CALL_NS: u64 = 5_000;
+
 impl Default for CostModel {
     fn default() -> Self {
         Self::h200()
@@ -380,7 +383,9 @@ impl CostModel {
         let per_byte_saving = 1.0 / self.gpu_fault_rate_gbps - 1.0 / self.prefetch_h2d_rate_gbps;
         let overhead = self.batch_range_ns.saturating_sub(self.gpu_fault_latency_ns) as f64;
         if per_byte_saving <= 0.0 {
-            return u64::MAX; // faults are as fast as prefetches: never worth a call
+            // Faults move bytes as fast as prefetches: a call pays where it costs no more
+            // than a fault's latency (the device arena's restores at launch), else never.
+            return if self.batch_range_ns <= self.gpu_fault_latency_ns { 0 } else { u64::MAX };
         }
         (overhead / per_byte_saving).ceil() as u64
     }
@@ -395,6 +400,67 @@ impl CostModel {
     pub fn alloc_ns(&self, bytes: u64) -> u64 {
         self.alloc_host_ns
             + (bytes as f64 / (1u64 << 30) as f64 * self.alloc_host_ns_per_gib as f64).round() as u64
+    }
+
+    /// The costs of `memory = "device"` (a replay's regions in an arena of device memory and
+    /// pinned host slots), derived from this profile: every move of data is a copy between
+    /// device and pinned memory at the link's rate (`link_rate_gbps`), both ways at once,
+    /// and nothing else costs the device. What the managed model charges that the arena does
+    /// not have:
+    /// - page work: populations, repopulations and discards (a new block is a zeroed slot, a
+    ///   restore a copy into a free slot, a discard bookkeeping);
+    /// - faults: a kernel's data off the device is copied in before it runs, at the link's
+    ///   rate, after one call's worth of latency;
+    /// - read-mostly duplicates and remote mappings: clean data is dropped without a copy
+    ///   (its host slot stays valid), and the advice calls are bookkeeping;
+    /// - allocation and the pool's frees: slots are carved from memory allocated once.
+    ///
+    /// Host costs per call stay the profile's where the arena makes the same number of driver
+    /// calls (launches), and are the arena's per-block copy calls elsewhere
+    /// (`ARENA_CALL_NS`). The model frees a stage-out's room when it is issued, where the
+    /// arena lends it to the next restore, whose copy waits for the copy out: where restores
+    /// wait on evictions, it is optimistic.
+    pub fn device_arena(&self) -> Self {
+        let link = self.link_rate_gbps;
+        // Zeroing a fresh slot runs at device-memory speed: far past any link.
+        let zeroing = 1000.0;
+        Self {
+            name: format!("{} (device arena)", self.name),
+            gpu_fault_rate_gbps: link,
+            gpu_fault_latency_ns: ARENA_CALL_NS,
+            gpu_populate_latency_ns: 0,
+            prefetch_call_ns: ARENA_CALL_NS,
+            prefetch_deferred_call_ns: ARENA_CALL_NS,
+            batch_range_ns: ARENA_CALL_NS,
+            prefetch_h2d_rate_gbps: link,
+            prefetch_d2h_rate_gbps: link,
+            prefetch_populate_rate_gbps: zeroing,
+            populate_beside_stage_out_rate_gbps: zeroing,
+            evict_d2h_rate_gbps: link,
+            um_full_duplex: true,
+            duplicate_drop_rate_gbps: zeroing,
+            duplicate_prefetch_rate_gbps: link,
+            advise_read_mostly_ns_per_gib: 0,
+            advise_unset_read_mostly_ns_per_gib: 0,
+            advise_remote_ns_per_gib: 0,
+            prefetch_h2d_host_fraction: 0.0,
+            prefetch_d2h_host_fraction: 0.0,
+            discard_host_ns_per_gib: 0,
+            duplicate_write_fault_ns_per_page: 0,
+            remote_rate_gbps: link,
+            discard_rate_gbps: zeroing,
+            discard_call_ns: 0,
+            alloc_host_ns: ARENA_CALL_NS,
+            alloc_host_ns_per_gib: 0,
+            free_retired_host_ns: 0,
+            free_retired_host_ns_per_gib: 0,
+            stage_d2h_rate_gbps: link,
+            stage_h2d_rate_gbps: link,
+            stage_host_rate_gbps: link,
+            stage_h2d_block_ns: 0,
+            stage_h2d_resident_rate_gbps: link,
+            ..self.clone()
+        }
     }
 
     /// Nanoseconds to move `bytes` at `rate_gbps`.
@@ -444,6 +510,24 @@ mod tests {
         assert_eq!(CostModel { name: CostModel::h200().name, ..one }, CostModel::h200());
         let e = CostModel::median(&[]).unwrap_err().to_string();
         assert!(e.contains("at least one"), "{e}");
+    }
+
+    #[test]
+    fn the_device_arena_moves_everything_at_the_link_rate_without_page_work() {
+        let h = CostModel::h200();
+        let a = h.device_arena();
+        assert!(a.name.contains("device arena"), "{}", a.name);
+        for rate in
+            [a.stage_d2h_rate_gbps, a.stage_h2d_rate_gbps, a.prefetch_h2d_rate_gbps, a.gpu_fault_rate_gbps]
+        {
+            assert_eq!(rate, h.link_rate_gbps);
+        }
+        assert!(a.um_full_duplex);
+        assert_eq!((a.stage_h2d_block_ns, a.discard_call_ns, a.gpu_populate_latency_ns), (0, 0, 0));
+        // Faults cost what a prefetch does: any prefetch that hides one pays.
+        assert_eq!(a.prefetch_break_even_bytes(), 0);
+        // What the arena does not change stays the profile's.
+        assert_eq!((a.launch_host_ns, a.link_rate_gbps), (h.launch_host_ns, h.link_rate_gbps));
     }
 
     #[test]

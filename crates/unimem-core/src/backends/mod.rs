@@ -48,7 +48,11 @@ impl BackendSpec {
         Ok(Self {
             which: config.backend,
             device: DeviceId(0),
-            cost: cost_model(config)?,
+            cost: match config.memory {
+                // The simulator models the arena as its costs (`CostModel::device_arena`).
+                Memory::Device => cost_model(config)?.device_arena(),
+                Memory::Managed | Memory::Vmm => cost_model(config)?,
+            },
             capacity,
             staging,
             pin_now,
@@ -74,10 +78,22 @@ pub fn open(spec: &BackendSpec) -> Result<Box<dyn MemoryBackend>> {
                     .with_staged_room(spec.staged_room),
             ),
             Memory::Vmm => Box::new(
-                cuda::VmmBackend::open(ordinal, spec.capacity)?.with_staging(spec.staging, spec.pin_now)?,
+                cuda::BlockBackend::open(ordinal, spec.capacity)?.with_staging(spec.staging, spec.pin_now)?,
+            ),
+            Memory::Device => Box::new(
+                cuda::BlockBackend::open_arena(ordinal, spec.capacity)?
+                    .with_staging(spec.staging, spec.pin_now)?,
             ),
         })
     };
+    if spec.memory == Memory::Device && !spec.relocate {
+        return Err(crate::Error::config(
+            "memory",
+            "\"device\" moves a region's data between addresses, which only a replay allows \
+             (with `replay.relocate = true`, the default)",
+            "the configuration",
+        ));
+    }
     let simulator = || {
         if spec.memory == Memory::Vmm {
             tracing::warn!("memory = \"vmm\" is not modelled by the simulator: it runs as managed memory");
@@ -87,6 +103,7 @@ pub fn open(spec: &BackendSpec) -> Result<Box<dyn MemoryBackend>> {
                 .with_staging(spec.staging)
                 .with_relocation(spec.relocate)
                 .with_staged_room(spec.staged_room)
+                .with_room_after_copies(spec.memory == Memory::Device)
                 .with_host_work_charged(spec.charge_host_work),
         )
     };

@@ -55,6 +55,12 @@ pub enum Memory {
     /// address when data is evicted; copies run both ways at once and restores need no page
     /// population (`docs/decisions.md`, "Regions in CUDA virtual memory").
     Vmm,
+    /// Plain device memory, allocated once to the budget and carved into 2 MiB slots, with
+    /// pinned host slots for evicted data: data moves by copies alone, both ways at once, and
+    /// no page-table work runs on the device. A region's blocks move between slots, so only
+    /// a replay (which finds data by region) can use it (`docs/decisions.md`, "Replays in a
+    /// device arena").
+    Device,
 }
 
 /// A replay policy by name.
@@ -262,7 +268,7 @@ pub struct Config {
     pub budget: Budget,
     /// `deny` or `allow` managed allocations beyond the device's free memory.
     pub oversubscribe: Oversubscribe,
-    /// `managed` or `vmm`: where the CUDA backend keeps regions.
+    /// `managed`, `vmm` or `device`: where the CUDA backend keeps regions.
     pub memory: Memory,
     /// Pinned host memory that evictions are staged in (bytes, or a percent of the budget);
     /// `0`: evictions migrate.

@@ -364,3 +364,23 @@ mod fuzz {
         }
     }
 }
+
+/// `memory = "device"` loads; the simulator models it with the arena's costs, and a caller
+/// that does not let regions move (anything but a replay) is refused with the key named.
+#[test]
+fn the_device_arena_is_for_replays_only() {
+    let f = file("memory = \"device\"\nbackend = \"sim\"\n");
+    let config = Config::load(Some(f.path()), env(&[])).unwrap().config;
+    assert_eq!(config.memory, Memory::Device);
+    let mut spec = crate::backends::BackendSpec::from_config(&config, 1 << 30, 1 << 30, 0).unwrap();
+    assert!(spec.cost.name.contains("device arena"), "{}", spec.cost.name);
+    let Err(e) = crate::backends::open(&spec) else { panic!("a device arena outside a replay opened") };
+    let e = e.to_string();
+    assert!(e.contains("memory") && e.contains("only a replay"), "{e}");
+    spec.relocate = true;
+    let backend = crate::backends::open(&spec).unwrap();
+    assert_eq!(backend.info().kind, crate::seam::BackendKind::Sim);
+    let bad = file("memory = \"arena\"\n");
+    let e = Config::load(Some(bad.path()), env(&[])).unwrap_err().to_string();
+    assert!(e.contains("memory") && e.contains("device"), "{e}");
+}

@@ -8,15 +8,17 @@
 //! single calls.
 
 mod backend;
+mod block_backend;
 mod device;
 mod kernels;
 mod managed;
 pub mod probe;
 mod staging;
+mod timing;
 mod vmm;
-mod vmm_backend;
 
 pub use backend::CudaBackend;
+pub use block_backend::BlockBackend;
 pub use device::{Capabilities, CudaDevice};
 pub use kernels::{Kernels, TouchMode, MAX_TOUCH_RANGES};
 pub use managed::{
@@ -24,7 +26,6 @@ pub use managed::{
     RESERVE_BYTES,
 };
 pub use staging::{Run, Slot, StagingPool, SLOT_BYTES};
-pub use vmm_backend::VmmBackend;
 
 use crate::error::Error;
 

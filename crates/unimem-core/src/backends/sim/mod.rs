@@ -120,6 +120,12 @@ pub struct SimBackend {
     /// Restores may bring a wholly staged region back into a pooled buffer of its size
     /// ([`SimBackend::with_relocation`]).
     relocate: bool,
+    /// Room given up by an eviction is there only once its copy out (or, for data dropped,
+    /// its last kernel) is done, as in the device arena: (when, bytes) of the room still held
+    /// ([`SimBackend::with_room_after_copies`]). Off: room is there at the eviction's issue,
+    /// as the managed backends' software budget counts it.
+    room_after_copies: bool,
+    freeing: Vec<(u64, u64)>,
     /// Room for a program's outputs is made by staged evictions
     /// ([`SimBackend::with_staged_room`]).
     staged_room: bool,
@@ -173,6 +179,8 @@ impl SimBackend {
             kept_order: std::collections::VecDeque::new(),
             budget: DeviceBudget::new(capacity),
             relocate: false,
+            room_after_copies: false,
+            freeing: Vec::new(),
             staged_room: false,
             stats: BackendStats::default(),
             events: Recorder::default(),
@@ -216,6 +224,14 @@ impl SimBackend {
     /// data by region (a replay). Off by default.
     pub fn with_relocation(mut self, on: bool) -> Self {
         self.relocate = on;
+        self
+    }
+
+    /// The same simulator, with an evicted block's room there only once its copy out (or its
+    /// last kernel, for data dropped) is done: the device arena's memory (`memory =
+    /// "device"`), which a restore takes once the copy out of its last holder is done.
+    pub fn with_room_after_copies(mut self, on: bool) -> Self {
+        self.room_after_copies = on;
         self
     }
 

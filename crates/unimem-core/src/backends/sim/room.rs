@@ -14,6 +14,37 @@ impl SimBackend {
         self.budget.remove_data(pages as u64 * PAGE_SIZE);
     }
 
+    /// `bytes` of room given up now are there from `at` on (`with_room_after_copies`).
+    pub(super) fn room_freed_at(&mut self, at: u64, bytes: u64) {
+        if self.room_after_copies && at > self.host_now && bytes > 0 {
+            self.freeing.push((at, bytes));
+        }
+    }
+
+    /// When `need` more bytes are there: the account says they fit (the caller made room), but
+    /// room given up lately may still hold its old data; the earliest time by which enough of
+    /// that is done. Room freed before now matters to nothing issued from now on.
+    fn room_free_at(&mut self, need: u64) -> u64 {
+        let now = self.host_now;
+        self.freeing.retain(|&(at, _)| at > now);
+        if self.freeing.is_empty() {
+            return 0;
+        }
+        let slack = self.info.capacity.saturating_sub(self.budget.held() + need);
+        let mut pending: u64 = self.freeing.iter().map(|f| f.1).sum();
+        if pending <= slack {
+            return 0;
+        }
+        self.freeing.sort_unstable();
+        for &(at, bytes) in &self.freeing {
+            pending -= bytes;
+            if pending <= slack {
+                return at;
+            }
+        }
+        self.freeing.last().map_or(0, |f| f.0)
+    }
+
     /// Gives back the device pages of pooled buffers, the longest pooled first, until `need`
     /// more bytes fit in the capacity, as the CUDA backend does: one discard of their pages,
     /// costed as any discard, and the buffers retire (a new region of their size gets a new
@@ -142,7 +173,7 @@ impl SimBackend {
     /// Evictions occupy the D2H link from `earliest` (and after each block's last use); returns
     /// when the last of them completes, i.e. when the room is there (`earliest` if none).
     pub(super) fn make_room(&mut self, need: u64, protect: &HashSet<BlockId>, earliest: u64) -> u64 {
-        let mut done = earliest;
+        let mut done = earliest.max(self.room_free_at(need));
         for BlockId { region: id, block: b } in self.room_victims(need, protect).blocks {
             let r = &self.regions[&id];
             let (s, e) = r.block_pages(b as usize);

@@ -72,6 +72,7 @@ impl SimBackend {
                         (start_at, start_at)
                     };
                     this.regions.get_mut(&id).expect("checked").blocks[b].staged_until = end;
+                    this.room_freed_at(end, dropped as u64 * PAGE_SIZE);
                     this.stage_out_until = this.stage_out_until.max(end);
                     copies += 1;
                     this.stats.d2h_bytes += copied;

@@ -164,6 +164,7 @@ impl SimBackend {
                 r.prefetched.remove(s, e);
                 // Discard does not return memory (h200-facts.md): the pages stay mapped, pooled.
                 this.note_device_released(dev);
+                this.room_freed_at(after, dev as u64 * PAGE_SIZE);
                 let bytes = had_copy as u64 * PAGE_SIZE;
                 total += bytes;
                 this.unstamp_empty(id, blocks);

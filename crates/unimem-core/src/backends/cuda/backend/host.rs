@@ -39,11 +39,9 @@ impl CudaBackend {
 
     pub(super) fn sync(&mut self) -> Result<u64> {
         self.sync_all()?;
-        if let Some(rec) = self.timing() {
-            let mut done = Vec::new();
-            rec.resolve(&mut done); // all complete now
-            rec.next_resolve_at = RESOLVE_BATCH;
-            self.recorder.extend(done);
+        self.sync_timing();
+        if let Some(rec) = self.recording.as_mut() {
+            rec.resolve_all(&mut self.recorder); // all complete now
         }
         Ok(self.now())
     }

@@ -51,9 +51,9 @@ mod staged;
 mod swap;
 mod to_device;
 
+use super::timing::{Pending, Recording};
 pub(in crate::backends::cuda) use ranges::host_memory_bytes;
 use ranges::{coalesce, merge_pieces, resident_ranges};
-use recording::{Pending, Recording, RESOLVE_BATCH};
 use staged::PendingDiscard;
 
 use std::collections::BTreeMap;

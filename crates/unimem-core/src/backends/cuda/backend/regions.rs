@@ -36,7 +36,7 @@ impl CudaBackend {
         }
         self.sync_timing();
         if let Some(rec) = self.recording.as_mut() {
-            let marks = [
+            let marks = vec![
                 rec.mark(&self.streams.compute)?,
                 rec.mark(&self.streams.h2d)?,
                 rec.mark(&self.streams.d2h)?,

@@ -1,10 +1,12 @@
-//! The VMM placement on a real GPU (`--features gpu-tests`): every byte survives evictions,
-//! restores, discards, cancelled evictions, recycled chunks and host access within the software
-//! budget, and a kernel that touches an evicted region without declaring it reads and writes
-//! its data over the link. At most 4 GiB of device memory and as much host memory.
+//! The placements in blocks on a real GPU (`--features gpu-tests`), CUDA virtual memory and the
+//! device arena: every byte survives evictions, restores, discards, cancelled evictions,
+//! recycled chunks and host access within the software budget; in virtual memory a kernel
+//! that touches an evicted region without declaring it reads and writes its data over the
+//! link, and in the arena kernels use host-preferred data where it is. At most 4 GiB of
+//! device memory and as much host memory.
 #![cfg(feature = "gpu-tests")]
 
-use unimem_core::backends::cuda::{CudaDevice, Kernels, VmmBackend};
+use unimem_core::backends::cuda::{BlockBackend, CudaDevice, Kernels};
 use unimem_core::seam::{ByteRange, KernelLaunch, Location, MemoryBackend, MemoryBackendExt};
 use unimem_core::{AccessMode, RangeAccess, RegionId};
 
@@ -16,8 +18,13 @@ fn pattern(seed: u32, bytes: u64) -> Vec<u8> {
         .collect()
 }
 
-fn open(budget: u64, host: u64) -> VmmBackend {
-    VmmBackend::open(0, budget).unwrap().with_staging(host, host).unwrap()
+fn open(budget: u64, host: u64) -> BlockBackend {
+    BlockBackend::open(0, budget).unwrap().with_staging(host, host).unwrap()
+}
+
+/// The same backend with regions in the device arena (`memory = "device"`).
+fn open_arena(budget: u64, host: u64) -> BlockBackend {
+    BlockBackend::open_arena(0, budget).unwrap().with_staging(host, host).unwrap()
 }
 
 fn kernel<B: MemoryBackend>(b: &mut B, id: RegionId, bytes: u64, mode: AccessMode, dur_ns: u64) {
@@ -35,8 +42,18 @@ fn bad_pages(seen: &[u8], want: &[u8]) -> usize {
 /// back as last written and the footprint stays within the budget plus the running kernel.
 #[test]
 fn every_byte_survives_every_move_within_the_budget() {
-    let (n, size, budget) = (8u64, 512 * MIB, 1024 * MIB);
-    let mut b = open(budget, 4096 * MIB);
+    every_byte_survives(open(1024 * MIB, 4096 * MIB), 512 * MIB);
+}
+
+/// The same in the device arena, with regions of a size that is not whole blocks (their last
+/// block is part of a slot).
+#[test]
+fn every_byte_survives_every_move_in_the_arena() {
+    every_byte_survives(open_arena(1024 * MIB, 4096 * MIB), 512 * MIB + 12_288);
+}
+
+fn every_byte_survives(mut b: BlockBackend, size: u64) {
+    let (n, budget) = (8u64, 1024 * MIB);
     let mut data: Vec<Vec<u8>> = (0..n).map(|i| pattern(i as u32, size)).collect();
     for i in 0..n {
         let id = RegionId(i);
@@ -127,8 +144,17 @@ fn an_undeclared_access_to_an_evicted_region_sees_its_data() {
 /// bytes back; four rounds on recycled chunks.
 #[test]
 fn a_use_right_behind_an_eviction_keeps_the_newest_bytes() {
+    use_right_behind_an_eviction(open(512 * MIB, 1024 * MIB));
+}
+
+/// The same in the device arena, where the use takes a new slot, or keeps its own.
+#[test]
+fn a_use_right_behind_an_eviction_keeps_the_newest_bytes_in_the_arena() {
+    use_right_behind_an_eviction(open_arena(512 * MIB, 1024 * MIB));
+}
+
+fn use_right_behind_an_eviction(mut b: BlockBackend) {
     let size = 128 * MIB;
-    let mut b = open(512 * MIB, 1024 * MIB);
     for round in 0..4u64 {
         let id = RegionId(10 + round);
         let whole = ByteRange::whole(id, size);
@@ -149,4 +175,43 @@ fn a_use_right_behind_an_eviction_keeps_the_newest_bytes() {
         assert_eq!(bad_pages(&seen, &newest), 0, "round {round}");
         b.free(id).unwrap();
     }
+}
+
+/// In the arena, small regions (packed into slots) and host-preferred blocks (used in place by
+/// kernels, read and written over the link) keep their bytes through kernels that write them,
+/// stage-outs and restores.
+#[test]
+fn the_arena_keeps_small_and_host_preferred_regions() {
+    use unimem_core::seam::Advice;
+    let mut b = open_arena(256 * MIB, 1024 * MIB);
+    let small = RegionId(1);
+    let remote = RegionId(2);
+    let (small_size, remote_size) = (100_000u64, 64 * MIB + 4096);
+    b.allocate(small, small_size).unwrap();
+    b.allocate(remote, remote_size).unwrap();
+    let small_data = pattern(9, small_size);
+    b.write(small, 0, &small_data).unwrap();
+    let remote_data = pattern(11, remote_size);
+    b.write(remote, 0, &remote_data).unwrap();
+    b.stage_out(&[ByteRange::whole(remote, remote_size)]).unwrap();
+    b.synchronize().unwrap();
+    let whole = ByteRange::whole(remote, remote_size);
+    b.advise(whole, Advice::SetPreferredLocation(Location::Host)).unwrap();
+    b.advise(whole, Advice::SetAccessedByDevice).unwrap();
+    // A kernel writes the host-preferred region in place (the touch kernel rewrites what it
+    // reads), then its bytes come back to the device and to the host unchanged.
+    kernel(&mut b, remote, remote_size, AccessMode::ReadWrite, 1000);
+    kernel(&mut b, small, small_size, AccessMode::ReadWrite, 1000);
+    b.synchronize().unwrap();
+    assert_eq!(b.residency(whole).unwrap().device, 0, "used where it is");
+    b.advise(whole, Advice::UnsetPreferredLocation).unwrap();
+    b.advise(whole, Advice::UnsetAccessedByDevice).unwrap();
+    kernel(&mut b, remote, remote_size, AccessMode::Read, 1000);
+    assert_eq!(b.residency(whole).unwrap().device, remote_size, "restored for the kernel");
+    let mut seen = vec![0u8; remote_size as usize];
+    b.read(remote, 0, &mut seen).unwrap();
+    assert_eq!(bad_pages(&seen, &remote_data), 0, "the host-preferred region lost bytes");
+    let mut seen = vec![0u8; small_size as usize];
+    b.read(small, 0, &mut seen).unwrap();
+    assert_eq!(seen, small_data, "the packed region lost bytes");
 }

@@ -8,7 +8,7 @@ use super::blocks::{spans, Site};
 use super::*;
 use crate::access::RangeAccess;
 
-impl VmmBackend {
+impl BlockBackend {
     /// Every block of the range mapped: one never used gets a zeroed device chunk.
     fn ensure_mapped(&mut self, id: RegionId, offset: u64, len: u64) -> Result<()> {
         let r = &self.regions[&id];
@@ -22,17 +22,47 @@ impl VmmBackend {
         }
         let protected: FxHashSet<BlockId> = unmapped.iter().copied().collect();
         self.restore_blocks(unmapped, &protected, Site::Kernel)?;
-        self.h2d.synchronize().map_err(cuda_err("cuStreamSynchronize", "first touch by the host"))
+        for s in self.h2d.all() {
+            s.synchronize().map_err(cuda_err("cuStreamSynchronize", "first touch by the host"))?;
+        }
+        Ok(())
+    }
+
+    /// The pieces of a range where its bytes are: one for the range at its mapped address,
+    /// one per block in the arena.
+    fn pieces(&self, id: RegionId, offset: u64, len: u64) -> Vec<Piece> {
+        let r = &self.regions[&id];
+        if r.va.is_some() || r.packed.is_some() {
+            return vec![Piece { at: 0, addr: r.addr() + offset, len: len as usize, pinned: false }];
+        }
+        r.blocks_of(offset, len)
+            .map(|b| {
+                let lo = (b as u64 * BLOCK_SIZE).max(offset);
+                let hi = ((b as u64 + 1) * BLOCK_SIZE).min(offset + len);
+                let pinned = r.blocks[b].device.is_none();
+                let addr = r.block_addr(b).expect("placed by ensure_mapped") + lo % BLOCK_SIZE;
+                Piece { at: (lo - offset) as usize, addr, len: (hi - lo) as usize, pinned }
+            })
+            .collect()
     }
 
     pub(super) fn read_bytes(&mut self, id: RegionId, offset: u64, buf: &mut [u8]) -> Result<()> {
         self.checked(id, offset, buf.len() as u64)?;
         self.sync_all()?;
         self.ensure_mapped(id, offset, buf.len() as u64)?;
-        let ptr = self.regions[&id].addr() + offset;
-        // SAFETY: the range is mapped and the device idle; the copy is synchronised below.
-        unsafe { cudarc::driver::result::memcpy_dtoh_async(buf, ptr, self.compute.cu_stream()) }
-            .map_err(cuda_err("cuMemcpyDtoHAsync", format!("{} bytes of {id}", buf.len())))?;
+        for p in self.pieces(id, offset, buf.len() as u64) {
+            let out = &mut buf[p.at..p.at + p.len];
+            if p.pinned {
+                // SAFETY: an arena host chunk, pinned host memory the device no longer uses
+                // (idle above), holds the block's bytes.
+                unsafe { std::ptr::copy_nonoverlapping(p.addr as *const u8, out.as_mut_ptr(), p.len) };
+                continue;
+            }
+            // SAFETY: the range is mapped for the device and the device idle; the copy is
+            // synchronised below.
+            unsafe { cudarc::driver::result::memcpy_dtoh_async(out, p.addr, self.compute.cu_stream()) }
+                .map_err(cuda_err("cuMemcpyDtoHAsync", format!("{} bytes of {id}", p.len)))?;
+        }
         self.compute.synchronize().map_err(cuda_err("cuStreamSynchronize", "host read"))
     }
 
@@ -40,10 +70,17 @@ impl VmmBackend {
         self.checked(id, offset, data.len() as u64)?;
         self.sync_all()?;
         self.ensure_mapped(id, offset, data.len() as u64)?;
-        let ptr = self.regions[&id].addr() + offset;
-        // SAFETY: as above.
-        unsafe { cudarc::driver::result::memcpy_htod_async(ptr, data, self.compute.cu_stream()) }
-            .map_err(cuda_err("cuMemcpyHtoDAsync", format!("{} bytes of {id}", data.len())))?;
+        for p in self.pieces(id, offset, data.len() as u64) {
+            let from = &data[p.at..p.at + p.len];
+            if p.pinned {
+                // SAFETY: as in `read_bytes`.
+                unsafe { std::ptr::copy_nonoverlapping(from.as_ptr(), p.addr as *mut u8, p.len) };
+                continue;
+            }
+            // SAFETY: as in `read_bytes`.
+            unsafe { cudarc::driver::result::memcpy_htod_async(p.addr, from, self.compute.cu_stream()) }
+                .map_err(cuda_err("cuMemcpyHtoDAsync", format!("{} bytes of {id}", p.len)))?;
+        }
         self.compute.synchronize().map_err(cuda_err("cuStreamSynchronize", "host write"))?;
         let r = self.regions.get_mut(&id).expect("checked");
         for b in r.blocks_of(offset, data.len() as u64) {
@@ -94,11 +131,15 @@ impl VmmBackend {
         for &b in &todo {
             let h = self.take_host_chunk(BlockId::new(id, b as usize))?;
             let r = self.regions.get_mut(&id).expect("checked");
-            r.va().map(b * BLOCK_SIZE, BLOCK_SIZE, &h.phys, 0)?;
+            if let (Some(va), HostChunk::Mapped { phys, .. }) = (&r.va, &h) {
+                va.map(b * BLOCK_SIZE, BLOCK_SIZE, phys, 0)?;
+            }
             r.blocks[b as usize].host = Some(h);
         }
-        for (start, len) in spans(&todo) {
-            self.regions[&id].va().grant(start * BLOCK_SIZE, len * BLOCK_SIZE, self.device)?;
+        if self.regions[&id].va.is_some() {
+            for (start, len) in spans(&todo) {
+                self.regions[&id].va().grant(start * BLOCK_SIZE, len * BLOCK_SIZE, self.device)?;
+            }
         }
         let r = self.regions.get_mut(&id).expect("checked");
         for b in r.blocks_of(range.offset, range.len) {
@@ -135,4 +176,13 @@ impl VmmBackend {
         }
         Ok(out)
     }
+}
+
+/// Part of a host access: its offset in the caller's bytes, where it is, its length, and
+/// whether that is an arena host chunk (the CPU copies it itself).
+struct Piece {
+    at: usize,
+    addr: u64,
+    len: usize,
+    pinned: bool,
 }

@@ -3,7 +3,9 @@
 
 use rustc_hash::FxHashSet;
 
+use super::copies::{self, Copy};
 use super::*;
+use crate::seam::Direction;
 
 /// Where the room a restore needed came from (the emulated driver's evictions are counted).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -12,7 +14,7 @@ pub(super) enum Site {
     Kernel = 1,
 }
 
-impl VmmBackend {
+impl BlockBackend {
     /// Remaps blocks whose eviction is done to their host chunks and releases freed regions
     /// whose work is done; with `all` (the device is idle) every one.
     pub(super) fn settle(&mut self, all: bool) -> Result<()> {
@@ -38,10 +40,18 @@ impl VmmBackend {
     /// For a queued eviction: `None` where it is stale (the block went, or a use cancelled it),
     /// else whether everything it waits for is done.
     fn leaving_state(&self, block: BlockId, ev: &Arc<CudaEvent>) -> Option<bool> {
-        let blk = self.regions.get(&block.region)?.blocks.get(block.block as usize)?;
-        let current = blk.leaving.as_ref().filter(|l| Arc::ptr_eq(l, ev))?;
+        let blk = self.leaving_block(block, ev)?;
         let done = |e: &Option<Arc<CudaEvent>>| e.as_ref().is_none_or(|e| e.is_complete());
-        Some(current.is_complete() && done(&blk.host_ready))
+        Some(ev.is_complete() && done(&blk.host_ready))
+    }
+
+    /// The block of a queued eviction that is still current (no driver call: `make_room`
+    /// walks every eviction under way, and a query of each event per walk cost more host time
+    /// than the copies).
+    fn leaving_block(&self, block: BlockId, ev: &Arc<CudaEvent>) -> Option<&VBlock> {
+        let blk = self.regions.get(&block.region)?.blocks.get(block.block as usize)?;
+        blk.leaving.as_ref().filter(|l| Arc::ptr_eq(l, ev))?;
+        Some(blk)
     }
 
     /// Remaps `blocks` (evictions done) to their host chunks, or to nothing where they have
@@ -58,7 +68,9 @@ impl VmmBackend {
             let id = run[0].region;
             let (first, n) = (run[0].block as u64, run.len() as u64);
             let r = self.regions.get_mut(&id).expect("queued blocks are live");
-            r.va.as_ref().expect("blocks").unmap(first * BLOCK_SIZE, n * BLOCK_SIZE)?;
+            if let Some(va) = &r.va {
+                va.unmap(first * BLOCK_SIZE, n * BLOCK_SIZE)?;
+            }
             let mut mapped = Vec::new();
             for blk in run {
                 let b = blk.block as usize;
@@ -72,8 +84,8 @@ impl VmmBackend {
                     self.budget.add_spare(BLOCK_SIZE);
                 }
                 v.lent = false;
-                if let Some(h) = &v.host {
-                    r.va.as_ref().expect("blocks").map(b as u64 * BLOCK_SIZE, BLOCK_SIZE, &h.phys, 0)?;
+                if let (Some(va), Some(HostChunk::Mapped { phys, .. })) = (&r.va, &v.host) {
+                    va.map(b as u64 * BLOCK_SIZE, BLOCK_SIZE, phys, 0)?;
                     mapped.push(b as u64);
                 }
             }
@@ -87,9 +99,11 @@ impl VmmBackend {
         Ok(())
     }
 
-    /// Free chunks past the capacity go back to the driver (no mapping holds them).
+    /// Free chunks past the capacity go back to the driver or the arena (nothing maps them).
     fn trim(&mut self) {
-        while self.budget.held() > self.info.capacity && self.free_chunks.pop().is_some() {
+        while self.budget.held() > self.info.capacity {
+            let Some(chunk) = self.free_chunks.pop() else { break };
+            self.store.drop_device(chunk);
             self.budget.remove_spare(BLOCK_SIZE);
         }
     }
@@ -112,8 +126,11 @@ impl VmmBackend {
         Ok(())
     }
 
-    /// Undoes every mapping at a region's addresses.
+    /// Undoes every mapping at a region's addresses (an arena region has none).
     pub(super) fn unmap_region(&self, r: &VRegion) -> Result<()> {
+        if r.va.is_none() {
+            return Ok(());
+        }
         let mapped: Vec<u64> = (0..r.blocks.len() as u64)
             .filter(|&b| {
                 let v = &r.blocks[b as usize];
@@ -131,7 +148,12 @@ impl VmmBackend {
     /// driver's own evictions of the least recently used blocks `protected` does not keep,
     /// whose chunks are lent in turn. A lent chunk comes with what its copies in must wait
     /// for on the device (the host never waits for room).
-    fn make_room(&mut self, n: u64, protected: &FxHashSet<BlockId>, site: Site) -> Result<Vec<Credit>> {
+    pub(super) fn make_room(
+        &mut self,
+        n: u64,
+        protected: &FxHashSet<BlockId>,
+        site: Site,
+    ) -> Result<Vec<Credit>> {
         let capacity = self.info.capacity;
         let short =
             |this: &Self, got: usize| short_of(n, capacity, &this.budget, this.free_chunks.len(), got);
@@ -159,7 +181,7 @@ impl VmmBackend {
             while i < self.leaving.len() && short(self, credits.len()) > 0 {
                 let (block, ev) = self.leaving[i].clone();
                 i += 1;
-                if self.leaving_state(block, &ev).is_none() {
+                if self.leaving_block(block, &ev).is_none_or(|v| v.device.is_none()) {
                     continue;
                 }
                 let v = &mut self.regions.get_mut(&block.region).expect("live").blocks[block.block as usize];
@@ -174,8 +196,11 @@ impl VmmBackend {
             if short(self, credits.len()) == 0 || evicted {
                 break;
             }
-            // The emulated driver: least recently used first, copied out.
-            let need = short(self, credits.len()) * BLOCK_SIZE;
+            // The emulated driver: least recently used first, copied out, as many blocks as
+            // are short (`victims` frees what takes the account past the capacity, which the
+            // lent chunks have left already: it is asked for the rest of the capacity too).
+            let short_bytes = short(self, credits.len()) * BLOCK_SIZE;
+            let need = short_bytes + capacity.saturating_sub(self.budget.held());
             let victims: Vec<BlockId> = self
                 .budget
                 .victims(need, |b| protected.contains(b), |_| BLOCK_SIZE)
@@ -197,7 +222,7 @@ impl VmmBackend {
     }
 
     /// A device chunk for one block (room made first).
-    fn take_chunk(&mut self) -> Result<Physical> {
+    pub(super) fn take_chunk(&mut self) -> Result<DevChunk> {
         if let Some(c) = self.free_chunks.pop() {
             self.budget.remove_spare(BLOCK_SIZE);
             return Ok(c);
@@ -206,7 +231,7 @@ impl VmmBackend {
             self.log.over_capacity += 1;
         }
         self.log.device_chunks_made += 1;
-        Physical::create(Place::Device(self.device), BLOCK_SIZE)
+        self.store.new_device(self.device)
     }
 
     /// A host chunk for an evicted block: a free one, a new one within the staging size, one
@@ -220,9 +245,12 @@ impl VmmBackend {
         }
         let donor = self.regions.iter().find_map(|(&id, r)| {
             r.blocks.iter().enumerate().find_map(|(b, v)| {
+                // Its host chunk holds a valid copy (a block whose copy out is being queued
+                // holds its chunk without one).
                 let ok = v.device.is_some()
                     && v.leaving.is_none()
                     && v.host.is_some()
+                    && v.host_valid
                     && v.host_ready.as_ref().is_none_or(|e| e.is_complete())
                     && BlockId::new(id, b) != not;
                 ok.then_some(BlockId::new(id, b))
@@ -255,6 +283,7 @@ impl VmmBackend {
     /// the block's last kernel (`copy`; else it is dead and dropped); the address is remapped
     /// once that is done (`settle`).
     pub(super) fn evict_blocks(&mut self, blocks: Vec<BlockId>, copy: bool) -> Result<()> {
+        let d2h = self.d2h.take();
         let mut dirty = Vec::new();
         let mut last = 0u64;
         for block in blocks {
@@ -286,10 +315,10 @@ impl VmmBackend {
                 if let Some(a) = arrive.as_ref().filter(|a| !a.is_complete()) {
                     // Its restore's copy must land before the device chunk is unmapped.
                     if !ev.is_complete() {
-                        self.d2h.wait(&ev).map_err(cuda_err("cuStreamWaitEvent", "clean eviction"))?;
+                        d2h.wait(&ev).map_err(cuda_err("cuStreamWaitEvent", "clean eviction"))?;
                     }
-                    self.d2h.wait(a).map_err(cuda_err("cuStreamWaitEvent", "clean eviction"))?;
-                    ev = self.record(&self.d2h, "clean eviction")?;
+                    d2h.wait(a).map_err(cuda_err("cuStreamWaitEvent", "clean eviction"))?;
+                    ev = self.record(&d2h, "clean eviction")?;
                 }
                 let v = &mut self.regions.get_mut(&id).expect("live").blocks[b];
                 v.leaving = Some(ev.clone());
@@ -302,17 +331,28 @@ impl VmmBackend {
         if last > 0 {
             let mark = self.mark_after(last)?;
             if !mark.is_complete() {
-                self.d2h.wait(&mark).map_err(cuda_err("cuStreamWaitEvent", "copy out after kernels"))?;
+                d2h.wait(&mark).map_err(cuda_err("cuStreamWaitEvent", "copy out after kernels"))?;
             }
         }
-        for block in &dirty {
-            let r = &self.regions[&block.region];
-            let v = &r.blocks[block.block as usize];
-            let src = r.addr() + block.block as u64 * BLOCK_SIZE;
-            let dst = v.host.as_ref().expect("given above").mirror.va();
-            copy_async(dst, src, BLOCK_SIZE, &self.d2h)?;
-        }
-        let ev = self.record(&self.d2h, "copy out")?;
+        let start = self.timing_mark(&d2h)?;
+        let copies = dirty
+            .iter()
+            .map(|block| {
+                let r = &self.regions[&block.region];
+                let v = &r.blocks[block.block as usize];
+                let src = r.device_addr(block.block as usize);
+                Copy { dst: v.host.as_ref().expect("given above").addr(), src, bytes: BLOCK_SIZE }
+            })
+            .collect();
+        self.issue_copies(copies, &d2h)?;
+        let timed = self.copied_blocks(&dirty);
+        self.close_timed(&d2h, start, |start, end| Pending::Staging {
+            dir: Direction::D2H,
+            blocks: timed,
+            start,
+            end,
+        })?;
+        let ev = self.record(&d2h, "copy out")?;
         let n = dirty.len() as u64 * BLOCK_SIZE;
         self.stats.staged_out_bytes += n;
         self.stats.d2h_bytes += n;
@@ -340,24 +380,30 @@ impl VmmBackend {
         }
         blocks.sort_unstable();
         blocks.dedup();
-        let mut credits = self.make_room(blocks.len() as u64, protected, site)?;
         let t0 = Instant::now();
+        let mut credits = self.make_room(blocks.len() as u64, protected, site)?;
+        self.log.room_ns += t0.elapsed().as_nanos() as u64;
+        let t0 = Instant::now();
+        let h2d = self.h2d.take();
         // The copies in wait for the work that still holds the lent chunks.
-        let mut waited: Vec<*const CudaEvent> = Vec::new();
+        let mut waited: FxHashSet<*const CudaEvent> = FxHashSet::default();
         for c in &credits {
             for e in &c.after {
-                if !waited.contains(&Arc::as_ptr(e)) && !e.is_complete() {
-                    self.h2d.wait(e).map_err(cuda_err("cuStreamWaitEvent", "a restore into lent pages"))?;
-                    waited.push(Arc::as_ptr(e));
+                if waited.insert(Arc::as_ptr(e)) && !e.is_complete() {
+                    h2d.wait(e).map_err(cuda_err("cuStreamWaitEvent", "a restore into lent pages"))?;
                 }
             }
         }
         let mut copied = 0u64;
+        let (mut copies, mut to_copy) = (Vec::new(), Vec::new());
+        let start = self.timing_mark(&h2d)?;
+        let mapped = self.store.is_mapped();
         for run in runs(&blocks) {
             let id = run[0].region;
-            // A kernel still reading the host chunks over the link keeps their mappings.
+            // A kernel still reading the host chunks over the link keeps their mappings (in
+            // the arena, a copy in leaves the host chunk as it is).
             let busy = run.iter().map(|b| self.regions[&id].blocks[b.block as usize].last_kernel).max();
-            if let Some(seq) = busy.filter(|&s| s > 0) {
+            if let Some(seq) = busy.filter(|&s| mapped && s > 0) {
                 let mark = self.mark_after(seq)?;
                 if !mark.is_complete() {
                     let t = Instant::now();
@@ -369,7 +415,7 @@ impl VmmBackend {
             let host_mapped: Vec<u64> = run
                 .iter()
                 .map(|b| b.block as u64)
-                .filter(|&b| self.regions[&id].blocks[b as usize].host.is_some())
+                .filter(|&b| mapped && self.regions[&id].blocks[b as usize].host.is_some())
                 .collect();
             for (start, len) in spans(&host_mapped) {
                 self.regions[&id].va().unmap(start * BLOCK_SIZE, len * BLOCK_SIZE)?;
@@ -382,27 +428,43 @@ impl VmmBackend {
                 self.budget.add_data(BLOCK_SIZE);
                 let b = blk.block as usize;
                 let r = self.regions.get_mut(&id).expect("live");
-                r.va().map(b as u64 * BLOCK_SIZE, BLOCK_SIZE, &chunk, 0)?;
+                if let (Some(va), DevChunk::Mapped(phys)) = (&r.va, &chunk) {
+                    va.map(b as u64 * BLOCK_SIZE, BLOCK_SIZE, phys, 0)?;
+                }
                 let v = &mut r.blocks[b];
                 v.device = Some(chunk);
                 v.stamp = self.budget.restamp(*blk, v.stamp);
             }
             let (first, n) = (run[0].block as u64, run.len() as u64);
-            self.regions[&id].va().grant(first * BLOCK_SIZE, n * BLOCK_SIZE, self.device)?;
+            if mapped {
+                self.regions[&id].va().grant(first * BLOCK_SIZE, n * BLOCK_SIZE, self.device)?;
+            }
             for blk in run {
                 let r = &self.regions[&id];
                 let v = &r.blocks[blk.block as usize];
-                let dst = r.addr() + blk.block as u64 * BLOCK_SIZE;
+                let dst = r.device_addr(blk.block as usize);
                 match v.host.as_ref().filter(|_| v.data && v.host_valid) {
                     Some(h) => {
-                        copy_async(dst, h.mirror.va(), BLOCK_SIZE, &self.h2d)?;
+                        to_copy.push(Copy { dst, src: h.addr(), bytes: BLOCK_SIZE });
                         copied += BLOCK_SIZE;
+                        copies.push(*blk);
                     }
-                    None => zero_async(dst, BLOCK_SIZE, &self.h2d)?,
+                    None => match self.store.zero() {
+                        Some(src) => to_copy.push(Copy { dst, src, bytes: BLOCK_SIZE }),
+                        None => zero_async(dst, BLOCK_SIZE, &h2d)?,
+                    },
                 }
             }
         }
-        let ev = self.record(&self.h2d, "copy in")?;
+        self.issue_copies(to_copy, &h2d)?;
+        let timed = self.copied_blocks(&copies);
+        self.close_timed(&h2d, start, |start, end| Pending::Staging {
+            dir: Direction::H2D,
+            blocks: timed,
+            start,
+            end,
+        })?;
+        let ev = self.record(&h2d, "copy in")?;
         for blk in &blocks {
             let r = self.regions.get_mut(&blk.region).expect("live");
             r.blocks[blk.block as usize].arrive = Some(ev.clone());
@@ -413,6 +475,32 @@ impl VmmBackend {
         self.log.restore_ns += t0.elapsed().as_nanos() as u64;
         self.budget.note_held();
         Ok(copied)
+    }
+
+    /// Issues `copies` on `stream` (see `copies::issue`), counted in the log.
+    fn issue_copies(&mut self, copies: Vec<Copy>, stream: &CudaStream) -> Result<()> {
+        if copies.is_empty() {
+            return Ok(());
+        }
+        let t0 = Instant::now();
+        let store = &self.store;
+        let n = copies::issue(copies, |a| store.allocation_of(a), stream, &mut self.batched_copies)?;
+        self.log.copies += n.copies;
+        self.log.copy_calls += n.calls;
+        self.log.copy_ns += t0.elapsed().as_nanos() as u64;
+        Ok(())
+    }
+
+    /// (region, offset, bytes) of copied blocks, for their timed record.
+    fn copied_blocks(&self, blocks: &[BlockId]) -> Vec<(RegionId, u64, u64)> {
+        blocks
+            .iter()
+            .map(|b| {
+                let bytes = self.regions[&b.region].bytes;
+                let offset = b.block as u64 * BLOCK_SIZE;
+                (b.region, offset, (bytes - offset).min(BLOCK_SIZE))
+            })
+            .collect()
     }
 
     /// The blocks of `ranges`, each once, in order.
@@ -428,18 +516,30 @@ impl VmmBackend {
     }
 
     /// A use of a block whose eviction is not done keeps it on the device; one whose chunk is
-    /// lent already waits for its eviction and is restored as any evicted block.
+    /// lent already waits for its eviction and is restored as any evicted block: the host
+    /// waits where the block's address is remapped, the streams alone in the arena (its copy
+    /// in, or a kernel using it in place, reads the host chunk once the copy out is done).
     fn cancel_evictions(&mut self, blocks: &[BlockId]) -> Result<()> {
         let mut lent = Vec::new();
+        let mapped = self.store.is_mapped();
         for b in blocks {
             let v = &mut self.regions.get_mut(&b.region).expect("live").blocks[b.block as usize];
             if v.lent {
                 let t = Instant::now();
-                for e in v.leaving.iter().chain(v.host_ready.iter()) {
-                    e.synchronize().map_err(cuda_err("cuEventSynchronize", "a use of a lent block"))?;
+                for e in v.leaving.iter().chain(v.host_ready.iter()).filter(|e| !e.is_complete()) {
+                    if mapped {
+                        e.synchronize().map_err(cuda_err("cuEventSynchronize", "a use of a lent block"))?;
+                    } else {
+                        // `compute` too: a host-preferred block is used in its host chunk.
+                        for stream in self.h2d.all().iter().chain([&self.compute]) {
+                            stream.wait(e).map_err(cuda_err("cuStreamWaitEvent", "a use of a lent block"))?;
+                        }
+                    }
                 }
-                self.log.host_waits += 1;
-                self.log.wait_ns += t.elapsed().as_nanos() as u64;
+                if mapped {
+                    self.log.host_waits += 1;
+                    self.log.wait_ns += t.elapsed().as_nanos() as u64;
+                }
                 lent.push(*b);
             } else if v.leaving.take().is_some() {
                 self.log.cancelled_evictions += 1;
@@ -521,6 +621,9 @@ impl VmmBackend {
                 v.device.is_none() && !(v.remote && v.host.is_some())
             })
             .collect();
+        // The kernel's slice starts before its waits: the wait for data is part of its stall.
+        let compute = self.compute.clone();
+        let start = self.timing_mark(&compute)?;
         self.restore_blocks(need, &protected, Site::Kernel)?;
         // Data in flight: the kernel waits for it.
         let mut late: FxHashSet<RegionId> = FxHashSet::default();
@@ -538,6 +641,8 @@ impl VmmBackend {
         }
         let ranges = touch_ranges(&self.regions, kernel);
         self.kernels.touch(&self.compute, &ranges, crate::seam::PAGE_SIZE as u32, kernel.dur_ns)?;
+        let (name, dur_ns) = (kernel.name.to_string(), kernel.dur_ns);
+        self.close_timed(&compute, start, |start, end| Pending::Kernel { name, dur_ns, start, end })?;
         let seq = self.stats.kernels + 1;
         let mark = self.record(&self.compute, "kernel mark")?;
         self.kernel_marks.push_back((seq, mark));
@@ -555,7 +660,8 @@ impl VmmBackend {
             v.last_kernel = seq;
             if writes.contains(block) {
                 v.data = true;
-                v.host_valid = false;
+                // A block used in place on the host (remote) was written there.
+                v.host_valid = v.device.is_none();
             }
             if v.device.is_some() {
                 v.stamp = self.budget.restamp(*block, v.stamp);
@@ -576,8 +682,8 @@ impl VmmBackend {
 
 /// A device chunk lent to a restore, and what its copies in wait for.
 pub(super) struct Credit {
-    chunk: Physical,
-    after: Vec<Arc<CudaEvent>>,
+    pub chunk: DevChunk,
+    pub after: Vec<Arc<CudaEvent>>,
 }
 
 /// Blocks still short of `n` with `free` chunks and `got` lent ones (which left the account
@@ -603,18 +709,10 @@ pub(super) fn spans(xs: &[u64]) -> Vec<(u64, u64)> {
     xs.chunk_by(|a, b| a + 1 == *b).map(|s| (s[0], s.len() as u64)).collect()
 }
 
-/// Copies `bytes` from `src` to `dst` (device addresses) on `stream`.
-fn copy_async(dst: u64, src: u64, bytes: u64, stream: &CudaStream) -> Result<()> {
-    // SAFETY: both ranges are mapped for the device and stay so until the copy's event
-    // completes (evictions and frees wait for it before unmapping).
-    unsafe { cudarc::driver::sys::cuMemcpyAsync(dst, src, bytes as usize, stream.cu_stream()) }
-        .result()
-        .map_err(cuda_err("cuMemcpyAsync", format!("{bytes} bytes")))
-}
-
 /// Zeroes `bytes` at `dst` on `stream`.
 fn zero_async(dst: u64, bytes: u64, stream: &CudaStream) -> Result<()> {
-    // SAFETY: as for `copy_async`.
+    // SAFETY: the range is mapped for the device and stays so until the stream passes the
+    // zeroing (evictions and frees wait for its event before unmapping).
     unsafe { cudarc::driver::sys::cuMemsetD8Async(dst, 0, bytes as usize, stream.cu_stream()) }
         .result()
         .map_err(cuda_err("cuMemsetD8Async", format!("{bytes} bytes")))

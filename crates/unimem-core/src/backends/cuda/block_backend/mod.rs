@@ -1,38 +1,45 @@
-//! `VmmBackend`: the [`MemoryBackend`] seam on a real GPU with regions in CUDA virtual memory
-//! (`memory = "vmm"`), where managed memory's copies are half duplex and its restores wait for
-//! the driver to repopulate pages (`docs/decisions.md`, "Regions in CUDA virtual memory").
+//! `BlockBackend`: the [`MemoryBackend`] seam on a real GPU with regions in 2 MiB blocks of
+//! device or pinned host memory, where managed memory's copies are half duplex and its
+//! restores wait for the driver's page work. Two placements (`store.rs`) share the block logic:
 //!
-//! - A region is a reserved virtual range of 2 MiB blocks. Each block's address maps either a
-//!   2 MiB **device chunk** (`cuMemCreate` on the device) or a 2 MiB **host chunk** (pinned
-//!   `HOST_NUMA` memory): data evicted stays at its address, and a kernel that touches it
-//!   without declaring it reads and writes it over the link instead of faulting. A block never
-//!   used maps nothing until its first declared use.
-//! - Every host chunk is also mapped at a mirror address of its own, which the copies use.
-//!   Host chunks cost 0.55 ms each to create on the H200, so they are made at set-up
-//!   (`with_staging`) and pooled; a block keeps its host chunk while the chunk holds a valid
+//! - **CUDA virtual memory** (`memory = "vmm"`, [`BlockBackend::open`]): a region is a reserved
+//!   virtual range; each block's address maps a 2 MiB **device chunk** (`cuMemCreate`) or a
+//!   2 MiB **host chunk** (pinned `HOST_NUMA` memory, also mapped at a mirror address for the
+//!   copies), so data evicted stays at its address and a kernel that touches it without
+//!   declaring it reads and writes it over the link. Host chunks cost 0.55 ms each to create
+//!   on the H200: made at set-up (`with_staging`) and pooled. A mapping change is not ordered
+//!   with a stream: an eviction is remapped once its copy and the block's last kernel are done
+//!   (`settle`). Mapping calls cover runs of adjacent blocks, but on a busy device each costs
+//!   0.3-0.4 ms: this placement is 2.5-3.5x slower than managed memory (`docs/decisions.md`,
+//!   "Regions in CUDA virtual memory").
+//! - **The device arena** (`memory = "device"`, [`BlockBackend::open_arena`]): device memory of
+//!   the budget allocated once and pinned host memory, both carved into 2 MiB slots. A block's
+//!   data is in its device slot or its host slot, so a region's address is not fixed: only a
+//!   replay, which finds data by region, uses it. Nothing is mapped: data moves by copies
+//!   alone, several streams each way, batched (`copies.rs`), and a block never written comes
+//!   from a slot of zeroes (`docs/decisions.md`, "Replays in a device arena").
+//!
+//! Common to both:
+//! - Streams: kernels on `compute`, copies in on `h2d`, copies out on `d2h` (one stream each
+//!   way in virtual memory, four in the arena). A restore takes a device chunk and copies in;
+//!   the next kernel using the region waits for the copy's event. An eviction copies out
+//!   after the block's last kernel (an event after each kernel); until it is done, a use
+//!   cancels it, and a restore needing room takes its chunk with the copy's event to wait for
+//!   (the host never waits for room). A block keeps its host chunk while that holds a valid
 //!   copy, so an eviction of data not written since its restore copies nothing.
-//! - Streams: kernels on `compute`, copies in on `h2d`, copies out on `d2h`. Copies between
-//!   device chunks and host memory run both ways at once (92 GB/s in 2 MiB copies on the
-//!   H200, against 52 for managed memory). A restore maps the block's device chunk first (host
-//!   calls, in place at once) and copies in; the next kernel using the region waits for the
-//!   copy's event. An eviction copies out after the block's last kernel (an event after each
-//!   kernel); its address is remapped to the host chunk only once the copy and the kernel are
-//!   done (`settle`), because nothing orders a mapping change with a stream. Until then the
-//!   block still counts on the device, and a kernel that uses it again cancels the eviction.
-//! - Mapping calls are batched per run of adjacent blocks: one `cuMemUnmap` and one
-//!   `cuMemSetAccess` cover a run (0.3 and 0.1 us per block on an idle H200; 15 and 24 us for
-//!   one block alone). On a busy device each call costs 0.3-0.4 ms, which makes this
-//!   placement 2.5-3.5x slower than managed memory on the sample traces (`docs/decisions.md`).
-//! - The budget is emulated as in the managed backend ([`DeviceBudget`]): device chunks in use
-//!   are the data, free chunks the spare pages, evicted in least-recently-used order by the
-//!   emulated driver when a kernel or prefetch needs room the policy did not make.
-//! - Host accesses synchronise the device and copy through the block's address.
-//! - The clock is the host's monotonic clock since the backend opened, minus set-up. No
-//!   device-timed events are recorded (telemetry of this placement has the backend's counters,
-//!   and CUPTI's records).
+//! - The budget is emulated as in the managed backend ([`DeviceBudget`]), in whole chunks:
+//!   device chunks in use are the data, free chunks the spare pages, evicted in least recently
+//!   used order by the emulated driver when a kernel or prefetch needs room the policy did not
+//!   make. Regions under 2 MiB are packed into chunks by power-of-two slots and stay on the
+//!   device; a region's last block takes a whole chunk.
+//! - Host accesses synchronise the device and copy the bytes where they are.
+//! - The clock is the host's monotonic clock since the backend opened, minus set-up. Recording
+//!   events, kernels and copies are timed on the device (`cuda::timing`).
 
 mod blocks;
+mod copies;
 mod host;
+mod store;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -41,7 +48,8 @@ use std::time::Instant;
 use cudarc::driver::{CudaEvent, CudaStream};
 use rustc_hash::FxHashMap;
 
-use super::vmm::{granularity, Physical, Place, Reserved};
+use super::timing::{Pending, Recording};
+use super::vmm::{granularity, Place, Reserved};
 use super::{cuda_err, CudaDevice, Kernels, TouchMode};
 use crate::error::{Error, Result};
 use crate::mechanism::budget::{BlockId, DeviceBudget};
@@ -51,26 +59,13 @@ use crate::seam::{
     Advice, BackendInfo, BackendKind, BackendStats, ByteRange, Destination, DeviceId, HostAccess, HostOp,
     KernelLaunch, Location, MemoryBackend, Recorder, Residency, Transfer, BLOCK_SIZE,
 };
-
-/// A 2 MiB chunk of pinned host memory, mapped at a mirror address for copies.
-#[derive(Debug)]
-struct HostChunk {
-    phys: Physical,
-    mirror: Reserved,
-}
-
-impl Drop for HostChunk {
-    fn drop(&mut self) {
-        // The mirror's mapping goes before its addresses are freed (the chunk's after it).
-        let _ = self.mirror.unmap(0, BLOCK_SIZE);
-    }
-}
+use store::{Arena, DevChunk, HostChunk, Store};
 
 /// One 2 MiB block of a region. Its address maps `device` where it has one, else `host`,
 /// else nothing.
 #[derive(Debug, Default)]
 struct VBlock {
-    device: Option<Physical>,
+    device: Option<DevChunk>,
     host: Option<HostChunk>,
     /// The host chunk holds the block's data (once `host_ready` completes).
     host_valid: bool,
@@ -98,7 +93,11 @@ struct VBlock {
 
 #[derive(Debug)]
 struct VRegion {
-    /// The reserved range of its blocks; `None` for a region packed in the slab.
+    /// Its address: its reserved range's, its slot's in the slab, or in the arena a handle in
+    /// a range of addresses no memory has (its blocks move between slots).
+    base: u64,
+    /// The reserved range of its blocks (`Store::Mapped`); `None` for a region packed in the
+    /// slab and in the arena.
     va: Option<Reserved>,
     /// A region under 2 MiB: its slot in the slab (size class, address). It has no blocks.
     packed: Option<(usize, u64)>,
@@ -116,18 +115,32 @@ impl VRegion {
         (offset / BLOCK_SIZE) as usize..(offset + len).div_ceil(BLOCK_SIZE) as usize
     }
 
-    /// The region's device address.
+    /// The region's address (see `base`).
     fn addr(&self) -> u64 {
-        match (&self.va, self.packed) {
-            (Some(va), _) => va.va(),
-            (None, Some((_, addr))) => addr,
-            (None, None) => unreachable!("a region is reserved or packed"),
+        self.base
+    }
+
+    /// Its reserved range (regions with blocks have one in `Store::Mapped`).
+    fn va(&self) -> &Reserved {
+        self.va.as_ref().expect("a mapped region with blocks has a reserved range")
+    }
+
+    /// The device address of block `b`'s data, which is on the device.
+    fn device_addr(&self, b: usize) -> u64 {
+        match &self.va {
+            Some(_) => self.base + b as u64 * BLOCK_SIZE,
+            None => self.blocks[b].device.as_ref().and_then(DevChunk::slot).expect("on the device"),
         }
     }
 
-    /// Its reserved range (regions with blocks have one).
-    fn va(&self) -> &Reserved {
-        self.va.as_ref().expect("a region with blocks has a reserved range")
+    /// Where kernels and copies find block `b`: its address in the reserved range, or in the
+    /// arena its device slot, else its host chunk; `None` for an arena block in neither.
+    fn block_addr(&self, b: usize) -> Option<u64> {
+        if self.va.is_some() {
+            return Some(self.base + b as u64 * BLOCK_SIZE);
+        }
+        let v = &self.blocks[b];
+        v.device.as_ref().and_then(DevChunk::slot).or(v.host.as_ref().map(HostChunk::addr))
     }
 }
 
@@ -143,9 +156,13 @@ struct Releasing {
 /// transformer's trace. They stay on the device, counted in whole chunks.
 #[derive(Debug, Default)]
 struct Slab {
-    chunks: Vec<(Physical, Reserved)>,
+    /// Each chunk, and the range it is mapped at (`Store::Mapped`).
+    chunks: Vec<(DevChunk, Option<Reserved>)>,
     free: Vec<Vec<u64>>,
 }
+
+/// Where the arena's region handles start: above every address a process has.
+const ARENA_HANDLES: u64 = 1 << 63;
 
 /// The smallest slot in the slab.
 const MIN_SLOT: u64 = 512;
@@ -178,24 +195,62 @@ struct VmmLog {
     /// Bytes the emulated driver evicted for prefetches and for kernels.
     driver_evicted: [u64; 2],
     over_capacity: u64,
+    /// Copies issued (after merging), the driver calls they took, and their host time.
+    copies: u64,
+    copy_calls: u64,
+    copy_ns: u64,
+    /// Host time making room for restores.
+    room_ns: u64,
+}
+
+/// Copy streams each way in the arena: a copy waiting for its chunk (a copy out, behind the
+/// kernel last using it) holds back only the copies behind it on its own stream. On the H200
+/// at 50% (`docs/decisions.md`, "Replays in a device arena"), 1, 2, 4 and 8 streams took the
+/// transformer's advisor 618-621, 575-581, 488-489 and 485-489 ms, ResNet's 491-494,
+/// 490-493, 495-501 and 515-516 ms.
+const ARENA_LANES: usize = 4;
+
+/// Streams for one direction of copies, taken in turn, one per call.
+#[derive(Debug)]
+struct Lanes {
+    streams: Vec<Arc<CudaStream>>,
+    next: usize,
+}
+
+impl Lanes {
+    fn new(dev: &CudaDevice, n: usize) -> Result<Self> {
+        Ok(Self { streams: (0..n).map(|_| dev.new_stream()).collect::<Result<_>>()?, next: 0 })
+    }
+
+    /// The stream for the next call.
+    fn take(&mut self) -> Arc<CudaStream> {
+        let s = self.streams[self.next].clone();
+        self.next = (self.next + 1) % self.streams.len();
+        s
+    }
+
+    fn all(&self) -> &[Arc<CudaStream>] {
+        &self.streams
+    }
 }
 
 /// Kernel marks kept for evictions to wait on.
 const KERNEL_MARKS: usize = 4096;
 
 /// The CUDA backend with regions in virtual memory. See the module documentation.
-pub struct VmmBackend {
+pub struct BlockBackend {
     dev: CudaDevice,
     device: i32,
-    numa: i32,
+    store: Store,
     kernels: Kernels,
     compute: Arc<CudaStream>,
-    h2d: Arc<CudaStream>,
-    d2h: Arc<CudaStream>,
+    /// Copies in, and copies out: one stream each in virtual memory, several in the arena.
+    h2d: Lanes,
+    d2h: Lanes,
     regions: FxHashMap<RegionId, VRegion>,
     slab: Slab,
     budget: DeviceBudget<NoBuffer, ()>,
-    free_chunks: Vec<Physical>,
+    free_chunks: Vec<DevChunk>,
     host_free: Vec<HostChunk>,
     /// Host chunks made, and how many may be (the staging size).
     host_made: u64,
@@ -209,11 +264,17 @@ pub struct VmmBackend {
     start: Instant,
     excluded_ns: u64,
     recorder: Recorder,
+    /// Device timing of kernels and copies while the recorder records.
+    recording: Option<Recording>,
     info: BackendInfo,
     /// The mapping calls' counters when it opened (they count for the process).
     calls_at_open: [(u64, u64); 4],
     /// The pace a replayed program issued its kernels at.
     pace: crate::mechanism::pace::IssuePace,
+    /// Handle addresses given to the arena's regions so far.
+    handles_used: u64,
+    /// The driver batches copies (`cuMemcpyBatchAsync`, CUDA 13).
+    batched_copies: bool,
 }
 
 /// The process's mapping-call counters: (calls, host ns) per kind.
@@ -222,18 +283,18 @@ fn call_counters() -> [(u64, u64); 4] {
     std::array::from_fn(|i| (super::vmm::CALLS[i].load(Relaxed), super::vmm::CALL_NS[i].load(Relaxed)))
 }
 
-impl std::fmt::Debug for VmmBackend {
+impl std::fmt::Debug for BlockBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("VmmBackend").field("device", &self.dev.capabilities().name).finish()
+        f.debug_struct("BlockBackend").field("device", &self.dev.capabilities().name).finish()
     }
 }
 
-impl VmmBackend {
-    /// Opens device `ordinal`, emulating a GPU of `capacity` bytes. Errors (never panics)
-    /// without a driver or device, or where the device has no virtual memory management.
+impl BlockBackend {
+    /// Opens device `ordinal` with regions in virtual memory, emulating a GPU of `capacity`
+    /// bytes. Errors (never panics) without a driver or device, or where the device has no
+    /// virtual memory management.
     pub fn open(ordinal: usize, capacity: u64) -> Result<Self> {
         let dev = CudaDevice::open(ordinal)?;
-        let c = dev.capabilities().clone();
         let device = ordinal as i32;
         let chunk = granularity(Place::Device(device))?;
         if chunk > BLOCK_SIZE || BLOCK_SIZE % chunk != 0 {
@@ -248,15 +309,40 @@ impl VmmBackend {
             .ok()
             .filter(|&n| n >= 0)
             .unwrap_or(0);
+        Self::open_with(dev, device, capacity, Store::Mapped { numa }, "regions in virtual memory")
+    }
+
+    /// Opens device `ordinal` with regions in an arena of device memory (`capacity` bytes of
+    /// it allocated now, off the clock) and pinned host memory, emulating a GPU of `capacity`
+    /// bytes. A region's data moves between the arena's slots, so its address is not fixed:
+    /// only for a caller that finds data by region (a replay). Errors without a driver or
+    /// device, or where the device memory cannot be allocated.
+    pub fn open_arena(ordinal: usize, capacity: u64) -> Result<Self> {
+        let dev = CudaDevice::open(ordinal)?;
+        let mut arena = Arena::new(&dev);
+        arena.reserve_device(capacity)?;
+        Self::open_with(
+            dev,
+            ordinal as i32,
+            capacity,
+            Store::Arena(Box::new(arena)),
+            "regions in a device arena",
+        )
+    }
+
+    fn open_with(dev: CudaDevice, device: i32, capacity: u64, store: Store, placed: &str) -> Result<Self> {
+        let c = dev.capabilities().clone();
         let kernels = Kernels::load(&dev)?;
-        let (compute, h2d, d2h) = (dev.new_stream()?, dev.new_stream()?, dev.new_stream()?);
+        let compute = dev.new_stream()?;
+        let lanes = if store.is_mapped() { 1 } else { ARENA_LANES };
+        let (h2d, d2h) = (Lanes::new(&dev, lanes)?, Lanes::new(&dev, lanes)?);
         kernels.touch(&compute, &[], 1, 0)?;
         compute.synchronize().map_err(cuda_err("cuStreamSynchronize", "warm-up"))?;
         let start = Instant::now();
         let info = BackendInfo {
             kind: BackendKind::Cuda,
             description: format!(
-                "{} (CUDA driver {}, compute {}.{}), regions in virtual memory, budget emulated in software",
+                "{} (CUDA driver {}, compute {}.{}), {placed}, budget emulated in software",
                 c.name, c.driver_version, c.compute_capability.0, c.compute_capability.1
             ),
             capacity,
@@ -267,7 +353,7 @@ impl VmmBackend {
         Ok(Self {
             dev,
             device,
-            numa,
+            store,
             kernels,
             compute,
             h2d,
@@ -287,9 +373,12 @@ impl VmmBackend {
             start,
             excluded_ns: 0,
             recorder: Recorder::default(),
+            recording: None,
             info,
             pace: Default::default(),
             calls_at_open: call_counters(),
+            handles_used: 0,
+            batched_copies: c.driver_version >= 13000,
         })
     }
 
@@ -307,18 +396,18 @@ impl VmmBackend {
             let chunk = self.new_host_chunk()?;
             self.host_free.push(chunk);
         }
+        // Taken from the end: lowest address first, so that blocks evicted together get
+        // neighbouring chunks and their copies merge.
+        self.host_free.reverse();
         self.excluded_ns += t0.elapsed().as_nanos() as u64;
         Ok(self)
     }
 
     fn new_host_chunk(&mut self) -> Result<HostChunk> {
-        let phys = Physical::create(Place::HostNuma(self.numa), BLOCK_SIZE)?;
-        let mirror = Reserved::new(BLOCK_SIZE)?;
-        mirror.map(0, BLOCK_SIZE, &phys, 0)?;
-        mirror.grant(0, BLOCK_SIZE, self.device)?;
+        let chunk = self.store.new_host(self.device)?;
         self.host_made += 1;
         self.log.host_chunks_made += 1;
-        Ok(HostChunk { phys, mirror })
+        Ok(chunk)
     }
 
     fn ordinal(&self) -> DeviceId {
@@ -358,17 +447,30 @@ impl VmmBackend {
         self.timed(HostOp::Allocate, |this| {
             if bytes < BLOCK_SIZE {
                 let (class, addr) = this.slab_take(bytes)?;
-                let r =
-                    VRegion { va: None, packed: Some((class, addr)), bytes, blocks: Vec::new(), ready: None };
+                let r = VRegion {
+                    base: addr,
+                    va: None,
+                    packed: Some((class, addr)),
+                    bytes,
+                    blocks: Vec::new(),
+                    ready: None,
+                };
                 this.regions.insert(id, r);
                 return Ok(addr);
             }
             let n = bytes.div_ceil(BLOCK_SIZE);
-            let va = Reserved::new(n * BLOCK_SIZE)?;
-            let addr = va.va();
+            let (va, base) = if this.store.is_mapped() {
+                let va = Reserved::new(n * BLOCK_SIZE)?;
+                let base = va.va();
+                (Some(va), base)
+            } else {
+                let base = ARENA_HANDLES + this.handles_used;
+                this.handles_used += n * BLOCK_SIZE;
+                (None, base)
+            };
             let blocks = (0..n).map(|_| VBlock::default()).collect();
-            this.regions.insert(id, VRegion { va: Some(va), packed: None, bytes, blocks, ready: None });
-            Ok(addr)
+            this.regions.insert(id, VRegion { base, va, packed: None, bytes, blocks, ready: None });
+            Ok(base)
         })
     }
 
@@ -381,13 +483,28 @@ impl VmmBackend {
             self.slab.free.resize_with(class + 1, Vec::new);
         }
         if self.slab.free[class].is_empty() {
-            let phys = Physical::create(Place::Device(self.device), BLOCK_SIZE)?;
-            let va = Reserved::new(BLOCK_SIZE)?;
-            va.map(0, BLOCK_SIZE, &phys, 0)?;
-            va.grant(0, BLOCK_SIZE, self.device)?;
-            let base = va.va();
+            // Room for the chunk first, as for a block's: a lent chunk is zeroed once the work
+            // holding it is done (`compute` waits for it).
+            let chunk = match self.make_room(1, &Default::default(), blocks::Site::Kernel)?.pop() {
+                Some(credit) => {
+                    for e in credit.after.iter().filter(|e| !e.is_complete()) {
+                        self.compute.wait(e).map_err(cuda_err("cuStreamWaitEvent", "a slab chunk"))?;
+                    }
+                    credit.chunk
+                }
+                None => self.take_chunk()?,
+            };
+            let (base, va) = match &chunk {
+                DevChunk::Slot(addr) => (*addr, None),
+                DevChunk::Mapped(phys) => {
+                    let va = Reserved::new(BLOCK_SIZE)?;
+                    va.map(0, BLOCK_SIZE, phys, 0)?;
+                    va.grant(0, BLOCK_SIZE, self.device)?;
+                    (va.va(), Some(va))
+                }
+            };
             self.slab.free[class].extend((0..BLOCK_SIZE / size).rev().map(|i| base + i * size));
-            self.slab.chunks.push((phys, va));
+            self.slab.chunks.push((chunk, va));
             self.budget.add_data(BLOCK_SIZE);
             self.budget.note_held();
         }
@@ -415,11 +532,13 @@ impl VmmBackend {
             blk.leaving = None;
         }
         // The mappings go once the work issued before the free is done with them.
-        let after = vec![
-            self.record(&self.compute, "free")?,
-            self.record(&self.h2d, "free")?,
-            self.record(&self.d2h, "free")?,
-        ];
+        let streams: Vec<Arc<CudaStream>> =
+            std::iter::once(&self.compute).chain(self.h2d.all()).chain(self.d2h.all()).cloned().collect();
+        let after = streams.iter().map(|s| self.record(s, "free")).collect::<Result<Vec<_>>>()?;
+        if let Some(rec) = self.timing() {
+            let marks = streams.iter().map(|s| rec.mark(s)).collect::<Result<Vec<_>>>()?;
+            rec.pending.push_back(Pending::Released { region: id, marks });
+        }
         self.releasing.push_back(Releasing { region: r, after });
         self.settle(false)
     }
@@ -446,11 +565,44 @@ impl VmmBackend {
 
     fn sync_all(&mut self) -> Result<()> {
         self.dev.synchronize()?;
+        self.timing();
+        if let Some(rec) = self.recording.as_mut() {
+            rec.resolve_all(&mut self.recorder); // all complete now
+        }
         self.settle(true)
+    }
+
+    /// The device timing, started or stopped as the recorder was switched.
+    fn timing(&mut self) -> Option<&mut Recording> {
+        if !self.recorder.is_recording() {
+            self.recording = None;
+        } else if self.recording.is_none() {
+            self.recording = Recording::start(&self.compute, self.start, &mut self.recorder);
+        }
+        self.recording.as_mut()
+    }
+
+    /// A timing mark on `stream` where recording.
+    fn timing_mark(&mut self, stream: &CudaStream) -> Result<Option<CudaEvent>> {
+        self.timing().map(|rec| rec.mark(stream)).transpose()
+    }
+
+    /// Closes a timed stretch of `stream` opened by `start` (where recording), as `pending`.
+    fn close_timed(
+        &mut self,
+        stream: &CudaStream,
+        start: Option<CudaEvent>,
+        pending: impl FnOnce(CudaEvent, CudaEvent) -> Pending,
+    ) -> Result<()> {
+        let (Some(start), Some(rec)) = (start, self.recording.as_mut()) else { return Ok(()) };
+        let end = rec.mark(stream)?;
+        rec.pending.push_back(pending(start, end));
+        rec.resolve_some(&mut self.recorder);
+        Ok(())
     }
 }
 
-impl Drop for VmmBackend {
+impl Drop for BlockBackend {
     fn drop(&mut self) {
         // Nothing may be unmapped under the device's feet.
         let _ = self.dev.synchronize();
@@ -458,7 +610,7 @@ impl Drop for VmmBackend {
         for (_, r) in std::mem::take(&mut self.regions) {
             let _ = self.unmap_region(&r);
         }
-        for (_, va) in &self.slab.chunks {
+        for va in self.slab.chunks.iter().filter_map(|(_, va)| va.as_ref()) {
             let _ = va.unmap(0, BLOCK_SIZE);
         }
         let l = &self.log;
@@ -488,10 +640,18 @@ impl Drop for VmmBackend {
             l.driver_evicted[1] as f64 / 1e6,
             l.over_capacity,
         );
+        tracing::info!(
+            "cuda vmm backend copies: {} issued in {} calls ({}), {:.1} ms of host time; room made in {:.1} ms",
+            l.copies,
+            l.copy_calls,
+            if self.batched_copies { "batched" } else { "one call each" },
+            l.copy_ns as f64 / 1e6,
+            l.room_ns as f64 / 1e6
+        );
     }
 }
 
-impl MemoryBackend for VmmBackend {
+impl MemoryBackend for BlockBackend {
     fn info(&self) -> &BackendInfo {
         &self.info
     }
@@ -583,15 +743,29 @@ impl MemoryBackend for VmmBackend {
     }
 }
 
-/// Touch-kernel ranges of a launch, at the regions' addresses.
+/// Touch-kernel ranges of a launch, at the regions' addresses; in the arena one per block,
+/// where its data is, those adjacent there merged.
 fn touch_ranges(
     regions: &FxHashMap<RegionId, VRegion>,
     kernel: &KernelLaunch<'_>,
 ) -> Vec<(u64, u64, TouchMode)> {
-    kernel
-        .accesses
-        .iter()
-        .filter(|a| a.len > 0)
-        .map(|a| (regions[&a.region].addr() + a.offset, a.len, TouchMode::from(a.mode)))
-        .collect()
+    let mut out: Vec<(u64, u64, TouchMode)> = Vec::new();
+    for a in kernel.accesses.iter().filter(|a| a.len > 0) {
+        let r = &regions[&a.region];
+        let mode = TouchMode::from(a.mode);
+        if r.va.is_some() || r.packed.is_some() {
+            out.push((r.addr() + a.offset, a.len, mode));
+            continue;
+        }
+        for b in r.blocks_of(a.offset, a.len) {
+            let lo = (b as u64 * BLOCK_SIZE).max(a.offset);
+            let hi = ((b as u64 + 1) * BLOCK_SIZE).min(a.offset + a.len);
+            let addr = r.block_addr(b).expect("a launch places every block it touches") + lo % BLOCK_SIZE;
+            match out.last_mut() {
+                Some(last) if last.0 + last.1 == addr && last.2 == mode => last.1 += hi - lo,
+                _ => out.push((addr, hi - lo, mode)),
+            }
+        }
+    }
+    out
 }

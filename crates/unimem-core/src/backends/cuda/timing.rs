@@ -1,0 +1,186 @@
+//! Events timed on the device for telemetry, shared by the CUDA backends: kernels, copies, the
+//! driver's page work and the release of freed regions, each with a pair of CUDA events (or
+//! one per stream) read once the device has reached them.
+
+use std::time::Instant;
+
+use cudarc::driver::{CudaEvent, CudaStream};
+
+use super::cuda_err;
+use crate::error::Result;
+use crate::region::RegionId;
+use crate::seam::{MemEvent, PageWork, Recorder};
+
+/// Pending timed events looked at in one go (see `Recording::next_resolve_at`).
+pub(in crate::backends::cuda) const RESOLVE_BATCH: usize = 512;
+
+/// GPU-timed events waiting for the device to reach them.
+pub(in crate::backends::cuda) struct Recording {
+    /// A completed event and its time on the event clock: other events are timed from it.
+    pub(in crate::backends::cuda) reference: CudaEvent,
+    pub(in crate::backends::cuda) reference_ns: u64,
+    pub(in crate::backends::cuda) pending: std::collections::VecDeque<Pending>,
+    /// Events whose times were read, recorded again rather than created anew (creating and
+    /// destroying two to three events per kernel was host time on the critical path).
+    pub(in crate::backends::cuda) spare: Vec<CudaEvent>,
+    /// Pending events are looked at again once there are this many (or at a synchronize):
+    /// querying events after every operation would be driver calls on the critical path,
+    /// contending with fault handling, for times nobody needs before the replay ends.
+    pub(in crate::backends::cuda) next_resolve_at: usize,
+}
+
+pub(in crate::backends::cuda) enum Pending {
+    Kernel {
+        name: String,
+        dur_ns: u64,
+        start: CudaEvent,
+        end: CudaEvent,
+    },
+    /// The driver's page-table work queued on a stream (populations, repopulations, discards).
+    PageWork {
+        work: PageWork,
+        bytes: u64,
+        start: CudaEvent,
+        end: CudaEvent,
+    },
+    /// One mark per stream, recorded at the free.
+    Released {
+        region: RegionId,
+        marks: Vec<CudaEvent>,
+    },
+    /// Copies through the staging buffers (CUPTI's unified-memory counters do not see them):
+    /// (region, offset, bytes) of each block, timed together; they share the interval.
+    Staging {
+        dir: crate::seam::Direction,
+        blocks: Vec<(RegionId, u64, u64)>,
+        start: CudaEvent,
+        end: CudaEvent,
+    },
+}
+
+impl Recording {
+    /// Starts timing events on the device: a first event on `stream`, synchronised, that the
+    /// others are timed from (`clock` is the event clock's origin). Where that fails,
+    /// `recorder` stops recording, with a warning.
+    pub(in crate::backends::cuda) fn start(
+        stream: &CudaStream,
+        clock: Instant,
+        recorder: &mut Recorder,
+    ) -> Option<Self> {
+        let reference = mark(stream).and_then(|ev| {
+            ev.synchronize().map_err(cuda_err("cuEventSynchronize", "telemetry reference"))?;
+            Ok(ev)
+        });
+        match reference {
+            Ok(reference) => Some(Recording {
+                reference,
+                reference_ns: clock.elapsed().as_nanos() as u64,
+                pending: Default::default(),
+                spare: Vec::new(),
+                next_resolve_at: RESOLVE_BATCH,
+            }),
+            Err(e) => {
+                tracing::warn!("cannot time events on the device, recording none: {e}");
+                recorder.set_recording(false);
+                None
+            }
+        }
+    }
+
+    /// Moves the events the device has reached into `recorder`, once enough wait.
+    pub(in crate::backends::cuda) fn resolve_some(&mut self, recorder: &mut Recorder) {
+        if self.pending.len() >= self.next_resolve_at {
+            let mut done = Vec::new();
+            self.resolve(&mut done);
+            self.next_resolve_at = self.pending.len() + RESOLVE_BATCH;
+            recorder.extend(done);
+        }
+    }
+
+    /// Moves every event into `recorder` (the device is idle).
+    pub(in crate::backends::cuda) fn resolve_all(&mut self, recorder: &mut Recorder) {
+        let mut done = Vec::new();
+        self.resolve(&mut done);
+        self.next_resolve_at = RESOLVE_BATCH;
+        recorder.extend(done);
+    }
+
+    /// Time of a completed event on the event clock.
+    pub(in crate::backends::cuda) fn time_of(&self, ev: &CudaEvent) -> u64 {
+        // elapsed_ms is an f32 of milliseconds: about 1 us resolution over a 10 s replay.
+        let ms = self.reference.elapsed_ms(ev).unwrap_or(0.0) as f64;
+        self.reference_ns + (ms.max(0.0) * 1e6) as u64
+    }
+
+    /// Records a timing event on `stream`, reusing a spare one where there is one.
+    pub(in crate::backends::cuda) fn mark(&mut self, stream: &CudaStream) -> Result<CudaEvent> {
+        match self.spare.pop() {
+            Some(ev) => {
+                ev.record(stream).map_err(cuda_err("cuEventRecord", "telemetry mark"))?;
+                Ok(ev)
+            }
+            None => mark(stream),
+        }
+    }
+
+    /// Moves the pending events the device has reached, in order, into `out`.
+    pub(in crate::backends::cuda) fn resolve(&mut self, out: &mut Vec<MemEvent>) {
+        while let Some(front) = self.pending.front() {
+            let done = match front {
+                Pending::Kernel { end, .. }
+                | Pending::Staging { end, .. }
+                | Pending::PageWork { end, .. } => end.is_complete(),
+                Pending::Released { marks, .. } => marks.iter().all(|m| m.is_complete()),
+            };
+            if !done {
+                return;
+            }
+            match self.pending.pop_front().expect("front exists") {
+                Pending::Kernel { name, dur_ns, start, end } => {
+                    let (start_ns, end_ns) = (self.time_of(&start), self.time_of(&end));
+                    let end_ns = end_ns.max(start_ns);
+                    let stall_ns = (end_ns - start_ns).saturating_sub(dur_ns);
+                    out.push(MemEvent::Kernel { name, start_ns, end_ns, stall_ns });
+                    self.spare.extend([start, end]);
+                }
+                Pending::Staging { dir, blocks, start, end } => {
+                    let (start_ns, end_ns) = (self.time_of(&start), self.time_of(&end));
+                    let end_ns = end_ns.max(start_ns);
+                    let total: u64 = blocks.iter().map(|b| b.2).sum::<u64>().max(1);
+                    let mut at = start_ns;
+                    for (region, offset, bytes) in blocks {
+                        let until = (at + (end_ns - start_ns) * bytes / total).min(end_ns);
+                        out.push(MemEvent::Migration {
+                            region,
+                            offset,
+                            bytes,
+                            dir,
+                            cause: crate::seam::MigrationCause::Staging,
+                            start_ns: at,
+                            end_ns: until,
+                        });
+                        at = until;
+                    }
+                    self.spare.extend([start, end]);
+                }
+                Pending::PageWork { work, bytes, start, end } => {
+                    let (start_ns, end_ns) = (self.time_of(&start), self.time_of(&end));
+                    out.push(MemEvent::PageWork { work, bytes, start_ns, end_ns: end_ns.max(start_ns) });
+                    self.spare.extend([start, end]);
+                }
+                Pending::Released { region, marks } => {
+                    let at_ns = marks.iter().map(|m| self.time_of(m)).max().unwrap_or(0);
+                    out.push(MemEvent::Released { region, at_ns });
+                    self.spare.extend(marks);
+                }
+            }
+        }
+    }
+}
+
+/// Records a timing event on `stream`.
+pub(in crate::backends::cuda) fn mark(stream: &CudaStream) -> Result<CudaEvent> {
+    stream
+        .record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+        .map_err(cuda_err("cuEventRecord", "telemetry mark"))
+}
