@@ -4,14 +4,17 @@ scripts/gpu-replays.sh) with the simulator's prediction of the same runs, calibr
 profile written by `unimem probe`. Prints a Markdown table with the sim/real ratio per row.
 
 Usage: scripts/sim-vs-real.py PROFILE.toml REAL.jsonl [REAL2.jsonl ...] [--exe target/release/unimem]
-       [--host] [--measured] [--sim-out SIM.jsonl | --sim-in SIM.jsonl]
+       [--host] [--measured] [--sim-out SIM.jsonl | --sim-in SIM.jsonl] [--config CONFIG.toml]
+       [--mem NAME]
 Several REAL files are repeated runs: the table shows their range and compares with the mean.
 With --host, a second table sets the host time the backend's calls held the replaying thread
 (`backend_host_ns`, real mean / simulated) beside the policy's own work on the GPU's host (its
 time less the hints it gave), which the simulator does not charge by default.
 --measured simulates with `sim.policy_time = "measured"`: the policy's own work costs what it
 takes on this machine, so run it on the GPU's host. --sim-out saves the simulated runs (JSON
-lines), --sim-in reads them back instead of simulating.
+lines), --sim-in reads them back instead of simulating. --config simulates with that
+configuration (e.g. `memory = "device"`); --mem keeps only the real runs whose "mem" field
+(added by the script that ran them) is NAME.
 """
 import json, os, subprocess, sys
 from collections import defaultdict
@@ -30,6 +33,7 @@ def option(name):
 exe = option("--exe") or "target/release/unimem"
 host, measured = flag("--host"), flag("--measured")
 sim_out, sim_in = option("--sim-out"), option("--sim-in")
+config, mem = option("--config"), option("--mem")
 saved = defaultdict(dict)
 if sim_in:
     for line in open(sim_in):
@@ -43,7 +47,8 @@ real = defaultdict(list)
 for f in files:
     for line in open(f):
         d = json.loads(line)
-        real[(d["trace"], d["budget"], d["policy"])].append(d)
+        if mem is None or d.get("mem") == mem:
+            real[(d["trace"], d["budget"], d["policy"])].append(d)
 env = dict(os.environ, UNIMEM_SIM_PROFILE=profile)
 if measured:
     env["UNIMEM_SIM_POLICY_TIME"] = "measured"
@@ -54,7 +59,8 @@ for (trace, budget) in sorted({(t, b) for (t, b, _) in real}, key=lambda k: (k[0
     if sim_in:
         sim = saved[(trace, budget)]
     else:
-        out = subprocess.run([exe, "replay", trace, "--backend", "sim", "--budget", budget, "--policy", ",".join(policies), "--json"],
+        out = subprocess.run([exe, "replay", trace, "--backend", "sim", "--budget", budget, "--policy", ",".join(policies), "--json"]
+                             + (["--config", config] if config else []),
                              check=True, capture_output=True, text=True, env=env).stdout
         sim = {d["policy"]: d for d in map(json.loads, out.splitlines())}
         sim_lines += out.splitlines()
