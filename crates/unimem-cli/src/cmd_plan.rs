@@ -91,7 +91,12 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
     let mut planned = Vec::new();
     for policy in policies {
         let replay_at = |budget: u64| -> Result<CurvePoint> {
-            let sizes = Sizes { budget, peak: stats.peak_live_page_bytes, pre_existing: &stats.pre_existing };
+            let sizes = Sizes {
+                budget,
+                peak: stats.peak_live_page_bytes,
+                pre_existing: &stats.pre_existing,
+                block_share: crate::cmd_replay::block_share(&stats),
+            };
             let report = replay_one(&open, sizes, policy, &config, false, None, 0)?;
             Ok(CurvePoint {
                 budget_bytes: budget,

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use unimem_core::MemoryBackendExt;
 
-use unimem_core::config::{BackendChoice, PolicyName};
+use unimem_core::config::{BackendChoice, Memory, PolicyName};
 use unimem_core::output_file::OutputFile;
 use unimem_core::replay::{self, ReplayReport};
 use unimem_core::trace::{TraceReader, TraceStats};
@@ -61,6 +61,25 @@ pub struct Sizes<'a> {
     pub peak: u64,
     /// Regions whose first access reads them (they start on the host).
     pub pre_existing: &'a unimem_core::trace::RegionIds,
+    /// The trace's peak live bytes over what the device arena holds for them (whole 2 MiB
+    /// blocks): with `memory = "device"`, policies plan for this share of the budget, so that
+    /// they, not the emulated driver, make the room the blocks' rounding takes.
+    pub block_share: f64,
+}
+
+/// A trace's peak live bytes over the device arena's bytes for them (1 for an empty trace).
+pub fn block_share(stats: &TraceStats) -> f64 {
+    if stats.peak_live_block_bytes == 0 {
+        return 1.0;
+    }
+    (stats.peak_live_page_bytes as f64 / stats.peak_live_block_bytes as f64).min(1.0)
+}
+
+impl Sizes<'_> {
+    /// The capacity a policy plans for on a device of `capacity` bytes.
+    pub fn planning(&self, capacity: u64) -> u64 {
+        (capacity as f64 * self.block_share) as u64
+    }
 }
 
 impl<'a> Sizes<'a> {
@@ -89,6 +108,7 @@ impl<'a> Sizes<'a> {
             budget: budget_bytes,
             peak: stats.peak_live_page_bytes,
             pre_existing: &stats.pre_existing,
+            block_share: block_share(stats),
         };
         (sizes, warning)
     }
@@ -114,7 +134,12 @@ pub fn replay_one(
     // A replay finds data by region, never by an address it kept: restores may relocate.
     spec.relocate = config.replay.relocate;
     let mut backend = backends::open(&spec)?;
-    let mut policy_impl = policy::make_policy(policy, backend.device_capacity(), config, &spec.cost);
+    // The device arena holds regions in whole blocks: the policy plans for the bytes that fit.
+    let planning = match config.memory {
+        Memory::Device => sizes.planning(backend.device_capacity()),
+        Memory::Managed | Memory::Vmm => backend.device_capacity(),
+    };
+    let mut policy_impl = policy::make_policy(policy, planning, config, &spec.cost);
     let reader = open()?;
     let (consumed, total) = reader.progress();
     tracing::info!(trace = reader.file(), %policy, budget_bytes, backend = %backend.describe(), "replay starts");
@@ -311,4 +336,24 @@ fn device_memory(config: &Config) -> Result<Option<u64>> {
         BackendChoice::Sim => Some(backends::cost_model(config)?.device_memory_bytes),
         _ => None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A policy over the device arena plans for the share of the budget its data takes in
+    /// whole blocks; an empty trace plans for all of it.
+    #[test]
+    fn the_arena_s_planning_share_is_bytes_over_blocks() {
+        let stats = TraceStats {
+            peak_live_page_bytes: 3 << 20,
+            peak_live_block_bytes: 4 << 20,
+            ..Default::default()
+        };
+        assert_eq!(block_share(&stats), 0.75);
+        let (sizes, _) = Sizes::of(Budget::Bytes(4 << 20), &stats);
+        assert_eq!(sizes.planning(4 << 20), 3 << 20);
+        assert_eq!(block_share(&TraceStats::default()), 1.0);
+    }
 }

@@ -6,7 +6,17 @@ use serde::Serialize;
 
 use super::{TraceEvent, TraceReader};
 use crate::error::{Error, Result};
-use crate::seam::{page_round, PAGE_SIZE};
+use crate::seam::{page_round, BLOCK_SIZE, PAGE_SIZE};
+
+/// The device arena's bytes for a region of `bytes`: whole 2 MiB blocks, or under 2 MiB the
+/// power of two (512 bytes up) it is packed in.
+fn block_round(bytes: u64) -> u64 {
+    if bytes >= BLOCK_SIZE {
+        bytes.div_ceil(BLOCK_SIZE) * BLOCK_SIZE
+    } else {
+        bytes.max(512).next_power_of_two()
+    }
+}
 
 /// A set of region ids (trace ids).
 pub type RegionIds = HashSet<u64>;
@@ -41,6 +51,10 @@ pub struct TraceStats {
     /// Most bytes live at once, each region rounded up to 4 KiB pages: what a device holding
     /// the whole working set needs, and what percent budgets of a replay refer to.
     pub peak_live_page_bytes: u64,
+    /// Most bytes live at once, each region as whole 2 MiB blocks (one under 2 MiB as the
+    /// power of two that holds it, 512 bytes up): what the device arena (`memory = "device"`)
+    /// holds for the same data.
+    pub peak_live_block_bytes: u64,
     /// Kernel launches.
     pub kernels: u64,
     /// Host events.
@@ -113,7 +127,7 @@ impl TraceStats {
     /// caller that needs the whole trace reads it once.
     pub fn compute_with(mut reader: TraceReader, mut each: impl FnMut(&TraceEvent)) -> Result<Self> {
         let mut s = TraceStats::default();
-        let (mut live, mut live_pages) = (0u64, 0u64);
+        let (mut live, mut live_pages, mut live_blocks) = (0u64, 0u64, 0u64);
         // Live regions only (size, touched yet?): memory stays bounded by what is live.
         let mut regions: HashMap<u64, (u64, bool)> = HashMap::default();
         let mut accessed_region_bytes = 0u64;
@@ -133,14 +147,17 @@ impl TraceStats {
                     // The reader keeps the live page bytes below 2^62: these cannot overflow.
                     live += bytes;
                     live_pages += page_round(*bytes);
+                    live_blocks += block_round(*bytes);
                     s.peak_live_bytes = s.peak_live_bytes.max(live);
                     s.peak_live_page_bytes = s.peak_live_page_bytes.max(live_pages);
+                    s.peak_live_block_bytes = s.peak_live_block_bytes.max(live_blocks);
                     regions.insert(*id, (*bytes, false));
                 }
                 TraceEvent::Free { id } => {
                     let bytes = regions.remove(id).map(|(b, _)| b).unwrap_or(0);
                     live -= bytes;
                     live_pages -= page_round(bytes);
+                    live_blocks -= block_round(bytes);
                 }
                 TraceEvent::Kernel { name, dur_ns, host_ns, acc } => {
                     s.kernels += 1;
@@ -188,5 +205,30 @@ impl TraceStats {
         s.reuse_factor =
             if accessed_region_bytes == 0 { 0.0 } else { accessed as f64 / accessed_region_bytes as f64 };
         Ok(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::{TraceEvent, TraceHeader, TraceWriter};
+
+    /// Live bytes as the device arena holds them: whole 2 MiB blocks, smaller regions as the
+    /// power of two that holds them; a freed region leaves the count.
+    #[test]
+    fn peak_live_block_bytes_rounds_as_the_arena_holds_regions() {
+        assert_eq!(block_round(3 << 20), 4 << 20);
+        assert_eq!(block_round(2 << 20), 2 << 20);
+        assert_eq!(block_round(100_000), 131_072);
+        assert_eq!(block_round(1), 512);
+        let mut w = TraceWriter::new(Vec::new(), false, "mem", &TraceHeader::new("test")).unwrap();
+        let alloc = |id, bytes| TraceEvent::Alloc { id, bytes, name: None };
+        for e in [alloc(1, 3 << 20), alloc(2, 100_000), TraceEvent::Free { id: 1 }, alloc(3, 1 << 20)] {
+            w.write(&e).unwrap();
+        }
+        let bytes: &'static [u8] = Box::leak(w.finish().unwrap().into_boxed_slice());
+        let s = TraceStats::compute(TraceReader::from_bytes("mem", bytes).unwrap()).unwrap();
+        assert_eq!(s.peak_live_block_bytes, (4 << 20) + 131_072);
+        assert_eq!(s.peak_live_page_bytes, (3 << 20) + 102_400);
     }
 }
