@@ -383,6 +383,24 @@ impl BlockBackend {
         let t0 = Instant::now();
         let mut credits = self.make_room(blocks.len() as u64, protected, site)?;
         self.log.room_ns += t0.elapsed().as_nanos() as u64;
+        if site == Site::Prefetch {
+            // A prefetch is a hint: what does not fit (the room left is its own blocks) stays
+            // where it is, for the kernel that uses it; only a kernel's own data may take the
+            // device past the capacity.
+            let lent = credits.len() as u64;
+            let fits = self.info.capacity.saturating_sub(self.budget.held() + lent * BLOCK_SIZE) / BLOCK_SIZE;
+            let room = (lent + self.free_chunks.len() as u64 + fits) as usize;
+            if blocks.len() > room {
+                for b in blocks.drain(room..) {
+                    self.regions.get_mut(&b.region).expect("live").blocks[b.block as usize].prefetched =
+                        false;
+                    self.log.prefetch_dropped += 1;
+                }
+                if blocks.is_empty() {
+                    return Ok(0);
+                }
+            }
+        }
         let t0 = Instant::now();
         let h2d = self.h2d.take();
         // The copies in wait for the work that still holds the lent chunks.
@@ -561,11 +579,13 @@ impl BlockBackend {
         for b in &need {
             self.regions.get_mut(&b.region).expect("live").blocks[b.block as usize].prefetched = true;
         }
-        let n = need.len() as u64 * BLOCK_SIZE;
-        let copied = self.restore_blocks(need, &protected, Site::Prefetch)?;
+        let copied = self.restore_blocks(need.clone(), &protected, Site::Prefetch)?;
+        let arrived =
+            need.iter().filter(|b| self.regions[&b.region].blocks[b.block as usize].device.is_some()).count()
+                as u64;
         self.stats.prefetch_ranges += ranges.len() as u64;
         self.stats.prefetch_h2d_bytes += copied;
-        self.stats.prefetch_arrived_bytes += n;
+        self.stats.prefetch_arrived_bytes += arrived * BLOCK_SIZE;
         Ok(())
     }
 

@@ -201,6 +201,8 @@ struct VmmLog {
     copy_ns: u64,
     /// Host time making room for restores.
     room_ns: u64,
+    /// Blocks of prefetches left where they were: no room without evicting the prefetch's own.
+    prefetch_dropped: u64,
 }
 
 /// Copy streams each way in the arena: a copy waiting for its chunk (a copy out, behind the
@@ -641,12 +643,13 @@ impl Drop for BlockBackend {
             l.over_capacity,
         );
         tracing::info!(
-            "cuda vmm backend copies: {} issued in {} calls ({}), {:.1} ms of host time; room made in {:.1} ms",
+            "cuda vmm backend copies: {} issued in {} calls ({}), {:.1} ms of host time; room made in {:.1} ms; {} prefetched blocks left for want of room",
             l.copies,
             l.copy_calls,
             if self.batched_copies { "batched" } else { "one call each" },
             l.copy_ns as f64 / 1e6,
-            l.room_ns as f64 / 1e6
+            l.room_ns as f64 / 1e6,
+            l.prefetch_dropped
         );
     }
 }
