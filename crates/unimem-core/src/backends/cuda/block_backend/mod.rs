@@ -625,9 +625,13 @@ impl Drop for BlockBackend {
                 format!("{name} {n} calls {:.1} ms", ns as f64 / 1e6)
             })
             .collect();
-        tracing::info!("cuda vmm backend mapping calls: {}", calls.join(", "));
+        let name =
+            if self.store.is_mapped() { "cuda block backend (vmm)" } else { "cuda block backend (arena)" };
+        if self.store.is_mapped() {
+            tracing::info!("{name} mapping calls: {}", calls.join(", "));
+        }
         tracing::info!(
-            "cuda vmm backend: {} device chunks made, {} host chunks made ({} taken from clean copies); {} remaps to host chunks in {:.1} ms; restores mapped and issued in {:.1} ms; {} evictions cancelled by a use; {} times the emulated driver made room; {} host waits for the device ({:.1} ms); emulated driver evicted {:.1} MB for prefetches and {:.1} MB for kernels; {} chunks over the capacity",
+            "{name}: {} device chunks made, {} host chunks made ({} taken from clean copies); {} evictions settled in {:.1} ms; restores issued in {:.1} ms; {} evictions cancelled by a use; {} times the emulated driver made room; {} host waits for the device ({:.1} ms); emulated driver evicted {:.1} MB for prefetches and {:.1} MB for kernels; {} chunks over the capacity",
             l.device_chunks_made,
             l.host_chunks_made,
             l.host_chunks_stolen,
@@ -643,7 +647,7 @@ impl Drop for BlockBackend {
             l.over_capacity,
         );
         tracing::info!(
-            "cuda vmm backend copies: {} issued in {} calls ({}), {:.1} ms of host time; room made in {:.1} ms; {} prefetched blocks left for want of room",
+            "{name} copies: {} issued in {} calls ({}), {:.1} ms of host time; room made in {:.1} ms; {} prefetched blocks left for want of room",
             l.copies,
             l.copy_calls,
             if self.batched_copies { "batched" } else { "one call each" },
