@@ -22,27 +22,32 @@ impl SimBackend {
     }
 
     /// When `need` more bytes are there: the account says they fit (the caller made room), but
-    /// room given up lately may still hold its old data; the earliest time by which enough of
-    /// that is done. Room freed before now matters to nothing issued from now on.
-    fn room_free_at(&mut self, need: u64) -> u64 {
+    /// room given up lately may still hold its old data. The room free now comes first, then
+    /// that of the evictions ending first, which the need takes (the arena lends a restore
+    /// the chunks of evictions under way: their room is the restore's, not the next one's).
+    /// Room freed before now matters to nothing issued from now on.
+    pub(super) fn room_free_at(&mut self, need: u64) -> u64 {
         let now = self.host_now;
         self.freeing.retain(|&(at, _)| at > now);
-        if self.freeing.is_empty() {
+        let pending: u64 = self.freeing.iter().map(|f| f.1).sum();
+        let free_now = self.info.capacity.saturating_sub(self.budget.held() + pending);
+        if pending == 0 || free_now >= need {
             return 0;
         }
-        let slack = self.info.capacity.saturating_sub(self.budget.held() + need);
-        let mut pending: u64 = self.freeing.iter().map(|f| f.1).sum();
-        if pending <= slack {
-            return 0;
-        }
+        let mut short = need - free_now;
         self.freeing.sort_unstable();
-        for &(at, bytes) in &self.freeing {
-            pending -= bytes;
-            if pending <= slack {
-                return at;
+        let mut at = 0;
+        for f in self.freeing.iter_mut() {
+            at = f.0;
+            let took = f.1.min(short);
+            f.1 -= took;
+            short -= took;
+            if short == 0 {
+                break;
             }
         }
-        self.freeing.last().map_or(0, |f| f.0)
+        self.freeing.retain(|f| f.1 > 0);
+        at
     }
 
     /// Gives back the device pages of pooled buffers, the longest pooled first, until `need`

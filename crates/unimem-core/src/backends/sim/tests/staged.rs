@@ -369,3 +369,18 @@ fn room_after_copies_makes_a_restore_wait_for_the_copy_out() {
     let copy_out = CostModel::transfer_ns(64 * MIB, CostModel::h200().link_rate_gbps);
     assert!(after >= at_issue + copy_out * 9 / 10, "{after} vs {at_issue} + {copy_out}");
 }
+
+/// The arena's room: a restore takes the room free now, then that of the evictions ending
+/// first, and what it took is not the next restore's.
+#[test]
+fn a_restore_takes_the_room_of_the_evictions_ending_first_and_keeps_it() {
+    let mut s = sim(64 * MIB).with_room_after_copies(true);
+    s.freeing = vec![(1_000_000, 32 * MIB), (500_000, 32 * MIB)];
+    assert_eq!(s.room_free_at(16 * MIB), 500_000, "the earlier eviction's room");
+    s.budget.add_data(16 * MIB);
+    assert_eq!(s.room_free_at(16 * MIB), 500_000, "the rest of it");
+    s.budget.add_data(16 * MIB);
+    assert_eq!(s.room_free_at(32 * MIB), 1_000_000, "then the later one's");
+    s.budget.add_data(32 * MIB);
+    assert!(s.freeing.is_empty());
+}
