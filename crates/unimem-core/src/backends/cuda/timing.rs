@@ -87,6 +87,22 @@ impl Recording {
         }
     }
 
+    /// The timing `slot` holds, started (on `stream`, timed from `clock`) or stopped as
+    /// `recorder` was switched: what each backend calls before it times anything.
+    pub(in crate::backends::cuda) fn follow<'a>(
+        slot: &'a mut Option<Recording>,
+        recorder: &mut Recorder,
+        stream: &CudaStream,
+        clock: Instant,
+    ) -> Option<&'a mut Recording> {
+        if !recorder.is_recording() {
+            *slot = None;
+        } else if slot.is_none() {
+            *slot = Recording::start(stream, clock, recorder);
+        }
+        slot.as_mut()
+    }
+
     /// Moves the events the device has reached into `recorder`, once enough wait.
     pub(in crate::backends::cuda) fn resolve_some(&mut self, recorder: &mut Recorder) {
         if self.pending.len() >= self.next_resolve_at {

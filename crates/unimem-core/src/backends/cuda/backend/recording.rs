@@ -14,17 +14,7 @@ impl CudaBackend {
 
     /// Starts or stops the device timing as the recorder is switched.
     pub(super) fn sync_timing(&mut self) {
-        if !self.recorder.is_recording() {
-            self.recording = None;
-        } else if self.recording.is_none() {
-            self.start_timing();
-        }
-    }
-
-    /// Starts timing events on the device: a first event, synchronised, that the others are
-    /// timed from. Where that fails, recording goes off with a warning.
-    pub(super) fn start_timing(&mut self) {
-        self.recording = Recording::start(&self.streams.compute, self.start, &mut self.recorder);
+        Recording::follow(&mut self.recording, &mut self.recorder, &self.streams.compute, self.start);
     }
 
     /// Moves the timed events the device has reached into the recorder, once enough wait.

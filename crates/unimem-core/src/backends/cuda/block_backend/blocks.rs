@@ -345,10 +345,9 @@ impl BlockBackend {
             })
             .collect();
         self.issue_copies(copies, &d2h)?;
-        let timed = self.copied_blocks(&dirty);
-        self.close_timed(&d2h, start, |start, end| Pending::Staging {
+        self.close_timed(&d2h, start, |this, start, end| Pending::Staging {
             dir: Direction::D2H,
-            blocks: timed,
+            blocks: this.copied_blocks(&dirty),
             start,
             end,
         })?;
@@ -387,10 +386,10 @@ impl BlockBackend {
             // A prefetch is a hint: what does not fit (the room left is its own blocks) stays
             // where it is, for the kernel that uses it; only a kernel's own data may take the
             // device past the capacity.
-            let lent = credits.len() as u64;
-            let fits = self.info.capacity.saturating_sub(self.budget.held() + lent * BLOCK_SIZE) / BLOCK_SIZE;
-            let room = (lent + self.free_chunks.len() as u64 + fits) as usize;
-            if blocks.len() > room {
+            let n = blocks.len() as u64;
+            let short = short_of(n, self.info.capacity, &self.budget, self.free_chunks.len(), credits.len());
+            let room = (n - short) as usize;
+            if short > 0 {
                 for b in blocks.drain(room..) {
                     self.regions.get_mut(&b.region).expect("live").blocks[b.block as usize].prefetched =
                         false;
@@ -475,10 +474,9 @@ impl BlockBackend {
             }
         }
         self.issue_copies(to_copy, &h2d)?;
-        let timed = self.copied_blocks(&copies);
-        self.close_timed(&h2d, start, |start, end| Pending::Staging {
+        self.close_timed(&h2d, start, |this, start, end| Pending::Staging {
             dir: Direction::H2D,
-            blocks: timed,
+            blocks: this.copied_blocks(&copies),
             start,
             end,
         })?;
@@ -514,9 +512,8 @@ impl BlockBackend {
         blocks
             .iter()
             .map(|b| {
-                let bytes = self.regions[&b.region].bytes;
-                let offset = b.block as u64 * BLOCK_SIZE;
-                (b.region, offset, (bytes - offset).min(BLOCK_SIZE))
+                let bytes = crate::seam::block_bytes(self.regions[&b.region].bytes, b.block as u64);
+                (b.region, b.block as u64 * BLOCK_SIZE, bytes)
             })
             .collect()
     }
@@ -661,8 +658,12 @@ impl BlockBackend {
         }
         let ranges = touch_ranges(&self.regions, kernel);
         self.kernels.touch(&self.compute, &ranges, crate::seam::PAGE_SIZE as u32, kernel.dur_ns)?;
-        let (name, dur_ns) = (kernel.name.to_string(), kernel.dur_ns);
-        self.close_timed(&compute, start, |start, end| Pending::Kernel { name, dur_ns, start, end })?;
+        self.close_timed(&compute, start, |_, start, end| Pending::Kernel {
+            name: kernel.name.to_string(),
+            dur_ns: kernel.dur_ns,
+            start,
+            end,
+        })?;
         let seq = self.stats.kernels + 1;
         let mark = self.record(&self.compute, "kernel mark")?;
         self.kernel_marks.push_back((seq, mark));

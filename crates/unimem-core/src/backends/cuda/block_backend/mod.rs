@@ -206,10 +206,8 @@ struct VmmLog {
 }
 
 /// Copy streams each way in the arena: a copy waiting for its chunk (a copy out, behind the
-/// kernel last using it) holds back only the copies behind it on its own stream. On the H200
-/// at 50% (`docs/decisions.md`, "Replays in a device arena"), 1, 2, 4 and 8 streams took the
-/// transformer's advisor 618-621, 575-581, 488-489 and 485-489 ms, ResNet's 491-494,
-/// 490-493, 495-501 and 515-516 ms.
+/// kernel last using it) holds back only the copies behind it on its own stream. Four, as
+/// measured against one, two and eight (`docs/decisions.md`, "Replays in a device arena").
 const ARENA_LANES: usize = 4;
 
 /// Streams for one direction of copies, taken in turn, one per call.
@@ -576,12 +574,7 @@ impl BlockBackend {
 
     /// The device timing, started or stopped as the recorder was switched.
     fn timing(&mut self) -> Option<&mut Recording> {
-        if !self.recorder.is_recording() {
-            self.recording = None;
-        } else if self.recording.is_none() {
-            self.recording = Recording::start(&self.compute, self.start, &mut self.recorder);
-        }
-        self.recording.as_mut()
+        Recording::follow(&mut self.recording, &mut self.recorder, &self.compute, self.start)
     }
 
     /// A timing mark on `stream` where recording.
@@ -589,17 +582,21 @@ impl BlockBackend {
         self.timing().map(|rec| rec.mark(stream)).transpose()
     }
 
-    /// Closes a timed stretch of `stream` opened by `start` (where recording), as `pending`.
+    /// Closes a timed stretch of `stream` opened by `start` (where recording), as what
+    /// `pending` makes of it (called only where recording).
     fn close_timed(
         &mut self,
         stream: &CudaStream,
         start: Option<CudaEvent>,
-        pending: impl FnOnce(CudaEvent, CudaEvent) -> Pending,
+        pending: impl FnOnce(&Self, CudaEvent, CudaEvent) -> Pending,
     ) -> Result<()> {
         let (Some(start), Some(rec)) = (start, self.recording.as_mut()) else { return Ok(()) };
         let end = rec.mark(stream)?;
-        rec.pending.push_back(pending(start, end));
-        rec.resolve_some(&mut self.recorder);
+        let pending = pending(self, start, end);
+        if let Some(rec) = self.recording.as_mut() {
+            rec.pending.push_back(pending);
+            rec.resolve_some(&mut self.recorder);
+        }
         Ok(())
     }
 }
