@@ -215,3 +215,34 @@ fn the_arena_keeps_small_and_host_preferred_regions() {
     b.read(small, 0, &mut seen).unwrap();
     assert_eq!(seen, small_data, "the packed region lost bytes");
 }
+
+/// In the arena a block without data gets a slot and no copy, on slots that held another
+/// region's bytes: what was never written reads as zeroes after a kernel read it, after a
+/// kernel wrote part of its block, and where only the host reads it.
+#[test]
+fn the_arena_reads_what_was_never_written_as_zeroes() {
+    let size = 64 * MIB;
+    let mut b = open_arena(size, 256 * MIB);
+    let old = RegionId(1);
+    b.allocate(old, size).unwrap();
+    b.write(old, 0, &pattern(3, size)).unwrap();
+    kernel(&mut b, old, size, AccessMode::ReadWrite, 1000);
+    b.free(old).unwrap();
+    let id = RegionId(2);
+    b.allocate(id, size).unwrap();
+    // Blocks 0-3 read, block 4 written but for its first page, blocks 5-7 written whole.
+    let acc = [
+        RangeAccess { region: id, offset: 0, len: 8 * MIB, mode: AccessMode::Read },
+        RangeAccess { region: id, offset: 8 * MIB + 4096, len: 8 * MIB - 4096, mode: AccessMode::Write },
+    ];
+    b.launch(&KernelLaunch { name: "k", dur_ns: 1000, accesses: &acc }).unwrap();
+    assert_eq!(b.residency(ByteRange::whole(id, size)).unwrap().device, 16 * MIB);
+    let mut seen = vec![0xffu8; size as usize];
+    b.read(id, 0, &mut seen).unwrap();
+    let nonzero =
+        |r: std::ops::Range<u64>| seen[r.start as usize..r.end as usize].iter().filter(|&&x| x != 0).count();
+    assert_eq!(nonzero(0..8 * MIB), 0, "read by a kernel");
+    assert_eq!(nonzero(8 * MIB..8 * MIB + 4096), 0, "beside a kernel's write");
+    assert_eq!(nonzero(16 * MIB..size), 0, "read by the host");
+    assert!(b.stats().peak_footprint_bytes <= size);
+}

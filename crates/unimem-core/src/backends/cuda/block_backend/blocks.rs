@@ -5,6 +5,7 @@ use rustc_hash::FxHashSet;
 
 use super::copies::{self, Copy};
 use super::*;
+use crate::access::RangeAccess;
 use crate::seam::Direction;
 
 /// Where the room a restore needed came from (the emulated driver's evictions are counted).
@@ -366,8 +367,9 @@ impl BlockBackend {
     }
 
     /// Brings `blocks` (off the device) in: their device chunks mapped at their addresses,
-    /// their data copied in on `h2d` (a block never written is zeroed instead, as a first
-    /// touch is); returns the event of the copies, also each region's `ready`.
+    /// their data copied in on `h2d`. A block without data is zeroed, as a first touch is; in
+    /// the arena it is left `unset` instead, for `set_unset_blocks`. Returns the bytes copied;
+    /// the event of the copies is each region's `ready`.
     pub(super) fn restore_blocks(
         &mut self,
         mut blocks: Vec<BlockId>,
@@ -457,19 +459,23 @@ impl BlockBackend {
                 self.regions[&id].va().grant(first * BLOCK_SIZE, n * BLOCK_SIZE, self.device)?;
             }
             for blk in run {
-                let r = &self.regions[&id];
-                let v = &r.blocks[blk.block as usize];
+                let r = self.regions.get_mut(&id).expect("live");
                 let dst = r.device_addr(blk.block as usize);
+                let v = &mut r.blocks[blk.block as usize];
                 match v.host.as_ref().filter(|_| v.data && v.host_valid) {
                     Some(h) => {
                         to_copy.push(Copy { dst, src: h.addr(), bytes: BLOCK_SIZE });
+                        v.unset = false;
                         copied += BLOCK_SIZE;
                         copies.push(*blk);
                     }
-                    None => match self.store.zero() {
-                        Some(src) => to_copy.push(Copy { dst, src, bytes: BLOCK_SIZE }),
-                        None => zero_async(dst, BLOCK_SIZE, &h2d)?,
-                    },
+                    // Only declared uses reach the arena's slots: its bytes are set when one
+                    // needs them.
+                    None if !mapped => v.unset = true,
+                    None => {
+                        v.unset = false;
+                        zero_async(dst, BLOCK_SIZE, &h2d)?
+                    }
                 }
             }
         }
@@ -656,6 +662,7 @@ impl BlockBackend {
                 }
             }
         }
+        self.set_unset_blocks(kernel.accesses)?;
         let ranges = touch_ranges(&self.regions, kernel);
         self.kernels.touch(&self.compute, &ranges, crate::seam::PAGE_SIZE as u32, kernel.dur_ns)?;
         self.close_timed(&compute, start, |_, start, end| Pending::Kernel {
@@ -697,6 +704,41 @@ impl BlockBackend {
             }
         }
         self.stats.kernels += 1;
+        Ok(())
+    }
+}
+
+impl BlockBackend {
+    /// Sets the bytes of the `unset` blocks `accesses` touch, on `compute` before the work
+    /// that uses them: a block only written, over all of it, takes its bytes from that write;
+    /// any other is zeroed first, so that what was never written reads as zeroes, as in
+    /// managed memory. A new region's blocks are mostly of the first kind: written whole
+    /// before they are read.
+    pub(super) fn set_unset_blocks(&mut self, accesses: &[RangeAccess]) -> Result<()> {
+        let (mut whole, mut zero) = (FxHashSet::default(), FxHashSet::default());
+        for a in accesses.iter().filter(|a| a.len > 0) {
+            let r = &self.regions[&a.region];
+            for b in
+                r.blocks_of(a.offset, a.len).filter(|&b| r.blocks[b].unset && r.blocks[b].device.is_some())
+            {
+                let (lo, hi) = (b as u64 * BLOCK_SIZE, ((b as u64 + 1) * BLOCK_SIZE).min(r.bytes));
+                let covers = a.offset <= lo && hi <= a.offset + a.len;
+                if a.mode.reads() || !covers {
+                    zero.insert(BlockId::new(a.region, b));
+                } else {
+                    whole.insert(BlockId::new(a.region, b));
+                }
+            }
+        }
+        for id in whole.iter().chain(&zero) {
+            let r = self.regions.get_mut(&id.region).expect("live");
+            let dst = r.device_addr(id.block as usize);
+            let v = &mut r.blocks[id.block as usize];
+            if std::mem::take(&mut v.unset) && zero.contains(id) {
+                zero_async(dst, BLOCK_SIZE, &self.compute)?;
+                self.log.zeroed_late += 1;
+            }
+        }
         Ok(())
     }
 }

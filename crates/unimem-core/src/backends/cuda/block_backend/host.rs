@@ -6,10 +6,11 @@ use rustc_hash::FxHashSet;
 
 use super::blocks::{spans, Site};
 use super::*;
-use crate::access::RangeAccess;
+use crate::access::{AccessMode, RangeAccess};
 
 impl BlockBackend {
-    /// Every block of the range mapped: one never used gets a zeroed device chunk.
+    /// Every block of the range mapped: one never used gets a device chunk (zeroed, or in the
+    /// arena `unset` until `set_unset_blocks`).
     fn ensure_mapped(&mut self, id: RegionId, offset: u64, len: u64) -> Result<()> {
         let r = &self.regions[&id];
         let unmapped: Vec<BlockId> = r
@@ -50,6 +51,8 @@ impl BlockBackend {
         self.checked(id, offset, buf.len() as u64)?;
         self.sync_all()?;
         self.ensure_mapped(id, offset, buf.len() as u64)?;
+        let len = buf.len() as u64;
+        self.set_unset_blocks(&[RangeAccess { region: id, offset, len, mode: AccessMode::Read }])?;
         for p in self.pieces(id, offset, buf.len() as u64) {
             let out = &mut buf[p.at..p.at + p.len];
             if p.pinned {
@@ -70,6 +73,8 @@ impl BlockBackend {
         self.checked(id, offset, data.len() as u64)?;
         self.sync_all()?;
         self.ensure_mapped(id, offset, data.len() as u64)?;
+        let len = data.len() as u64;
+        self.set_unset_blocks(&[RangeAccess { region: id, offset, len, mode: AccessMode::Write }])?;
         for p in self.pieces(id, offset, data.len() as u64) {
             let from = &data[p.at..p.at + p.len];
             if p.pinned {

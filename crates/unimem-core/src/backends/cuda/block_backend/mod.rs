@@ -16,8 +16,9 @@
 //!   the budget allocated once and pinned host memory, both carved into 2 MiB slots. A block's
 //!   data is in its device slot or its host slot, so a region's address is not fixed: only a
 //!   replay, which finds data by region, uses it. Nothing is mapped: data moves by copies
-//!   alone, several streams each way, batched (`copies.rs`), and a block never written comes
-//!   from a slot of zeroes (`docs/decisions.md`, "Replays in a device arena").
+//!   alone, several streams each way, batched (`copies.rs`). A block without data gets a slot
+//!   and no copy: it is zeroed only before a read or a partial write, and a kernel writing it
+//!   whole sets its bytes (`docs/decisions.md`, "Replays in a device arena").
 //!
 //! Common to both:
 //! - Streams: kernels on `compute`, copies in on `h2d`, copies out on `d2h` (one stream each
@@ -89,6 +90,10 @@ struct VBlock {
     lent: bool,
     /// Brought by a prefetch and not used by a kernel since.
     prefetched: bool,
+    /// In the arena, a block without data restored into a slot whose bytes were not set: it
+    /// is zeroed before anything reads it (`BlockBackend::set_unset_blocks`). Each restore
+    /// sets it; it means nothing off the device.
+    unset: bool,
 }
 
 #[derive(Debug)]
@@ -203,6 +208,8 @@ struct VmmLog {
     room_ns: u64,
     /// Blocks of prefetches left where they were: no room without evicting the prefetch's own.
     prefetch_dropped: u64,
+    /// Arena blocks restored without data and zeroed later, for a read or a partial write.
+    zeroed_late: u64,
 }
 
 /// Copy streams each way in the arena: a copy waiting for its chunk (a copy out, behind the
@@ -644,13 +651,14 @@ impl Drop for BlockBackend {
             l.over_capacity,
         );
         tracing::info!(
-            "{name} copies: {} issued in {} calls ({}), {:.1} ms of host time; room made in {:.1} ms; {} prefetched blocks left for want of room",
+            "{name} copies: {} issued in {} calls ({}), {:.1} ms of host time; room made in {:.1} ms; {} prefetched blocks left for want of room; {} blocks without data zeroed for a read",
             l.copies,
             l.copy_calls,
             if self.batched_copies { "batched" } else { "one call each" },
             l.copy_ns as f64 / 1e6,
             l.room_ns as f64 / 1e6,
-            l.prefetch_dropped
+            l.prefetch_dropped,
+            l.zeroed_late
         );
     }
 }

@@ -80,7 +80,6 @@ pub(super) struct Arena {
     /// Free device slots, lowest first (blocks restored together get neighbouring slots).
     device_free: BTreeSet<u64>,
     host_free: Vec<u64>,
-    zero: Option<u64>,
 }
 
 // SAFETY: plain device and pinned allocations owned by the arena; the backend that owns it is
@@ -96,7 +95,6 @@ impl Arena {
             bases: BTreeSet::new(),
             device_free: BTreeSet::new(),
             host_free: Vec::new(),
-            zero: None,
         }
     }
 
@@ -110,25 +108,12 @@ impl Arena {
         self.bases.range(..=addr).next_back().copied().unwrap_or(addr)
     }
 
-    /// Allocates device slots until `bytes` are, and the zeroed slot (set-up, so that the work
-    /// does not pay for it).
+    /// Allocates device slots until `bytes` are (set-up, so that the work does not pay for it).
     pub(super) fn reserve_device(&mut self, bytes: u64) -> Result<()> {
         while self.device_bytes() < bytes {
             self.grow_device()?;
         }
-        let zero = self.take_device()?;
-        // SAFETY: a slot of the arena, zeroed before any work is queued.
-        unsafe { sys::cuMemsetD8_v2(zero, 0, BLOCK_SIZE as usize) }
-            .result()
-            .map_err(cuda_err("cuMemsetD8", "the arena's zeroed slot"))?;
-        self.zero = Some(zero);
         Ok(())
-    }
-
-    /// A slot of zeroes, never written: a block never written is copied from it (one batched
-    /// call for many blocks, where a memset is a call each).
-    pub(super) fn zero(&self) -> Option<u64> {
-        self.zero
     }
 
     fn grow_device(&mut self) -> Result<()> {
@@ -211,14 +196,6 @@ pub(super) enum Store {
 impl Store {
     pub(super) fn is_mapped(&self) -> bool {
         matches!(self, Store::Mapped { .. })
-    }
-
-    /// The arena's slot of zeroes.
-    pub(super) fn zero(&self) -> Option<u64> {
-        match self {
-            Store::Mapped { .. } => None,
-            Store::Arena(a) => a.zero(),
-        }
     }
 
     /// Which allocation an address of a copy lies in: the arena's segment; in virtual memory
