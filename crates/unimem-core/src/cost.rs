@@ -407,7 +407,7 @@ impl CostModel {
     /// device and pinned memory at the link's rate (`link_rate_gbps`), both ways at once,
     /// and nothing else costs the device. What the managed model charges that the arena does
     /// not have:
-    /// - page work: populations, repopulations and discards (a new block is a zeroed slot, a
+    /// - page work: populations, repopulations and discards (a new block is a slot and no copy, a
     ///   restore a copy into a free slot, a discard bookkeeping);
     /// - faults: a kernel's data off the device is copied in before it runs, at the link's
     ///   rate, after one call's worth of latency;
