@@ -4,8 +4,8 @@
 use rustc_hash::FxHashSet;
 
 use super::copies::{self, Copy};
+use super::unset::zero_async;
 use super::*;
-use crate::access::RangeAccess;
 use crate::seam::Direction;
 
 /// Where the room a restore needed came from (the emulated driver's evictions are counted).
@@ -333,6 +333,14 @@ impl BlockBackend {
             let mark = self.mark_after(last)?;
             if !mark.is_complete() {
                 d2h.wait(&mark).map_err(cuda_err("cuStreamWaitEvent", "copy out after kernels"))?;
+            }
+        }
+        // An earlier copy into the same host chunk (an eviction a use cancelled), maybe on
+        // another stream, lands first: this one's bytes are the newer.
+        for block in &dirty {
+            let v = &self.regions[&block.region].blocks[block.block as usize];
+            if let Some(e) = v.host_ready.as_ref().filter(|e| !e.is_complete()) {
+                d2h.wait(e).map_err(cuda_err("cuStreamWaitEvent", "copy out after an earlier one"))?;
             }
         }
         let start = self.timing_mark(&d2h)?;
@@ -708,41 +716,6 @@ impl BlockBackend {
     }
 }
 
-impl BlockBackend {
-    /// Sets the bytes of the `unset` blocks `accesses` touch, on `compute` before the work
-    /// that uses them: a block only written, over all of it, takes its bytes from that write;
-    /// any other is zeroed first, so that what was never written reads as zeroes, as in
-    /// managed memory. A new region's blocks are mostly of the first kind: written whole
-    /// before they are read.
-    pub(super) fn set_unset_blocks(&mut self, accesses: &[RangeAccess]) -> Result<()> {
-        let (mut whole, mut zero) = (FxHashSet::default(), FxHashSet::default());
-        for a in accesses.iter().filter(|a| a.len > 0) {
-            let r = &self.regions[&a.region];
-            for b in
-                r.blocks_of(a.offset, a.len).filter(|&b| r.blocks[b].unset && r.blocks[b].device.is_some())
-            {
-                let (lo, hi) = (b as u64 * BLOCK_SIZE, ((b as u64 + 1) * BLOCK_SIZE).min(r.bytes));
-                let covers = a.offset <= lo && hi <= a.offset + a.len;
-                if a.mode.reads() || !covers {
-                    zero.insert(BlockId::new(a.region, b));
-                } else {
-                    whole.insert(BlockId::new(a.region, b));
-                }
-            }
-        }
-        for id in whole.iter().chain(&zero) {
-            let r = self.regions.get_mut(&id.region).expect("live");
-            let dst = r.device_addr(id.block as usize);
-            let v = &mut r.blocks[id.block as usize];
-            if std::mem::take(&mut v.unset) && zero.contains(id) {
-                zero_async(dst, BLOCK_SIZE, &self.compute)?;
-                self.log.zeroed_late += 1;
-            }
-        }
-        Ok(())
-    }
-}
-
 /// A device chunk lent to a restore, and what its copies in wait for.
 pub(super) struct Credit {
     pub chunk: DevChunk,
@@ -770,15 +743,6 @@ fn runs(blocks: &[BlockId]) -> impl Iterator<Item = &[BlockId]> {
 /// (first, count) spans of adjacent indices in sorted `xs`.
 pub(super) fn spans(xs: &[u64]) -> Vec<(u64, u64)> {
     xs.chunk_by(|a, b| a + 1 == *b).map(|s| (s[0], s.len() as u64)).collect()
-}
-
-/// Zeroes `bytes` at `dst` on `stream`.
-fn zero_async(dst: u64, bytes: u64, stream: &CudaStream) -> Result<()> {
-    // SAFETY: the range is mapped for the device and stays so until the stream passes the
-    // zeroing (evictions and frees wait for its event before unmapping).
-    unsafe { cudarc::driver::sys::cuMemsetD8Async(dst, 0, bytes as usize, stream.cu_stream()) }
-        .result()
-        .map_err(cuda_err("cuMemsetD8Async", format!("{bytes} bytes")))
 }
 
 #[cfg(test)]

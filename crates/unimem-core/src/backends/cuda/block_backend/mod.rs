@@ -41,6 +41,7 @@ mod blocks;
 mod copies;
 mod host;
 mod store;
+mod unset;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
