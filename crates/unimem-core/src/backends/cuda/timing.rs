@@ -11,6 +11,40 @@ use crate::error::Result;
 use crate::region::RegionId;
 use crate::seam::{MemEvent, PageWork, Recorder};
 
+/// The CUDA backends' clock: the host's monotonic time since the backend opened, less the
+/// set-up it excludes (pinning staging memory, data from before the work).
+#[derive(Debug, Clone, Copy)]
+pub(in crate::backends::cuda) struct HostClock {
+    start: Instant,
+    excluded_ns: u64,
+}
+
+impl HostClock {
+    pub(in crate::backends::cuda) fn new(start: Instant) -> Self {
+        Self { start, excluded_ns: 0 }
+    }
+
+    /// Nanoseconds on the clock now.
+    pub(in crate::backends::cuda) fn now(&self) -> u64 {
+        (self.start.elapsed().as_nanos() as u64).saturating_sub(self.excluded_ns)
+    }
+
+    /// Takes the time since `t0` off the clock: set-up, not the work's.
+    pub(in crate::backends::cuda) fn exclude_since(&mut self, t0: Instant) {
+        self.excluded_ns += t0.elapsed().as_nanos() as u64;
+    }
+
+    /// When the backend opened.
+    pub(in crate::backends::cuda) fn start(&self) -> Instant {
+        self.start
+    }
+
+    /// Set-up time taken off the clock so far.
+    pub(in crate::backends::cuda) fn excluded_ns(&self) -> u64 {
+        self.excluded_ns
+    }
+}
+
 /// Pending timed events looked at in one go (see `Recording::next_resolve_at`).
 pub(in crate::backends::cuda) const RESOLVE_BATCH: usize = 512;
 

@@ -43,7 +43,7 @@ impl CudaBackend {
         if let Some(rec) = self.recording.as_mut() {
             rec.resolve_all(&mut self.recorder); // all complete now
         }
-        Ok(self.now())
+        Ok(self.clock.now())
     }
 
     /// On a GPU the completion time of issued kernels is only known by waiting for them: this
@@ -52,7 +52,7 @@ impl CudaBackend {
         if let Err(e) = self.streams.compute.synchronize() {
             tracing::warn!("synchronising the compute stream failed: {e:?}");
         }
-        self.now()
+        self.clock.now()
     }
 
     pub(super) fn residency_of(&self, range: ByteRange) -> Result<Residency> {
@@ -90,7 +90,7 @@ impl CudaBackend {
             unsafe { std::ptr::write_volatile(&mut page[0], 0) };
         }
         self.after_host_touch(range.region, range.offset, range.len, true);
-        self.excluded_ns += t0.elapsed().as_nanos() as u64;
+        self.clock.exclude_since(t0);
         Ok(())
     }
 

@@ -51,7 +51,7 @@ mod staged;
 mod swap;
 mod to_device;
 
-use super::timing::{Pending, Recording};
+use super::timing::{HostClock, Pending, Recording};
 pub(in crate::backends::cuda) use ranges::host_memory_bytes;
 use ranges::{coalesce, merge_pieces, resident_ranges};
 use staged::PendingDiscard;
@@ -172,9 +172,8 @@ pub struct CudaBackend {
     stats: BackendStats,
     /// Where the host's time and the emulated driver's work went (logged when it closes).
     log: BackendLog,
-    start: Instant,
-    /// Host time spent on set-up (preloading data), not counted on the clock.
-    excluded_ns: u64,
+    /// The clock since it opened, set-up (staging, preloading data) taken off.
+    clock: HostClock,
     /// The events asked for (telemetry), and the device-timed ones waiting for the device to
     /// reach them, while the recorder is on.
     recorder: Recorder,
@@ -344,8 +343,7 @@ impl CudaBackend {
             staged_room: false,
             stats: BackendStats::default(),
             log: BackendLog::default(),
-            start,
-            excluded_ns: 0,
+            clock: HostClock::new(start),
             recorder: Recorder::default(),
             recording: None,
             spare_marks: Vec::new(),
@@ -379,7 +377,7 @@ impl CudaBackend {
         self.staging = StagingPool::new(&self.dev, bytes);
         self.staging.reserve(reserve)?;
         self.info.staging_bytes = self.staging.capacity();
-        self.excluded_ns += t0.elapsed().as_nanos() as u64;
+        self.clock.exclude_since(t0);
         Ok(self)
     }
 
@@ -426,10 +424,6 @@ impl CudaBackend {
         out
     }
 
-    fn now(&self) -> u64 {
-        (self.start.elapsed().as_nanos() as u64).saturating_sub(self.excluded_ns)
-    }
-
     fn region(&self, id: RegionId) -> Result<&CudaRegion> {
         self.regions.get(&id).ok_or(Error::UnknownRegion(id))
     }
@@ -468,7 +462,7 @@ impl Drop for CudaBackend {
         tracing::info!(
             "cuda backend host time: {}; set-up (off the clock) {:.1} ms; allocations: {} from the pool, {} new; {} restores relocated, {:.1} MB into pages on the device; {} regions swapped out, {} back; read-mostly advice dropped by moves {} times; {} pooled buffers shed ({:.1} MB); {} kernel waits for prefetches; {} prefetch ranges; emulated driver evictions {:.1} MB for prefetches, {:.1} MB for kernels, {:.1} MB for staged data kernels needed; {:.1} MB asked to stage were not on the device; stage-outs migrated {:.1} MB with a host copy or remote and {:.1} MB for want of a slot (staging {:.1} MB, {:.1} MB pinned); {} full synchronisations waited {:.1} ms, then freed {} retired buffers in {:.1} ms",
             parts.join(", "),
-            self.excluded_ns as f64 / 1e6,
+            self.clock.excluded_ns() as f64 / 1e6,
             self.log.pool_hits,
             self.log.new_buffers,
             self.log.relocations,

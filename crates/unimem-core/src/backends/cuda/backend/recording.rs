@@ -14,7 +14,7 @@ impl CudaBackend {
 
     /// Starts or stops the device timing as the recorder is switched.
     pub(super) fn sync_timing(&mut self) {
-        Recording::follow(&mut self.recording, &mut self.recorder, &self.streams.compute, self.start);
+        Recording::follow(&mut self.recording, &mut self.recorder, &self.streams.compute, self.clock.start());
     }
 
     /// Moves the timed events the device has reached into the recorder, once enough wait.

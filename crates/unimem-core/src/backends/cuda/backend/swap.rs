@@ -105,7 +105,7 @@ impl CudaBackend {
         let owner = Owner { region: id, placeholder: to };
         self.budget.pool_mut().put_swapped(old, vec![true; blocks], vec![copied.clone()], None, owner);
         self.log.swaps += 1;
-        let at_ns = self.now();
+        let at_ns = self.clock.now();
         self.recorder.emit(|| MemEvent::Relocated { region: id, from, to, at_ns });
         Ok(())
     }
@@ -146,7 +146,7 @@ impl CudaBackend {
         let (from, to) = (held.ptr(), self.regions[&id].buf.ptr());
         self.budget.pool_mut().put(held, vec![false; blocks as usize], after, None);
         self.log.swaps_back += 1;
-        let at_ns = self.now();
+        let at_ns = self.clock.now();
         self.recorder.emit(|| MemEvent::Relocated { region: id, from, to, at_ns });
         Ok(None)
     }

@@ -256,7 +256,7 @@ impl CudaBackend {
         let old_blocks = old.len().div_ceil(BLOCK_SIZE) as usize;
         self.budget.pool_mut().put(old, vec![false; old_blocks], after, None);
         self.log.relocations += 1;
-        let at_ns = self.now();
+        let at_ns = self.clock.now();
         self.recorder.emit(|| MemEvent::Relocated { region: id, from, to, at_ns });
         Ok(())
     }

@@ -353,14 +353,7 @@ impl BlockBackend {
                 Copy { dst: v.host.as_ref().expect("given above").addr(), src, bytes: BLOCK_SIZE }
             })
             .collect();
-        self.issue_copies(copies, &d2h)?;
-        self.close_timed(&d2h, start, |this, start, end| Pending::Staging {
-            dir: Direction::D2H,
-            blocks: this.copied_blocks(&dirty),
-            start,
-            end,
-        })?;
-        let ev = self.record(&d2h, "copy out")?;
+        let ev = self.issue_staging(copies, &d2h, start, Direction::D2H, &dirty, "copy out")?;
         let n = dirty.len() as u64 * BLOCK_SIZE;
         self.stats.staged_out_bytes += n;
         self.stats.d2h_bytes += n;
@@ -487,14 +480,7 @@ impl BlockBackend {
                 }
             }
         }
-        self.issue_copies(to_copy, &h2d)?;
-        self.close_timed(&h2d, start, |this, start, end| Pending::Staging {
-            dir: Direction::H2D,
-            blocks: this.copied_blocks(&copies),
-            start,
-            end,
-        })?;
-        let ev = self.record(&h2d, "copy in")?;
+        let ev = self.issue_staging(to_copy, &h2d, start, Direction::H2D, &copies, "copy in")?;
         for blk in &blocks {
             let r = self.regions.get_mut(&blk.region).expect("live");
             r.blocks[blk.block as usize].arrive = Some(ev.clone());
@@ -505,6 +491,28 @@ impl BlockBackend {
         self.log.restore_ns += t0.elapsed().as_nanos() as u64;
         self.budget.note_held();
         Ok(copied)
+    }
+
+    /// Issues the staging copies of `blocks` (`copies`) on `stream` after the timing mark
+    /// `start`, timed as a stretch of the link in direction `dir` where recording; returns
+    /// their event (`what` names it in errors).
+    fn issue_staging(
+        &mut self,
+        copies: Vec<Copy>,
+        stream: &CudaStream,
+        start: Option<CudaEvent>,
+        dir: Direction,
+        blocks: &[BlockId],
+        what: &str,
+    ) -> Result<Arc<CudaEvent>> {
+        self.issue_copies(copies, stream)?;
+        self.close_timed(stream, start, |this, start, end| Pending::Staging {
+            dir,
+            blocks: this.copied_blocks(blocks),
+            start,
+            end,
+        })?;
+        self.record(stream, what)
     }
 
     /// Issues `copies` on `stream` (see `copies::issue`), counted in the log.
@@ -619,8 +627,7 @@ impl BlockBackend {
         for r in ranges {
             let reg = &self.regions[&r.region];
             for b in reg.blocks_of(r.offset, r.len) {
-                let (lo, hi) = (b as u64 * BLOCK_SIZE, ((b as u64 + 1) * BLOCK_SIZE).min(reg.bytes));
-                if r.offset <= lo && hi <= r.offset + r.len {
+                if reg.covers_block(r.offset, r.len, b) {
                     whole.push(BlockId::new(r.region, b));
                 }
             }

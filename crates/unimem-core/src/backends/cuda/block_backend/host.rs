@@ -47,17 +47,22 @@ impl BlockBackend {
             .collect()
     }
 
-    pub(super) fn read_bytes(&mut self, id: RegionId, offset: u64, buf: &mut [u8]) -> Result<()> {
-        self.checked(id, offset, buf.len() as u64)?;
+    /// The pieces of a range the host reads or writes (`mode`), with the device idle, every
+    /// block of it placed and its unset bytes set.
+    fn host_pieces(&mut self, id: RegionId, offset: u64, len: u64, mode: AccessMode) -> Result<Vec<Piece>> {
+        self.checked(id, offset, len)?;
         self.sync_all()?;
-        self.ensure_mapped(id, offset, buf.len() as u64)?;
-        let len = buf.len() as u64;
-        self.set_unset_blocks(&[RangeAccess { region: id, offset, len, mode: AccessMode::Read }])?;
-        for p in self.pieces(id, offset, buf.len() as u64) {
+        self.ensure_mapped(id, offset, len)?;
+        self.set_unset_blocks(&[RangeAccess { region: id, offset, len, mode }])?;
+        Ok(self.pieces(id, offset, len))
+    }
+
+    pub(super) fn read_bytes(&mut self, id: RegionId, offset: u64, buf: &mut [u8]) -> Result<()> {
+        for p in self.host_pieces(id, offset, buf.len() as u64, AccessMode::Read)? {
             let out = &mut buf[p.at..p.at + p.len];
             if p.pinned {
                 // SAFETY: an arena host chunk, pinned host memory the device no longer uses
-                // (idle above), holds the block's bytes.
+                // (idle: `host_pieces`), holds the block's bytes.
                 unsafe { std::ptr::copy_nonoverlapping(p.addr as *const u8, out.as_mut_ptr(), p.len) };
                 continue;
             }
@@ -70,12 +75,7 @@ impl BlockBackend {
     }
 
     pub(super) fn write_bytes(&mut self, id: RegionId, offset: u64, data: &[u8]) -> Result<()> {
-        self.checked(id, offset, data.len() as u64)?;
-        self.sync_all()?;
-        self.ensure_mapped(id, offset, data.len() as u64)?;
-        let len = data.len() as u64;
-        self.set_unset_blocks(&[RangeAccess { region: id, offset, len, mode: AccessMode::Write }])?;
-        for p in self.pieces(id, offset, data.len() as u64) {
+        for p in self.host_pieces(id, offset, data.len() as u64, AccessMode::Write)? {
             let from = &data[p.at..p.at + p.len];
             if p.pinned {
                 // SAFETY: as in `read_bytes`.
@@ -154,7 +154,7 @@ impl BlockBackend {
                 v.host_valid = true;
             }
         }
-        self.excluded_ns += t0.elapsed().as_nanos() as u64;
+        self.clock.exclude_since(t0);
         Ok(())
     }
 

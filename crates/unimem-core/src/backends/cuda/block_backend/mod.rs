@@ -50,7 +50,7 @@ use std::time::Instant;
 use cudarc::driver::{CudaEvent, CudaStream};
 use rustc_hash::FxHashMap;
 
-use super::timing::{Pending, Recording};
+use super::timing::{HostClock, Pending, Recording};
 use super::vmm::{granularity, Place, Reserved};
 use super::{cuda_err, CudaDevice, Kernels, TouchMode};
 use crate::error::{Error, Result};
@@ -119,6 +119,13 @@ impl VRegion {
             return 0..0;
         }
         (offset / BLOCK_SIZE) as usize..(offset + len).div_ceil(BLOCK_SIZE) as usize
+    }
+
+    /// The range `offset..offset + len` holds all of block `b`'s bytes (its last block ends
+    /// at the region's end).
+    fn covers_block(&self, offset: u64, len: u64, b: usize) -> bool {
+        let (lo, hi) = (b as u64 * BLOCK_SIZE, ((b as u64 + 1) * BLOCK_SIZE).min(self.bytes));
+        offset <= lo && hi <= offset + len
     }
 
     /// The region's address (see `base`).
@@ -269,8 +276,8 @@ pub struct BlockBackend {
     kernel_marks: VecDeque<(u64, Arc<CudaEvent>)>,
     stats: BackendStats,
     log: VmmLog,
-    start: Instant,
-    excluded_ns: u64,
+    /// The clock since it opened, set-up (host chunks, preloading data) taken off.
+    clock: HostClock,
     recorder: Recorder,
     /// Device timing of kernels and copies while the recorder records.
     recording: Option<Recording>,
@@ -378,8 +385,7 @@ impl BlockBackend {
             kernel_marks: VecDeque::new(),
             stats: BackendStats::default(),
             log: VmmLog::default(),
-            start,
-            excluded_ns: 0,
+            clock: HostClock::new(start),
             recorder: Recorder::default(),
             recording: None,
             info,
@@ -407,7 +413,7 @@ impl BlockBackend {
         // Taken from the end: lowest address first, so that blocks evicted together get
         // neighbouring chunks and their copies merge.
         self.host_free.reverse();
-        self.excluded_ns += t0.elapsed().as_nanos() as u64;
+        self.clock.exclude_since(t0);
         Ok(self)
     }
 
@@ -432,10 +438,6 @@ impl BlockBackend {
         let out = f(self);
         self.stats.host.add(op, t0.elapsed().as_nanos() as u64);
         out
-    }
-
-    fn now(&self) -> u64 {
-        (self.start.elapsed().as_nanos() as u64).saturating_sub(self.excluded_ns)
     }
 
     fn region(&self, id: RegionId) -> Result<&VRegion> {
@@ -582,7 +584,7 @@ impl BlockBackend {
 
     /// The device timing, started or stopped as the recorder was switched.
     fn timing(&mut self) -> Option<&mut Recording> {
-        Recording::follow(&mut self.recording, &mut self.recorder, &self.compute, self.start)
+        Recording::follow(&mut self.recording, &mut self.recorder, &self.compute, self.clock.start())
     }
 
     /// A timing mark on `stream` where recording.
@@ -733,14 +735,14 @@ impl MemoryBackend for BlockBackend {
 
     fn synchronize(&mut self) -> Result<u64> {
         self.sync_all()?;
-        Ok(self.now())
+        Ok(self.clock.now())
     }
 
     fn completion_ns(&self) -> u64 {
         if let Err(e) = self.compute.synchronize() {
             tracing::warn!("synchronising the compute stream failed: {e:?}");
         }
-        self.now()
+        self.clock.now()
     }
 
     fn residency(&self, range: ByteRange) -> Result<Residency> {

@@ -19,9 +19,7 @@ impl BlockBackend {
             for b in
                 r.blocks_of(a.offset, a.len).filter(|&b| r.blocks[b].unset && r.blocks[b].device.is_some())
             {
-                let (lo, hi) = (b as u64 * BLOCK_SIZE, ((b as u64 + 1) * BLOCK_SIZE).min(r.bytes));
-                let covers = a.offset <= lo && hi <= a.offset + a.len;
-                if a.mode.reads() || !covers {
+                if a.mode.reads() || !r.covers_block(a.offset, a.len, b) {
                     zero.insert(BlockId::new(a.region, b));
                 } else {
                     whole.insert(BlockId::new(a.region, b));
