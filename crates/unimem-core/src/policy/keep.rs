@@ -52,11 +52,21 @@ pub struct LoopKernel<K> {
 /// wrote or freed, which are not candidates. At most [`MAX_STEP_KERNELS`] kernels are
 /// recorded: a longer step (a program that never marks one) keeps nothing, and its record
 /// stops growing.
+///
+/// It also measures the step's longest reuse of data it has not written ([`Self::longest_reuse`]):
+/// a loop whose data does not fit shows itself by a reuse longer than the budget as soon as its
+/// second pass begins.
 #[derive(Debug, Clone)]
 pub struct StepKernels<K> {
     kernels: Vec<(u64, Vec<(K, u64)>)>,
     changed: FxHashSet<K>,
     overflowed: bool,
+    /// Bytes of the distinct regions met so far in the step.
+    met_bytes: u64,
+    /// Per region, `met_bytes` when it was last touched: what was met since is a lower bound
+    /// on its reuse distance.
+    last_touch: FxHashMap<K, u64>,
+    longest_reuse: u64,
 }
 
 /// Kernels a step may have for [`StepKernels`] to choose what it keeps.
@@ -64,7 +74,14 @@ pub const MAX_STEP_KERNELS: usize = 16_384;
 
 impl<K> Default for StepKernels<K> {
     fn default() -> Self {
-        Self { kernels: Vec::new(), changed: FxHashSet::default(), overflowed: false }
+        Self {
+            kernels: Vec::new(),
+            changed: FxHashSet::default(),
+            overflowed: false,
+            met_bytes: 0,
+            last_touch: FxHashMap::default(),
+            longest_reuse: 0,
+        }
     }
 }
 
@@ -75,6 +92,7 @@ impl<K: Copy + Eq + Hash + Ord> StepKernels<K> {
             self.overflowed = true;
             self.kernels = Vec::new();
             self.changed = FxHashSet::default();
+            self.last_touch = FxHashMap::default();
         }
         if self.overflowed {
             return;
@@ -88,7 +106,29 @@ impl<K: Copy + Eq + Hash + Ord> StepKernels<K> {
                 seen.push((key, bytes));
             }
         }
+        for &(key, bytes) in &seen {
+            match self.last_touch.get(&key) {
+                Some(&at) if !self.changed.contains(&key) => {
+                    self.longest_reuse = self.longest_reuse.max(self.met_bytes - at);
+                }
+                Some(_) => {}
+                None => self.met_bytes += bytes,
+            }
+            self.last_touch.insert(key, self.met_bytes);
+        }
         self.kernels.push((dur_ns, seen));
+    }
+
+    /// The longest reuse so far of a region the step has only read: the bytes of other
+    /// regions first met between two of its uses (a lower bound on what the device would have
+    /// to hold to keep it). A loop longer than the budget has one longer than the budget once
+    /// its second pass starts. 0 once the step has passed [`MAX_STEP_KERNELS`].
+    pub fn longest_reuse(&self) -> u64 {
+        if self.overflowed {
+            0
+        } else {
+            self.longest_reuse
+        }
     }
 
     /// A kernel of `dur_ns` with its declared `accesses`, each region by its key (`key`; a

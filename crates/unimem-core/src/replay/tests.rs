@@ -176,6 +176,36 @@ fn keeping_a_share_of_every_layer_streams_a_decoder_faster() {
 }
 
 #[test]
+fn an_advisor_keeps_a_share_within_its_first_step_once_the_loop_comes_round() {
+    // Before any step has ended, the second pass's first kernel shows a reuse longer than the
+    // budget: the advisor chooses its kept set from the first pass then, so the first step
+    // (and a program that never marks a step) already streams less than without one.
+    let budget = 768 << 20;
+    let mut on = Config::default();
+    on.replay.oracle_lookahead = 4096;
+    let mut off = on.clone();
+    off.advisor.keep_loops = false;
+    let kept = replay_with(decoder(3, false), PolicyName::Advisor, budget, &on, 1536 << 20);
+    let lru = replay_with(decoder(3, false), PolicyName::Advisor, budget, &off, 1536 << 20);
+    // The first step with kernels (the allocations before it form a step of their own).
+    let first =
+        |r: &ReplayReport| r.steps.iter().find(|s| s.compute_floor_ns > 0).map_or(0, |s| s.time_ns) as f64;
+    let (k, l) = (first(&kept), first(&lru));
+    assert!(k < 0.95 * l, "first step {k} kept against {l}");
+    let unmarked =
+        || decoder(3, false).into_iter().filter(|e| !matches!(e, TraceEvent::Step { .. })).collect();
+    let kept = replay_with(unmarked(), PolicyName::Advisor, budget, &on, 1536 << 20);
+    let lru = replay_with(unmarked(), PolicyName::Advisor, budget, &off, 1536 << 20);
+    assert!(
+        (kept.time_ns as f64) < 0.95 * lru.time_ns as f64,
+        "unmarked: {} against {}",
+        kept.time_ns,
+        lru.time_ns
+    );
+    assert!(kept.h2d_bytes < lru.h2d_bytes && kept.peak_resident_bytes <= budget);
+}
+
+#[test]
 fn an_advisor_that_cannot_see_round_a_loop_keeps_what_belady_would() {
     // A kernel per matrix: a pass is 64 kernels, beyond the advisor's 16-kernel forecast, so
     // without a kept set it ranks the loop's data least recently used first and evicts just

@@ -1,10 +1,13 @@
 //! What each step keeps of its read-only data ([`crate::policy::keep`]), chosen from the step
 //! before it: the advisor sees no future, so a step's kernels are recorded as they run (by
 //! step-stable identity) and the next step keeps what they would have.
-//! The first step keeps nothing.
+//! Until a step has ended (the first step, or a program that never marks one), the choice is
+//! made once, within the step, as soon as a loop that does not fit shows itself: a region
+//! read again after more than the budget of other data ([`StepKernels::longest_reuse`]),
+//! from what the step has run so far (the loop's first pass, at least).
 
 use super::*;
-use crate::policy::keep::Runs;
+use crate::policy::keep::{Runs, StepKernels};
 
 impl Advisor {
     /// Records a kernel that ran, for the next step's choice.
@@ -14,6 +17,18 @@ impl Advisor {
         }
         let identity = &self.identity;
         self.step_record.accesses(dur_ns, acc, &self.sizes, |id| identity.key(id));
+        if !self.kept_chosen && self.step_record.longest_reuse() > self.settings.budget {
+            self.kept_chosen = true;
+            // The step goes on recording for its end's choice.
+            let record = std::mem::take(&mut self.step_record);
+            self.keep_from(&record);
+            tracing::debug!(
+                kept = self.kept.len(),
+                kernels = record.len(),
+                "a loop longer than the budget: kept set chosen within the step"
+            );
+            self.step_record = record;
+        }
     }
 
     /// Records that a region is freed (before it is forgotten).
@@ -26,8 +41,17 @@ impl Advisor {
     /// A step ends: the next keeps what [`crate::policy::keep::keep_set`] chooses from the one
     /// that ended.
     pub(super) fn choose_kept(&mut self) {
-        let Some(rate) = self.settings.keep_loops else { return };
+        if self.settings.keep_loops.is_none() {
+            return;
+        }
         let record = std::mem::take(&mut self.step_record);
+        self.kept_chosen |= !record.is_empty();
+        self.keep_from(&record);
+    }
+
+    /// Keeps what `record` would have kept.
+    fn keep_from(&mut self, record: &StepKernels<RegionKey>) {
+        let Some(rate) = self.settings.keep_loops else { return };
         self.kept_keys = record.keep_set(
             self.settings.budget,
             rate,

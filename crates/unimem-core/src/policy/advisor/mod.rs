@@ -175,6 +175,8 @@ pub struct Advisor {
     step_record: crate::policy::keep::StepKernels<RegionKey>,
     kept_keys: FxHashSet<RegionKey>,
     kept: FxHashSet<RegionId>,
+    /// Whether a kept set was chosen from a record of kernels (at a step's end or within one).
+    kept_chosen: bool,
 }
 
 impl std::fmt::Debug for Advisor {
@@ -272,6 +274,7 @@ impl Advisor {
             events: Vec::new(),
             step_record: Default::default(),
             kept_keys: FxHashSet::default(),
+            kept_chosen: false,
             kept: FxHashSet::default(),
         }
     }

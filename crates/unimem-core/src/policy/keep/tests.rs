@@ -155,5 +155,28 @@ fn a_step_longer_than_the_record_keeps_nothing_and_stops_growing() {
     step.kernel(1000, [(0, 4 * MIB, false)]);
     step.freed(7);
     assert!(step.is_empty(), "the record is dropped, not grown");
+    assert_eq!(step.longest_reuse(), 0);
     assert!(step.keep_set(8 * MIB, RATE, 0, Runs::Beyond(0)).is_empty());
+}
+
+#[test]
+fn a_loop_longer_than_the_budget_shows_itself_when_its_second_pass_begins() {
+    // The decoder's weights (1.5 GiB) read in a loop: no reuse through the first pass; the
+    // second pass's first kernel reads layer 0 again after the other 15 layers (and the rest
+    // of its own), at least 1440 MiB later.
+    let mut step = StepKernels::default();
+    let pass = decoder(16, 430_000);
+    for k in &pass {
+        step.kernel(k.dur_ns, k.read_only.iter().map(|&(r, b)| (r, b, false)));
+    }
+    assert_eq!(step.longest_reuse(), 0);
+    step.kernel(430_000, pass[0].read_only.iter().map(|&(r, b)| (r, b, false)));
+    let reuse = step.longest_reuse();
+    assert!((1440 * MIB..=1536 * MIB).contains(&reuse), "{} MiB", reuse / MIB);
+    // Data the step writes is not kept, so its reuse does not count.
+    let mut written = StepKernels::default();
+    for k in pass.iter().chain(&pass[..1]) {
+        written.kernel(k.dur_ns, k.read_only.iter().map(|&(r, b)| (r, b, true)));
+    }
+    assert_eq!(written.longest_reuse(), 0);
 }
