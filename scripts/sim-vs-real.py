@@ -47,7 +47,7 @@ real = defaultdict(list)
 for f in files:
     for line in open(f):
         d = json.loads(line)
-        if mem is None or d.get("mem") == mem:
+        if mem is None or d.get("mem", d.get("memory")) == mem:
             real[(d["trace"], d["budget"], d["policy"])].append(d)
 env = dict(os.environ, UNIMEM_SIM_PROFILE=profile)
 if measured:

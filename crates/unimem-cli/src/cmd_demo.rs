@@ -1,7 +1,7 @@
 //! `unimem demo`: the bundled real traces at 100% and 50% budget with every policy (none, oracle,
 //! advisor), on the default backend. No arguments, no files, no GPU needed.
 
-use unimem_core::config::PolicyName;
+use unimem_core::config::{Memory, PolicyName};
 use unimem_core::trace::TraceStats;
 use unimem_core::units::Nanos;
 use unimem_core::{Budget, Result};
@@ -61,11 +61,16 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
         }
     }
     println!("\n{}", table.render_with(args.wide));
-    println!("\nnone: the driver alone (fault on access, evict least recently migrated).");
+    println!("\nnone: the driver alone (managed memory: fault on access, evict least recently migrated).");
     println!("oracle: clairvoyant reference (just-in-time prefetch, farthest-next-use eviction).");
-    println!("advisor: unimem's prefetch advisor (learns the access history as the trace runs;");
-    println!("         migrates, stages evictions in pinned host memory, and duplicates or writes");
-    println!("         remotely long-lived data it keeps evicting).");
+    println!("advisor: unimem's prefetch advisor (learns the access history as the trace runs).");
+    if config.memory.resolve(config.replay.relocate) == Memory::Device {
+        println!("oracle and advisor place data in the device arena (`memory` in the configuration):");
+        println!("         copies between device and pinned host slots, both ways at once.");
+    } else {
+        println!("oracle and advisor place data in managed memory: they migrate, stage evictions in");
+        println!("         pinned host memory, and duplicate or write remotely long-lived data.");
+    }
     if args.wide {
         println!("prefetch acc/cov/on-time: prefetched bytes used / needed bytes that came by prefetch /");
         println!("         used prefetched bytes that were there in time. staged: bytes evicted through");

@@ -130,14 +130,14 @@ pub fn replay_one(
     // at once, and of the clean copies kept of what was restored.
     let staging = config.staging.resolve(budget_bytes, Some(sizes.peak));
     let pin_now = staging.min(sizes.peak);
-    let mut spec = backends::BackendSpec::from_config(config, budget_bytes, staging, pin_now)?;
-    // A replay finds data by region, never by an address it kept: restores may relocate.
-    spec.relocate = config.replay.relocate;
+    // A replay finds data by region, never by an address it kept: restores may relocate, and
+    // `memory = "auto"` is the device arena for a placing policy.
+    let spec = backends::BackendSpec::for_replay(config, policy, budget_bytes, staging, pin_now)?;
     let mut backend = backends::open(&spec)?;
     // The device arena holds regions in whole blocks: the policy plans for the bytes that fit.
-    let planning = match config.memory {
+    let planning = match spec.memory {
         Memory::Device => sizes.planning(backend.device_capacity()),
-        Memory::Managed | Memory::Vmm => backend.device_capacity(),
+        Memory::Auto | Memory::Managed | Memory::Vmm => backend.device_capacity(),
     };
     let mut policy_impl = policy::make_policy(policy, planning, config, &spec.cost);
     let reader = open()?;
@@ -178,7 +178,8 @@ pub fn replay_one(
     };
     let report = replay::run_with(reader, backend.as_mut(), policy_impl.as_mut(), &mut |_| {}, options);
     drop(progress);
-    let report = report?;
+    let mut report = report?;
+    report.memory = Some(spec.memory);
     // Closing the log writes what it holds and gives the file its name.
     if let Some(mut sink) = sink.filter(|_| logged) {
         sink.close()?;
@@ -276,11 +277,11 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
     let name =
         Path::new(input.name()).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let mut table = output::report_table(true);
-    let mut backend_ran = String::new();
+    let mut backends_ran = output::BackendsRan::default();
     for (policy, log) in policies.into_iter().zip(logs) {
         let mut report = replay_one(&open, sizes, policy, &config, !args.json, log, args.undeclared)?;
         report.bound = Some(bound);
-        backend_ran = format!("{} ({})", report.backend, report.backend_detail);
+        backends_ran.add(&report);
         if args.json {
             output::print_report_json(&report, &budget.to_string(), &warnings)
                 .map_err(|e| Error::io("stdout", e))?;
@@ -311,9 +312,12 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
             Bytes(bound.d2h_bytes),
             backends::cost_model(&config)?.link_rate_gbps,
             unimem_core::units::Nanos(bound.phase_ns),
-            backend_ran,
+            backends_ran,
             output::peak_rss_bytes().map(|b| Bytes(b).to_string()).unwrap_or("n/a".into())
         );
+        if let Some(line) = backends_ran.memory_line() {
+            println!("{line}");
+        }
         if stats.program_host_ns > 0 {
             let held = if config.replay.program_host_time {
                 "each kernel issued no sooner than its host time after the one before"

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressStyle};
+use unimem_core::config::Memory;
 use unimem_core::replay::ReplayReport;
 use unimem_core::units::{Bytes, Nanos};
 
@@ -164,6 +165,54 @@ pub fn report_table(one_trace: bool) -> Table {
 }
 
 /// A trace's name without its directory and its `.jsonl` / `.jsonl.gz` ending.
+/// The backend a table's replays ran on and where each policy's regions were: placing
+/// policies may run in the device arena and `none` in managed memory (`memory = "auto"`).
+#[derive(Debug, Default)]
+pub struct BackendsRan {
+    /// The backend in words, of the first replay outside the arena where there is one.
+    backend: String,
+    /// Each placement with the policies that ran in it.
+    memory: Vec<(Memory, Vec<String>)>,
+}
+
+impl BackendsRan {
+    pub fn add(&mut self, r: &ReplayReport) {
+        let memory = r.memory.unwrap_or(Memory::Managed);
+        if self.backend.is_empty()
+            || (memory != Memory::Device && self.memory.iter().all(|m| m.0 == Memory::Device))
+        {
+            self.backend = format!("{} ({})", r.backend, r.backend_detail);
+        }
+        match self.memory.iter_mut().find(|(m, _)| *m == memory) {
+            Some((_, policies)) => policies.push(r.policy.clone()),
+            None => self.memory.push((memory, vec![r.policy.clone()])),
+        }
+    }
+}
+
+impl BackendsRan {
+    /// Which policies ran where, when they did not all run in one placement.
+    pub fn memory_line(&self) -> Option<String> {
+        if self.memory.len() < 2 {
+            return None;
+        }
+        let name = |m: Memory| match m {
+            Memory::Device => "the device arena",
+            Memory::Vmm => "CUDA virtual memory",
+            Memory::Auto | Memory::Managed => "managed memory",
+        };
+        let parts: Vec<String> =
+            self.memory.iter().map(|(m, p)| format!("{} for {}", name(*m), p.join(", "))).collect();
+        Some(format!("memory: {} (`memory` in the config)", parts.join("; ")))
+    }
+}
+
+impl std::fmt::Display for BackendsRan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.backend)
+    }
+}
+
 pub fn trace_stem(name: &str) -> &str {
     let file = name.rsplit('/').next().unwrap_or(name);
     file.strip_suffix(".gz").unwrap_or(file).strip_suffix(".jsonl").unwrap_or(file)

@@ -4,7 +4,7 @@
 pub mod cuda;
 pub mod sim;
 
-use crate::config::{BackendChoice, Config, Memory, Oversubscribe, PolicyTime};
+use crate::config::{BackendChoice, Config, Memory, Oversubscribe, PolicyName, PolicyTime};
 use crate::cost::CostModel;
 use crate::error::Result;
 use crate::seam::{DeviceId, MemoryBackend};
@@ -27,7 +27,7 @@ pub struct BackendSpec {
     /// ... of which this much is pinned before the work starts (the CUDA backend pins the rest
     /// when it needs it).
     pub pin_now: u64,
-    /// Where the CUDA backend keeps regions.
+    /// Where the CUDA backend keeps regions (resolved: never [`Memory::Auto`]).
     pub memory: Memory,
     /// Managed allocations may go past the device's free memory (CUDA; never by default).
     pub allow_oversubscription: bool,
@@ -42,23 +42,50 @@ pub struct BackendSpec {
 }
 
 impl BackendSpec {
-    /// The backend `config` names, emulating a device of `capacity` bytes with `staging` bytes
-    /// of pinned memory, `pin_now` of them pinned up front.
+    /// The backend `config` names for a program (its regions stay at their addresses),
+    /// emulating a device of `capacity` bytes with `staging` bytes of pinned memory, `pin_now`
+    /// of them pinned up front.
     pub fn from_config(config: &Config, capacity: u64, staging: u64, pin_now: u64) -> Result<Self> {
+        Self::build(config, config.memory.resolve(false), false, capacity, staging, pin_now)
+    }
+
+    /// The same for a replay by `policy`, which finds data by region: restores may relocate
+    /// as `replay.relocate` says, and there `memory = "auto"` is the device arena for a placing
+    /// policy ([`Memory::Auto`]).
+    pub fn for_replay(
+        config: &Config,
+        policy: PolicyName,
+        capacity: u64,
+        staging: u64,
+        pin_now: u64,
+    ) -> Result<Self> {
+        let relocate = config.replay.relocate;
+        let memory = config.memory.resolve(relocate && policy != PolicyName::None);
+        Self::build(config, memory, relocate, capacity, staging, pin_now)
+    }
+
+    fn build(
+        config: &Config,
+        memory: Memory,
+        relocate: bool,
+        capacity: u64,
+        staging: u64,
+        pin_now: u64,
+    ) -> Result<Self> {
         Ok(Self {
             which: config.backend,
             device: DeviceId(0),
-            cost: match config.memory {
+            cost: match memory {
                 // The simulator models the arena as its costs (`CostModel::device_arena`).
                 Memory::Device => cost_model(config)?.device_arena(),
-                Memory::Managed | Memory::Vmm => cost_model(config)?,
+                Memory::Auto | Memory::Managed | Memory::Vmm => cost_model(config)?,
             },
             capacity,
             staging,
             pin_now,
-            memory: config.memory,
+            memory,
             allow_oversubscription: config.oversubscribe == Oversubscribe::Allow,
-            relocate: false,
+            relocate,
             staged_room: false,
             charge_host_work: config.sim.policy_time == PolicyTime::Measured,
         })
@@ -71,7 +98,7 @@ pub fn open(spec: &BackendSpec) -> Result<Box<dyn MemoryBackend>> {
     let gpu = || -> Result<Box<dyn MemoryBackend>> {
         let ordinal = spec.device.0 as usize;
         Ok(match spec.memory {
-            Memory::Managed => Box::new(
+            Memory::Auto | Memory::Managed => Box::new(
                 cuda::CudaBackend::open(ordinal, spec.capacity, spec.allow_oversubscription)?
                     .with_staging(spec.staging, spec.pin_now)?
                     .with_relocation(spec.relocate)

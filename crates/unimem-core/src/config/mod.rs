@@ -49,7 +49,12 @@ pub enum Oversubscribe {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Memory {
-    /// Managed memory (`cuMemAllocManaged`), driven by advice and prefetch (the default).
+    /// The device arena for a replay by a placing policy (`oracle`, `advisor`), which finds
+    /// data by region ([`Memory::Device`]); managed memory for the `none` policy (the driver
+    /// alone is managed memory without hints) and for a program, whose addresses must stay
+    /// put (the default).
+    Auto,
+    /// Managed memory (`cuMemAllocManaged`), driven by advice and prefetch.
     Managed,
     /// CUDA virtual memory: 2 MiB device chunks, and pinned host chunks mapped at the same
     /// address when data is evicted; copies run both ways at once and restores need no page
@@ -61,6 +66,18 @@ pub enum Memory {
     /// a replay (which finds data by region) can use it (`docs/decisions.md`, "Replays in a
     /// device arena").
     Device,
+}
+
+impl Memory {
+    /// The placement a caller gets: `arena` says whether the device arena serves it (a replay
+    /// with `replay.relocate`, by a placing policy), which [`Memory::Auto`] then gives it.
+    pub fn resolve(self, arena: bool) -> Memory {
+        match self {
+            Memory::Auto if arena => Memory::Device,
+            Memory::Auto => Memory::Managed,
+            other => other,
+        }
+    }
 }
 
 /// A replay policy by name.
@@ -340,7 +357,7 @@ impl Default for Config {
             backend: BackendChoice::Auto,
             budget: Budget::Percent(100.0),
             oversubscribe: Oversubscribe::Deny,
-            memory: Memory::Managed,
+            memory: Memory::Auto,
             staging: Staging::Auto,
             sim: SimConfig { profile: String::new(), policy_time: PolicyTime::Free },
             replay: ReplayConfig {

@@ -406,6 +406,7 @@ fn replay_events(
         trace: file,
         backend: backend.kind(),
         backend_detail: backend.describe().to_string(),
+        memory: None,
         policy: policy.name().to_string(),
         budget_bytes: backend.device_capacity(),
         time_ns: end,

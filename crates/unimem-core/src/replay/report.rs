@@ -92,6 +92,9 @@ pub struct ReplayReport {
     pub backend: BackendKind,
     /// The backend in words (device or calibration profile).
     pub backend_detail: String,
+    /// Where the backend kept regions, where its caller knows (`unimem replay`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<crate::config::Memory>,
     /// The policy.
     pub policy: String,
     /// Device bytes the working set could use.
