@@ -65,6 +65,8 @@ pub struct Sizes<'a> {
     /// blocks): with `memory = "device"`, policies plan for this share of the budget, so that
     /// they, not the emulated driver, make the room the blocks' rounding takes.
     pub block_share: f64,
+    /// The trace's peak live bytes in regions under 2 MiB as the device arena packs them.
+    pub packed: u64,
 }
 
 /// A trace's peak live bytes over the device arena's bytes for them (1 for an empty trace).
@@ -109,6 +111,7 @@ impl<'a> Sizes<'a> {
             peak: stats.peak_live_page_bytes,
             pre_existing: &stats.pre_existing,
             block_share: block_share(stats),
+            packed: stats.peak_live_packed_bytes,
         };
         (sizes, warning)
     }
@@ -132,7 +135,8 @@ pub fn replay_one(
     let pin_now = staging.min(sizes.peak);
     // A replay finds data by region, never by an address it kept: restores may relocate, and
     // `memory = "auto"` is the device arena for a placing policy.
-    let spec = backends::BackendSpec::for_replay(config, policy, budget_bytes, staging, pin_now)?;
+    let spec =
+        backends::BackendSpec::for_replay(config, policy, sizes.packed, budget_bytes, staging, pin_now)?;
     let mut backend = backends::open(&spec)?;
     // The device arena holds regions in whole blocks: the policy plans for the bytes that fit.
     let planning = match spec.memory {

@@ -9,6 +9,11 @@ use crate::cost::CostModel;
 use crate::error::Result;
 use crate::seam::{DeviceId, MemoryBackend};
 
+/// The share of the budget that regions under 2 MiB may take for `memory = "auto"` to choose
+/// the device arena, which keeps them on the device: past it, the rest of the data would
+/// stream through too little room (and past the budget itself, the footprint would exceed it).
+pub const MAX_PACKED_SHARE: f64 = 0.25;
+
 /// Everything a backend is opened with. [`BackendSpec::from_config`] builds one from a
 /// configuration; nothing below the seam sees the configuration itself.
 #[derive(Debug, Clone)]
@@ -51,16 +56,27 @@ impl BackendSpec {
 
     /// The same for a replay by `policy`, which finds data by region: restores may relocate
     /// as `replay.relocate` says, and there `memory = "auto"` is the device arena for a placing
-    /// policy ([`Memory::Auto`]).
+    /// policy ([`Memory::Auto`]) unless its regions under 2 MiB (`packed`: their peak live
+    /// bytes as the arena packs them, which it keeps on the device) would take more than
+    /// [`MAX_PACKED_SHARE`] of the budget.
     pub fn for_replay(
         config: &Config,
         policy: PolicyName,
+        packed: u64,
         capacity: u64,
         staging: u64,
         pin_now: u64,
     ) -> Result<Self> {
         let relocate = config.replay.relocate;
-        let memory = config.memory.resolve(relocate && policy != PolicyName::None);
+        let fits = packed as f64 <= MAX_PACKED_SHARE * capacity as f64;
+        if config.memory == Memory::Auto && relocate && policy != PolicyName::None && !fits {
+            tracing::info!(
+                packed,
+                capacity,
+                "memory auto: small regions would crowd the device arena; managed memory"
+            );
+        }
+        let memory = config.memory.resolve(relocate && policy != PolicyName::None && fits);
         Self::build(config, memory, relocate, capacity, staging, pin_now)
     }
 

@@ -18,6 +18,15 @@ fn block_round(bytes: u64) -> u64 {
     }
 }
 
+/// A region's bytes in the arena's packed slots: 0 for one of whole blocks.
+fn packed_round(bytes: u64) -> u64 {
+    if bytes >= BLOCK_SIZE {
+        0
+    } else {
+        block_round(bytes)
+    }
+}
+
 /// A set of region ids (trace ids).
 pub type RegionIds = HashSet<u64>;
 
@@ -55,6 +64,9 @@ pub struct TraceStats {
     /// power of two that holds it, 512 bytes up): what the device arena (`memory = "device"`)
     /// holds for the same data.
     pub peak_live_block_bytes: u64,
+    /// Most bytes live at once in regions under 2 MiB, as the device arena packs them (the
+    /// power of two that holds each): the arena keeps them on the device.
+    pub peak_live_packed_bytes: u64,
     /// Kernel launches.
     pub kernels: u64,
     /// Host events.
@@ -127,7 +139,7 @@ impl TraceStats {
     /// caller that needs the whole trace reads it once.
     pub fn compute_with(mut reader: TraceReader, mut each: impl FnMut(&TraceEvent)) -> Result<Self> {
         let mut s = TraceStats::default();
-        let (mut live, mut live_pages, mut live_blocks) = (0u64, 0u64, 0u64);
+        let (mut live, mut live_pages, mut live_blocks, mut live_packed) = (0u64, 0u64, 0u64, 0u64);
         // Live regions only (size, touched yet?): memory stays bounded by what is live.
         let mut regions: HashMap<u64, (u64, bool)> = HashMap::default();
         let mut accessed_region_bytes = 0u64;
@@ -151,6 +163,8 @@ impl TraceStats {
                     s.peak_live_bytes = s.peak_live_bytes.max(live);
                     s.peak_live_page_bytes = s.peak_live_page_bytes.max(live_pages);
                     s.peak_live_block_bytes = s.peak_live_block_bytes.max(live_blocks);
+                    live_packed += packed_round(*bytes);
+                    s.peak_live_packed_bytes = s.peak_live_packed_bytes.max(live_packed);
                     regions.insert(*id, (*bytes, false));
                 }
                 TraceEvent::Free { id } => {
@@ -158,6 +172,7 @@ impl TraceStats {
                     live -= bytes;
                     live_pages -= page_round(bytes);
                     live_blocks -= block_round(bytes);
+                    live_packed -= packed_round(bytes);
                 }
                 TraceEvent::Kernel { name, dur_ns, host_ns, acc } => {
                     s.kernels += 1;
@@ -229,6 +244,7 @@ mod tests {
         let bytes: &'static [u8] = Box::leak(w.finish().unwrap().into_boxed_slice());
         let s = TraceStats::compute(TraceReader::from_bytes("mem", bytes).unwrap()).unwrap();
         assert_eq!(s.peak_live_block_bytes, (4 << 20) + 131_072);
+        assert_eq!(s.peak_live_packed_bytes, 131_072 + (1 << 20));
         assert_eq!(s.peak_live_page_bytes, (3 << 20) + 102_400);
     }
 }
