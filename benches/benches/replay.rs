@@ -215,7 +215,14 @@ fn keep_set_decoder(c: &mut Criterion) {
         .collect();
     let budget = 64 * 96 * MIB / 2;
     c.bench_function("keep_set_decoder_512_kernels", |b| {
-        b.iter(|| keep_set(&kernels, budget, CostModel::h200().link_rate_gbps, Runs::Beyond(16)))
+        b.iter(|| {
+            keep_set(
+                &kernels,
+                budget,
+                CostModel::h200().link_rate_gbps,
+                Runs::Beyond { horizon: 16, streaming_at_link_rate: false },
+            )
+        })
     });
     // A kernel per operator (`scripts/gen-decode-trace.py`): 8 passes over 16 layers of five
     // kernels, four reading a matrix each and one a KV cache (other data), at a quarter.
@@ -233,7 +240,14 @@ fn keep_set_decoder(c: &mut Criterion) {
         .collect();
     let budget = 16 * 102 * MIB / 4;
     c.bench_function("keep_set_operators_640_kernels", |b| {
-        b.iter(|| keep_set(&kernels, budget, CostModel::h200().link_rate_gbps, Runs::Beyond(16)))
+        b.iter(|| {
+            keep_set(
+                &kernels,
+                budget,
+                CostModel::h200().link_rate_gbps,
+                Runs::Beyond { horizon: 16, streaming_at_link_rate: false },
+            )
+        })
     });
 }
 

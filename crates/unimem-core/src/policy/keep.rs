@@ -17,7 +17,8 @@
 //! model of the loop's steady state ([`pass_time`]), beside the runs of whole kernels that
 //! Belady keeps; a share is chosen only if it beats every run by [`MIN_GAIN`]. Where none
 //! does, a policy that applies Belady's rule itself keeps nothing ([`Runs::Belady`]), and one
-//! whose forecast is shorter than the loop's reuse keeps the best run ([`Runs::Beyond`]).
+//! whose forecast is shorter than the loop's reuse keeps the best run ([`Runs::Beyond`]) unless,
+//! where the memory streams at the link's rate, streaming everything is timed as fast.
 //! Either way the set moves at most [`MAX_EXTRA_BYTES`] more than Belady's rule in a pass
 //! (simulated over two passes), so a pattern that is not a loop (whose data Belady's rule
 //! keeps better than any fixed set) keeps nothing.
@@ -272,7 +273,13 @@ pub fn keep_set<K: Copy + Eq + Hash + Ord>(
     let run_time = runs.as_ref().map_or(f64::INFINITY, |r| r.0);
     let chosen = match (best, runs) {
         (Some((t, kept)), _) if t <= run_time * (1.0 - MIN_GAIN) => kept,
-        (_, Some((_, run))) if matches!(runs_too, Runs::Beyond(h) if reuse_distance(kernels) > h) => run,
+        (_, Some((t, run)))
+            if matches!(runs_too, Runs::Beyond { horizon, .. } if reuse_distance(kernels) > horizon)
+                && !(matches!(runs_too, Runs::Beyond { streaming_at_link_rate: true, .. })
+                    && time(&FxHashSet::default()).is_some_and(|all| all * (1.0 - MIN_GAIN) <= t)) =>
+        {
+            run
+        }
         _ => return FxHashSet::default(),
     };
     let belady = belady_bytes(kernels, &bytes, budget.saturating_sub(2 * most_other));
@@ -288,10 +295,18 @@ pub fn keep_set<K: Copy + Eq + Hash + Ord>(
 pub enum Runs {
     /// Nothing: the policy applies Belady's rule itself (the oracle, which sees the whole step).
     Belady,
-    /// The best run, where the loop reuses its data further apart than this many kernels: for
+    /// The best run, where the loop reuses its data further apart than `horizon` kernels: for
     /// a policy whose forecast is that long (the advisor), which ranks what it does not foresee
-    /// least recently used first, and so evicts in a longer loop just what comes next.
-    Beyond(u64),
+    /// least recently used first, and so evicts in a longer loop just what comes next, streaming
+    /// every byte each pass. `streaming_at_link_rate`: the memory streams at the model's rate
+    /// (copies both ways at once, clean data dropped for nothing: the device arena), so the run
+    /// is kept only where the model times it [`MIN_GAIN`] under streaming everything.
+    Beyond {
+        /// The policy's forecast, in kernels.
+        horizon: u64,
+        /// The memory streams at the model's rate (see above).
+        streaming_at_link_rate: bool,
+    },
 }
 
 /// How far apart, in kernels, the loop reads its read-only regions again: the median over

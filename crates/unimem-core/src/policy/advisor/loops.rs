@@ -56,7 +56,10 @@ impl Advisor {
             self.settings.budget,
             rate,
             self.settings.min_prefetch_bytes,
-            Runs::Beyond(self.settings.horizon),
+            Runs::Beyond {
+                horizon: self.settings.horizon,
+                streaming_at_link_rate: self.settings.streaming_at_link_rate,
+            },
         );
         self.kept =
             self.by_key.iter().filter(|(k, _)| self.kept_keys.contains(k)).map(|(_, &id)| id).collect();
