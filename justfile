@@ -63,7 +63,7 @@ synthetic-table:
     python3 scripts/replay-table.py target/release/unimem none,oracle,advisor --synthetic
 
 # Simulator against recorded GPU replays (docs/data/), per row, with host time by kind of call.
-sim-vs-real PROFILE="crates/unimem-core/profiles/h200.toml" +RUNS="docs/data/gpu-replays-0907be1.jsonl":
+sim-vs-real PROFILE="crates/unimem-core/profiles/h200.toml" +RUNS="docs/data/gpu-replays-f492178.jsonl":
     cargo build --release -p unimem-cli
     python3 scripts/sim-vs-real.py {{PROFILE}} {{RUNS}} --host
 
