@@ -135,8 +135,15 @@ pub fn replay_one(
     let pin_now = staging.min(sizes.peak);
     // A replay finds data by region, never by an address it kept: restores may relocate, and
     // `memory = "auto"` is the device arena for a placing policy.
-    let spec =
-        backends::BackendSpec::for_replay(config, policy, sizes.packed, budget_bytes, staging, pin_now)?;
+    let spec = backends::BackendSpec::for_replay(
+        config,
+        policy,
+        sizes.packed,
+        undeclared_every > 0,
+        budget_bytes,
+        staging,
+        pin_now,
+    )?;
     let mut backend = backends::open(&spec)?;
     // The device arena holds regions in whole blocks: the policy plans for the bytes that fit.
     let planning = match spec.memory {

@@ -58,25 +58,25 @@ impl BackendSpec {
     /// as `replay.relocate` says, and there `memory = "auto"` is the device arena for a placing
     /// policy ([`Memory::Auto`]) unless its regions under 2 MiB (`packed`: their peak live
     /// bytes as the arena packs them, which it keeps on the device) would take more than
-    /// [`MAX_PACKED_SHARE`] of the budget.
+    /// [`MAX_PACKED_SHARE`] of the budget, or the replay hides accesses from the policy
+    /// (`undeclared`: it learns them from faults, which only managed memory reports).
     pub fn for_replay(
         config: &Config,
         policy: PolicyName,
         packed: u64,
+        undeclared: bool,
         capacity: u64,
         staging: u64,
         pin_now: u64,
     ) -> Result<Self> {
         let relocate = config.replay.relocate;
         let fits = packed as f64 <= MAX_PACKED_SHARE * capacity as f64;
-        if config.memory == Memory::Auto && relocate && policy != PolicyName::None && !fits {
-            tracing::info!(
-                packed,
-                capacity,
-                "memory auto: small regions would crowd the device arena; managed memory"
-            );
+        let placing = relocate && policy != PolicyName::None;
+        let arena = placing && fits && !undeclared;
+        if config.memory == Memory::Auto && placing && !arena {
+            tracing::info!(packed, capacity, undeclared, "memory auto: managed memory for this replay");
         }
-        let memory = config.memory.resolve(relocate && policy != PolicyName::None && fits);
+        let memory = config.memory.resolve(arena);
         Self::build(config, memory, relocate, capacity, staging, pin_now)
     }
 
