@@ -40,6 +40,7 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
     );
     println!("'--wide' adds 'x phase', over the phase bound (what each stretch of the program must move).\n");
     let mut table = output::report_table(false);
+    let mut in_arena = false;
     for trace in &TRACES {
         let mut program = unimem_core::bound::Program::new();
         let stats = TraceStats::compute_with(trace.reader()?, |e| program.observe(&e.clone().into()))?;
@@ -56,6 +57,7 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
             for policy in PolicyName::ALL {
                 let mut report = replay_one(&|| trace.reader(), sizes, policy, &config, false, None, 0)?;
                 report.bound = Some(program.bound(sizes.budget, cost.link_rate_gbps));
+                in_arena |= report.memory == Some(Memory::Device);
                 table.row(output::report_row(trace.name, &budget.to_string(), &report));
             }
         }
@@ -64,7 +66,7 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
     println!("\nnone: the driver alone (managed memory: fault on access, evict least recently migrated).");
     println!("oracle: clairvoyant reference (just-in-time prefetch, farthest-next-use eviction).");
     println!("advisor: unimem's prefetch advisor (learns the access history as the trace runs).");
-    if config.memory.resolve(config.replay.relocate) == Memory::Device {
+    if in_arena {
         println!("oracle and advisor place data in the device arena (`memory` in the configuration):");
         println!("         copies between device and pinned host slots, both ways at once.");
     } else {

@@ -164,7 +164,6 @@ pub fn report_table(one_trace: bool) -> Table {
     }
 }
 
-/// A trace's name without its directory and its `.jsonl` / `.jsonl.gz` ending.
 /// The backend a table's replays ran on and where each policy's regions were: placing
 /// policies may run in the device arena and `none` in managed memory (`memory = "auto"`).
 #[derive(Debug, Default)]
@@ -188,9 +187,7 @@ impl BackendsRan {
             None => self.memory.push((memory, vec![r.policy.clone()])),
         }
     }
-}
 
-impl BackendsRan {
     /// Which policies ran where, when they did not all run in one placement.
     pub fn memory_line(&self) -> Option<String> {
         if self.memory.len() < 2 {
@@ -213,6 +210,7 @@ impl std::fmt::Display for BackendsRan {
     }
 }
 
+/// A trace's name without its directory and its `.jsonl` / `.jsonl.gz` ending.
 pub fn trace_stem(name: &str) -> &str {
     let file = name.rsplit('/').next().unwrap_or(name);
     file.strip_suffix(".gz").unwrap_or(file).strip_suffix(".jsonl").unwrap_or(file)

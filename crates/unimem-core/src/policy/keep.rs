@@ -274,9 +274,7 @@ pub fn keep_set<K: Copy + Eq + Hash + Ord>(
     let chosen = match (best, runs) {
         (Some((t, kept)), _) if t <= run_time * (1.0 - MIN_GAIN) => kept,
         (_, Some((t, run)))
-            if matches!(runs_too, Runs::Beyond { horizon, .. } if reuse_distance(kernels) > horizon)
-                && !(matches!(runs_too, Runs::Beyond { streaming_at_link_rate: true, .. })
-                    && time(&FxHashSet::default()).is_some_and(|all| all * (1.0 - MIN_GAIN) <= t)) =>
+            if keeps_run(runs_too, reuse_distance(kernels), t, || time(&FxHashSet::default())) =>
         {
             run
         }
@@ -287,6 +285,20 @@ pub fn keep_set<K: Copy + Eq + Hash + Ord>(
         return FxHashSet::default();
     }
     chosen
+}
+
+/// Whether `runs` keeps the best run (timed `run_ns` a pass by the model) of a loop reusing
+/// its data `reuse` kernels apart, where no share beats it; `stream_all` times the pass with
+/// nothing kept.
+fn keeps_run(runs: Runs, reuse: u64, run_ns: f64, stream_all: impl FnOnce() -> Option<f64>) -> bool {
+    match runs {
+        Runs::Belady => false,
+        Runs::Beyond { horizon, streaming_at_link_rate } => {
+            reuse > horizon
+                && !(streaming_at_link_rate
+                    && stream_all().is_some_and(|all| all * (1.0 - MIN_GAIN) <= run_ns))
+        }
+    }
 }
 
 /// What [`keep_set`] returns where no share beats the runs of whole kernels Belady's rule

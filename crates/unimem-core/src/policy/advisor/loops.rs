@@ -3,11 +3,11 @@
 //! step-stable identity) and the next step keeps what they would have.
 //! Until a step has ended (the first step, or a program that never marks one), the choice is
 //! made once, within the step, as soon as a loop that does not fit shows itself: a region
-//! read again after more than the budget of other data ([`StepKernels::longest_reuse`]),
+//! read again after more than the budget of other data ([`crate::policy::keep::StepKernels::longest_reuse`]),
 //! from what the step has run so far (the loop's first pass, at least).
 
 use super::*;
-use crate::policy::keep::{Runs, StepKernels};
+use crate::policy::keep::Runs;
 
 impl Advisor {
     /// Records a kernel that ran, for the next step's choice.
@@ -20,14 +20,12 @@ impl Advisor {
         if !self.kept_chosen && self.step_record.longest_reuse() > self.settings.budget {
             self.kept_chosen = true;
             // The step goes on recording for its end's choice.
-            let record = std::mem::take(&mut self.step_record);
-            self.keep_from(&record);
+            self.keep_from_record();
             tracing::debug!(
                 kept = self.kept.len(),
-                kernels = record.len(),
+                kernels = self.step_record.len(),
                 "a loop longer than the budget: kept set chosen within the step"
             );
-            self.step_record = record;
         }
     }
 
@@ -44,15 +42,15 @@ impl Advisor {
         if self.settings.keep_loops.is_none() {
             return;
         }
-        let record = std::mem::take(&mut self.step_record);
-        self.kept_chosen |= !record.is_empty();
-        self.keep_from(&record);
+        self.kept_chosen |= !self.step_record.is_empty();
+        self.keep_from_record();
+        self.step_record = Default::default();
     }
 
-    /// Keeps what `record` would have kept.
-    fn keep_from(&mut self, record: &StepKernels<RegionKey>) {
+    /// Keeps what the kernels recorded so far would have kept.
+    fn keep_from_record(&mut self) {
         let Some(rate) = self.settings.keep_loops else { return };
-        self.kept_keys = record.keep_set(
+        self.kept_keys = self.step_record.keep_set(
             self.settings.budget,
             rate,
             self.settings.min_prefetch_bytes,
