@@ -2,10 +2,10 @@
 //! trace's future (a bounded window) and, on 2 MiB units of each region:
 //! - evicts the unit whose next use is farthest (Belady), discarding instead of copying back
 //!   when the data is dead (freed, or wholly overwritten before it is read again);
-//! - prefetches each kernel's data just in time and, through the window, as early as the Belady
-//!   schedule allows: room is first reserved for everything the kernels in between bring in,
-//!   and a victim is taken early only if Belady would evict that same unit by the time the
-//!   prefetched one is used, so early prefetches never add transfers;
+//! - prefetches each kernel's data just in time and, for the next few kernels, as early as
+//!   the Belady schedule allows: room is first reserved for everything the kernels in between
+//!   bring in, and a victim is taken early only if Belady would evict that same unit by the
+//!   time the prefetched one is used, so early prefetches never add transfers;
 //! - leaves units smaller than the cost model's break-even size to faults, which are cheaper
 //!   for them than a prefetch call;
 //! - asks the backend where a unit is before moving it, so memory recycled from the pool
@@ -38,10 +38,13 @@ const CLASS_NEEDED: u8 = 1;
 const CLASS_BEYOND_WINDOW: u8 = 2;
 const CLASS_DEAD: u8 = 3;
 const NEVER: u64 = u64::MAX;
-/// How many kernels ahead the scan may place data (bounds the work per kernel; 64 ResNet
-/// kernels are ~7 ms of compute, in which the link moves ~0.35 GB). 256 gave the same times on
-/// the sample traces with three times the host time, which a GPU replay pays for real.
-const MAX_SCAN_KERNELS: usize = 64;
+/// How many kernels ahead the scan may place data. A Belady-consistent early placement
+/// rarely exists further ahead (its victim must be needed after everything used in between),
+/// and where a longer scan found one the replay was slower, not faster: in the simulator's
+/// device arena a scan of 64 kernels took 0.6-8.3% longer
+/// on the sample traces than one of 4 (ResNet at 75% 252.2 ms against 231.2), with twice the
+/// host time; in managed memory both were within 1% (docs/decisions.md).
+const MAX_SCAN_KERNELS: usize = 4;
 
 #[derive(Debug, Clone, Copy)]
 struct Use {
