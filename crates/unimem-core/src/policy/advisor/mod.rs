@@ -243,6 +243,7 @@ fn kernel_units(sizes: &Sizes, acc: &[RangeAccess]) -> Vec<(Unit, bool, bool)> {
 impl Advisor {
     /// An advisor with the given settings.
     pub fn new(settings: AdvisorSettings) -> Self {
+        let movable_from = settings.min_prefetch_bytes;
         Self {
             settings,
             identity: Identity::new(),
@@ -250,7 +251,7 @@ impl Advisor {
             planner: Planner::new(),
             sizes: FxHashMap::default(),
             by_key: FxHashMap::default(),
-            resident: Residency::new(),
+            resident: Residency::with_movable_from(movable_from),
             read_mostly: FxHashSet::default(),
             remote: FxHashMap::default(),
             born: FxHashMap::default(),

@@ -469,7 +469,10 @@ impl Planner {
 
         // Victims by priority: the predicted units in a heap, merged with the unpredicted ones
         // streamed in the account's age order.
-        let unpredicted = input.resident.by_age().filter(move |(u, _)| !future.contains(u));
+        // Units too small to move are never victims unless dead, and dead ones are predicted:
+        // the stream skips the account's small units without reading them.
+        debug_assert!(input.resident.movable_from() <= input.min_prefetch_bytes);
+        let unpredicted = input.resident.movable_by_age().filter(move |(u, _)| !future.contains(u));
         let heap = BinaryHeap::from(std::mem::take(victims));
         let mut pass = Pass::new(input, future, added, removed, heap, unpredicted, protect);
 

@@ -9,6 +9,11 @@
 //! has been used again (or evicted) since is stale, skipped when read and dropped when the
 //! log is compacted. A tree kept in order instead cost more than it saved: every kernel
 //! records the use of all its units.
+//!
+//! Units too small to move (under the planner's `min_prefetch_bytes`, left to faults) are
+//! never its victims, so they are logged apart: the planner reads the movable units' log
+//! alone, and a program of many small regions does not make it walk all of them for every
+//! kernel that needs room.
 
 use rustc_hash::FxHashMap;
 
@@ -18,8 +23,12 @@ use super::plan::Unit;
 #[derive(Debug, Clone, Default)]
 pub struct Residency {
     units: FxHashMap<Unit, (u64, u64)>,
-    /// (last use, unit), sorted by last use; stale entries included.
+    /// (last use, unit) of the units of at least `movable_from` bytes, sorted by last use;
+    /// stale entries included.
     log: Vec<(u64, Unit)>,
+    /// The same for the smaller units.
+    small: Vec<(u64, Unit)>,
+    movable_from: u64,
     bytes: u64,
 }
 
@@ -27,6 +36,17 @@ impl Residency {
     /// An empty account.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty account that logs units under `bytes` apart from the rest
+    /// ([`Self::movable_by_age`]).
+    pub fn with_movable_from(bytes: u64) -> Self {
+        Self { movable_from: bytes, ..Self::default() }
+    }
+
+    /// Units under this many bytes are not in [`Self::movable_by_age`].
+    pub fn movable_from(&self) -> u64 {
+        self.movable_from
     }
 
     /// Bytes of every unit.
@@ -64,24 +84,25 @@ impl Residency {
         if old.is_some_and(|o| o.1 == v.1) {
             return; // its entry stands
         }
-        let sorted = self.log.last().is_none_or(|&(last, _)| last <= v.1);
+        let log = if v.0 >= self.movable_from { &mut self.log } else { &mut self.small };
+        let sorted = log.last().is_none_or(|&(last, _)| last <= v.1);
         if sorted {
             // Sorted by unit within the newest age too, so that `by_age` reads each age in
             // order without sorting a copy; an older age's entries are all smaller, so the
             // walk back stops at the newest age's start.
             let entry = (v.1, u);
-            let mut at = self.log.len();
-            while at > 0 && self.log[at - 1] > entry {
+            let mut at = log.len();
+            while at > 0 && log[at - 1] > entry {
                 at -= 1;
             }
-            self.log.insert(at, entry);
+            log.insert(at, entry);
         } else {
-            self.log.push((v.1, u));
+            log.push((v.1, u));
             // Only callers that record an older use than the last land here (tests): order
             // the log again.
-            self.log.sort_unstable();
+            log.sort_unstable();
         }
-        if self.log.len() > 2 * self.units.len() + 64 {
+        if self.log.len() + self.small.len() > 2 * self.units.len() + 64 {
             self.compact();
         }
     }
@@ -113,18 +134,37 @@ impl Residency {
     /// Drops stale and repeated entries (a unit removed and recorded again in the same kernel
     /// has two: sorting brings them together, and keeps the order by last use).
     fn compact(&mut self) {
-        let mut log = std::mem::take(&mut self.log);
-        log.retain(|e| self.live(e));
-        log.sort_unstable();
-        log.dedup();
-        self.log = log;
+        for small in [false, true] {
+            let mut log = std::mem::take(if small { &mut self.small } else { &mut self.log });
+            log.retain(|e| self.live(e));
+            log.sort_unstable();
+            log.dedup();
+            *(if small { &mut self.small } else { &mut self.log }) = log;
+        }
     }
 
     /// The units with their kernel of last use, least recently used first, and among equals
-    /// the larger unit first (the planner's tie-break). The log is sorted by (last use, unit),
-    /// so each age is read backwards, skipping stale and repeated entries, without copying.
+    /// the larger unit first (the planner's tie-break).
     pub fn by_age(&self) -> impl Iterator<Item = (Unit, u64)> + '_ {
-        self.log.chunk_by(|a, b| a.0 == b.0).flat_map(move |same_age| {
+        let mut movable = self.ages(&self.log).peekable();
+        let mut small = self.ages(&self.small).peekable();
+        // Merged in the same order: older first, and among equals the larger unit.
+        std::iter::from_fn(move || match (movable.peek(), small.peek()) {
+            (Some(&(m, ml)), Some(&(s, sl))) if ml < sl || (ml == sl && m > s) => movable.next(),
+            (Some(_), Some(_)) | (None, _) => small.next(),
+            (Some(_), None) => movable.next(),
+        })
+    }
+
+    /// [`Self::by_age`] of the units of at least [`Self::movable_from`] bytes.
+    pub fn movable_by_age(&self) -> impl Iterator<Item = (Unit, u64)> + '_ {
+        self.ages(&self.log)
+    }
+
+    /// A log's live units by age. The log is sorted by (last use, unit), so each age is read
+    /// backwards, skipping stale and repeated entries, without copying.
+    fn ages<'a>(&'a self, log: &'a [(u64, Unit)]) -> impl Iterator<Item = (Unit, u64)> + 'a {
+        log.chunk_by(|a, b| a.0 == b.0).flat_map(move |same_age| {
             let before = std::iter::once(None).chain(same_age.iter().rev().map(Some));
             same_age
                 .iter()
@@ -186,5 +226,31 @@ mod tests {
         r.insert(u(1, 0), (10, 199));
         r.compact();
         assert_eq!(r.log, vec![(9, u(2, 0)), (199, u(1, 0)), (199, u(3, 0))]);
+    }
+
+    #[test]
+    fn small_units_are_logged_apart_and_merged_back_in_age_order() {
+        let u = |r: u64, b: u32| Unit { region: RegionId(r), block: b };
+        let mut r = Residency::with_movable_from(16);
+        for (unit, bytes, last) in
+            [(u(1, 0), 8, 1), (u(2, 0), 32, 1), (u(3, 0), 8, 2), (u(4, 0), 32, 3), (u(5, 0), 4, 3)]
+        {
+            r.insert(unit, (bytes, last));
+        }
+        let all: Vec<(Unit, u64)> = r.by_age().collect();
+        assert_eq!(all, vec![(u(2, 0), 1), (u(1, 0), 1), (u(3, 0), 2), (u(5, 0), 3), (u(4, 0), 3)]);
+        let movable: Vec<Unit> = r.movable_by_age().map(|(u, _)| u).collect();
+        assert_eq!(movable, vec![u(2, 0), u(4, 0)]);
+        // The merged order is the one an account without the split gives.
+        let plain: Residency = all.iter().map(|&(unit, last)| (unit, (r.get(&unit).unwrap().0, last))).collect();
+        assert_eq!(plain.by_age().collect::<Vec<_>>(), all);
+        // Stale entries of both logs are skipped and compacted away.
+        for k in 4..200 {
+            r.insert(u(1, 0), (8, k));
+            r.insert(u(2, 0), (32, k));
+        }
+        assert!(r.log.len() + r.small.len() <= 2 * r.len() + 64);
+        assert_eq!(r.by_age().count(), 5);
+        assert_eq!(r.movable_by_age().map(|(u, _)| u).collect::<Vec<_>>(), vec![u(4, 0), u(2, 0)]);
     }
 }
