@@ -242,7 +242,8 @@ mod tests {
         let movable: Vec<Unit> = r.movable_by_age().map(|(u, _)| u).collect();
         assert_eq!(movable, vec![u(2, 0), u(4, 0)]);
         // The merged order is the one an account without the split gives.
-        let plain: Residency = all.iter().map(|&(unit, last)| (unit, (r.get(&unit).unwrap().0, last))).collect();
+        let plain: Residency =
+            all.iter().map(|&(unit, last)| (unit, (r.get(&unit).unwrap().0, last))).collect();
         assert_eq!(plain.by_age().collect::<Vec<_>>(), all);
         // Stale entries of both logs are skipped and compacted away.
         for k in 4..200 {
