@@ -1,7 +1,7 @@
 //! `unimem demo`: the bundled real traces at 100% and 50% budget with every policy (none, oracle,
 //! advisor), on the default backend. No arguments, no files, no GPU needed.
 
-use unimem_core::config::{Memory, PolicyName};
+use unimem_core::config::{MemoryKind, PolicyName};
 use unimem_core::trace::TraceStats;
 use unimem_core::units::Nanos;
 use unimem_core::{Budget, Result};
@@ -57,7 +57,7 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
             for policy in PolicyName::ALL {
                 let mut report = replay_one(&|| trace.reader(), sizes, policy, &config, false, None, 0)?;
                 report.bound = Some(program.bound(sizes.budget, cost.link_rate_gbps));
-                in_arena |= report.memory == Some(Memory::Device);
+                in_arena |= report.memory == Some(MemoryKind::Device);
                 table.row(output::report_row(trace.name, &budget.to_string(), &report));
             }
         }

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use unimem_core::MemoryBackendExt;
 
-use unimem_core::config::{BackendChoice, Memory, PolicyName};
+use unimem_core::config::{BackendChoice, MemoryKind, PolicyName};
 use unimem_core::output_file::OutputFile;
 use unimem_core::replay::{self, ReplayReport};
 use unimem_core::trace::{TraceReader, TraceStats};
@@ -147,8 +147,8 @@ pub fn replay_one(
     let mut backend = backends::open(&spec)?;
     // The device arena holds regions in whole blocks: the policy plans for the bytes that fit.
     let planning = match spec.memory {
-        Memory::Device => sizes.planning(backend.device_capacity()),
-        Memory::Auto | Memory::Managed | Memory::Vmm => backend.device_capacity(),
+        MemoryKind::Device => sizes.planning(backend.device_capacity()),
+        MemoryKind::Managed | MemoryKind::Vmm => backend.device_capacity(),
     };
     let mut policy_impl = policy::make_policy(policy, planning, config, &spec.cost);
     let reader = open()?;

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use unimem_core::config::Memory;
+use unimem_core::config::MemoryKind;
 use unimem_core::replay::ReplayReport;
 use unimem_core::units::{Bytes, Nanos};
 
@@ -171,14 +171,14 @@ pub struct BackendsRan {
     /// The backend in words, of the first replay outside the arena where there is one.
     backend: String,
     /// Each placement with the policies that ran in it.
-    memory: Vec<(Memory, Vec<String>)>,
+    memory: Vec<(MemoryKind, Vec<String>)>,
 }
 
 impl BackendsRan {
     pub fn add(&mut self, r: &ReplayReport) {
-        let memory = r.memory.unwrap_or(Memory::Managed);
+        let memory = r.memory.unwrap_or(MemoryKind::Managed);
         if self.backend.is_empty()
-            || (memory != Memory::Device && self.memory.iter().all(|m| m.0 == Memory::Device))
+            || (memory != MemoryKind::Device && self.memory.iter().all(|m| m.0 == MemoryKind::Device))
         {
             self.backend = format!("{} ({})", r.backend, r.backend_detail);
         }
@@ -193,10 +193,10 @@ impl BackendsRan {
         if self.memory.len() < 2 {
             return None;
         }
-        let name = |m: Memory| match m {
-            Memory::Device => "the device arena",
-            Memory::Vmm => "CUDA virtual memory",
-            Memory::Auto | Memory::Managed => "managed memory",
+        let name = |m: MemoryKind| match m {
+            MemoryKind::Device => "the device arena",
+            MemoryKind::Vmm => "CUDA virtual memory",
+            MemoryKind::Managed => "managed memory",
         };
         let parts: Vec<String> =
             self.memory.iter().map(|(m, p)| format!("{} for {}", name(*m), p.join(", "))).collect();

@@ -4,7 +4,7 @@
 pub mod cuda;
 pub mod sim;
 
-use crate::config::{BackendChoice, Config, Memory, Oversubscribe, PolicyName, PolicyTime};
+use crate::config::{BackendChoice, Config, Memory, MemoryKind, Oversubscribe, PolicyName, PolicyTime};
 use crate::cost::CostModel;
 use crate::error::Result;
 use crate::seam::{DeviceId, MemoryBackend};
@@ -32,8 +32,8 @@ pub struct BackendSpec {
     /// ... of which this much is pinned before the work starts (the CUDA backend pins the rest
     /// when it needs it).
     pub pin_now: u64,
-    /// Where the CUDA backend keeps regions (resolved: never [`Memory::Auto`]).
-    pub memory: Memory,
+    /// Where the CUDA backend keeps regions.
+    pub memory: MemoryKind,
     /// Managed allocations may go past the device's free memory (CUDA; never by default).
     pub allow_oversubscription: bool,
     /// Restores may bring a wholly staged region back at another address: only for a caller
@@ -82,7 +82,7 @@ impl BackendSpec {
 
     fn build(
         config: &Config,
-        memory: Memory,
+        memory: MemoryKind,
         relocate: bool,
         capacity: u64,
         staging: u64,
@@ -93,8 +93,8 @@ impl BackendSpec {
             device: DeviceId(0),
             cost: match memory {
                 // The simulator models the arena as its costs (`CostModel::device_arena`).
-                Memory::Device => cost_model(config)?.device_arena(),
-                Memory::Auto | Memory::Managed | Memory::Vmm => cost_model(config)?,
+                MemoryKind::Device => cost_model(config)?.device_arena(),
+                MemoryKind::Managed | MemoryKind::Vmm => cost_model(config)?,
             },
             capacity,
             staging,
@@ -114,22 +114,22 @@ pub fn open(spec: &BackendSpec) -> Result<Box<dyn MemoryBackend>> {
     let gpu = || -> Result<Box<dyn MemoryBackend>> {
         let ordinal = spec.device.0 as usize;
         Ok(match spec.memory {
-            Memory::Auto | Memory::Managed => Box::new(
+            MemoryKind::Managed => Box::new(
                 cuda::CudaBackend::open(ordinal, spec.capacity, spec.allow_oversubscription)?
                     .with_staging(spec.staging, spec.pin_now)?
                     .with_relocation(spec.relocate)
                     .with_staged_room(spec.staged_room),
             ),
-            Memory::Vmm => Box::new(
+            MemoryKind::Vmm => Box::new(
                 cuda::BlockBackend::open(ordinal, spec.capacity)?.with_staging(spec.staging, spec.pin_now)?,
             ),
-            Memory::Device => Box::new(
+            MemoryKind::Device => Box::new(
                 cuda::BlockBackend::open_arena(ordinal, spec.capacity)?
                     .with_staging(spec.staging, spec.pin_now)?,
             ),
         })
     };
-    if spec.memory == Memory::Device && !spec.relocate {
+    if spec.memory == MemoryKind::Device && !spec.relocate {
         return Err(crate::Error::config(
             "memory",
             "\"device\" moves a region's data between addresses, which only a replay allows \
@@ -138,7 +138,7 @@ pub fn open(spec: &BackendSpec) -> Result<Box<dyn MemoryBackend>> {
         ));
     }
     let simulator = || {
-        if spec.memory == Memory::Vmm {
+        if spec.memory == MemoryKind::Vmm {
             tracing::warn!("memory = \"vmm\" is not modelled by the simulator: it runs as managed memory");
         }
         Box::new(
@@ -146,7 +146,7 @@ pub fn open(spec: &BackendSpec) -> Result<Box<dyn MemoryBackend>> {
                 .with_staging(spec.staging)
                 .with_relocation(spec.relocate)
                 .with_staged_room(spec.staged_room)
-                .with_room_after_copies(spec.memory == Memory::Device)
+                .with_room_after_copies(spec.memory == MemoryKind::Device)
                 .with_host_work_charged(spec.charge_host_work),
         )
     };

@@ -69,15 +69,28 @@ pub enum Memory {
 }
 
 impl Memory {
-    /// The placement a caller gets: `arena` says whether the device arena serves it (a replay
+    /// The memory a caller gets: `arena` says whether the device arena serves it (a replay
     /// with `replay.relocate`, by a placing policy), which [`Memory::Auto`] then gives it.
-    pub fn resolve(self, arena: bool) -> Memory {
+    pub fn resolve(self, arena: bool) -> MemoryKind {
         match self {
-            Memory::Auto if arena => Memory::Device,
-            Memory::Auto => Memory::Managed,
-            other => other,
+            Memory::Auto if arena => MemoryKind::Device,
+            Memory::Auto | Memory::Managed => MemoryKind::Managed,
+            Memory::Vmm => MemoryKind::Vmm,
+            Memory::Device => MemoryKind::Device,
         }
     }
+}
+
+/// The memory a backend keeps regions in: [`Memory`] resolved for one caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemoryKind {
+    /// Managed memory ([`Memory::Managed`]).
+    Managed,
+    /// CUDA virtual memory ([`Memory::Vmm`]).
+    Vmm,
+    /// The device arena ([`Memory::Device`]).
+    Device,
 }
 
 /// A replay policy by name.

@@ -395,22 +395,22 @@ fn auto_memory_is_the_arena_only_for_a_placing_policys_replay() {
     let mut config = Config::default();
     assert_eq!(config.memory, Memory::Auto);
     let replay = |c: &Config, p| BackendSpec::for_replay(c, p, 1 << 20, false, 1 << 30, 0, 0).unwrap().memory;
-    assert_eq!(replay(&config, PolicyName::Advisor), Memory::Device);
-    assert_eq!(replay(&config, PolicyName::Oracle), Memory::Device);
-    assert_eq!(replay(&config, PolicyName::None), Memory::Managed);
+    assert_eq!(replay(&config, PolicyName::Advisor), MemoryKind::Device);
+    assert_eq!(replay(&config, PolicyName::Oracle), MemoryKind::Device);
+    assert_eq!(replay(&config, PolicyName::None), MemoryKind::Managed);
     // Small regions, which the arena keeps on the device, taking over a quarter of the budget.
     let crowded =
         BackendSpec::for_replay(&config, PolicyName::Advisor, 300 << 20, false, 1 << 30, 0, 0).unwrap();
-    assert_eq!(crowded.memory, Memory::Managed);
+    assert_eq!(crowded.memory, MemoryKind::Managed);
     // Accesses hidden from the policy are learned from faults, which only managed memory reports.
     let hidden = BackendSpec::for_replay(&config, PolicyName::Advisor, 1 << 20, true, 1 << 30, 0, 0).unwrap();
-    assert_eq!(hidden.memory, Memory::Managed);
-    assert_eq!(BackendSpec::from_config(&config, 1 << 30, 0, 0).unwrap().memory, Memory::Managed);
+    assert_eq!(hidden.memory, MemoryKind::Managed);
+    assert_eq!(BackendSpec::from_config(&config, 1 << 30, 0, 0).unwrap().memory, MemoryKind::Managed);
     config.replay.relocate = false;
-    assert_eq!(replay(&config, PolicyName::Advisor), Memory::Managed);
+    assert_eq!(replay(&config, PolicyName::Advisor), MemoryKind::Managed);
     config.replay.relocate = true;
     config.memory = Memory::Managed;
-    assert_eq!(replay(&config, PolicyName::Advisor), Memory::Managed);
+    assert_eq!(replay(&config, PolicyName::Advisor), MemoryKind::Managed);
     let spec = BackendSpec::for_replay(&config, PolicyName::Advisor, 0, false, 1 << 30, 0, 0).unwrap();
     assert!(!spec.cost.name.contains("device arena"), "{}", spec.cost.name);
 }

@@ -94,7 +94,7 @@ pub struct ReplayReport {
     pub backend_detail: String,
     /// Where the backend kept regions, where its caller knows (`unimem replay`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub memory: Option<crate::config::Memory>,
+    pub memory: Option<crate::config::MemoryKind>,
     /// The policy.
     pub policy: String,
     /// Device bytes the working set could use.
