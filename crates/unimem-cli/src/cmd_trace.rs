@@ -65,6 +65,10 @@ pub fn run(cmd: &Command) -> Result<()> {
                 ("allocated", Bytes(s.allocated_bytes).to_string()),
                 ("peak live", Bytes(s.peak_live_bytes).to_string()),
                 ("peak live (pages)", Bytes(s.peak_live_page_bytes).to_string()),
+                // What the device arena holds: whole 2 MiB blocks, and the regions under 2 MiB
+                // it packs and keeps on the device (`memory = "auto"` weighs them).
+                ("peak live (arena blocks)", Bytes(s.peak_live_block_bytes).to_string()),
+                ("peak live under 2 MiB (packed)", Bytes(s.peak_live_packed_bytes).to_string()),
                 ("kernels", s.kernels.to_string()),
                 ("host events", s.host_events.to_string()),
                 ("steps", s.steps.to_string()),

@@ -97,6 +97,14 @@ fn trace_gen_then_stats_and_replay() {
     let stats: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(stats["events"], 5000);
     assert!(stats["regions"].as_u64().unwrap() > 16, "data regions plus outputs");
+    // The table shows what the device arena holds, as the JSON does.
+    let o = unimem(&["trace", "stats", path.to_str().unwrap()]);
+    let table = stdout(&o);
+    assert!(stats["peak_live_block_bytes"].as_u64().unwrap() >= stats["peak_live_bytes"].as_u64().unwrap());
+    assert!(
+        table.contains("peak live (arena blocks)") && table.contains("peak live under 2 MiB (packed)"),
+        "{table}"
+    );
     let o = unimem(&["replay", path.to_str().unwrap(), "--budget", "4MiB", "--policy", "none"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).contains("none"));
