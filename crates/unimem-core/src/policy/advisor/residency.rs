@@ -81,6 +81,12 @@ impl Residency {
             self.bytes -= old.0;
         }
         self.bytes += v.0;
+        // A unit's bytes are its region's share of one block: they never change, so its entries
+        // stay in one log.
+        debug_assert!(
+            old.is_none_or(|o| (o.0 >= self.movable_from) == (v.0 >= self.movable_from)),
+            "{u:?} changed size class"
+        );
         if old.is_some_and(|o| o.1 == v.1) {
             return; // its entry stands
         }
@@ -134,13 +140,13 @@ impl Residency {
     /// Drops stale and repeated entries (a unit removed and recorded again in the same kernel
     /// has two: sorting brings them together, and keeps the order by last use).
     fn compact(&mut self) {
-        for small in [false, true] {
-            let mut log = std::mem::take(if small { &mut self.small } else { &mut self.log });
+        let (mut log, mut small) = (std::mem::take(&mut self.log), std::mem::take(&mut self.small));
+        for log in [&mut log, &mut small] {
             log.retain(|e| self.live(e));
             log.sort_unstable();
             log.dedup();
-            *(if small { &mut self.small } else { &mut self.log }) = log;
         }
+        (self.log, self.small) = (log, small);
     }
 
     /// The units with their kernel of last use, least recently used first, and among equals
