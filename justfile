@@ -52,6 +52,11 @@ docs:
 gpu-build:
     scripts/gpu-pack.sh
 
+# Add `unimem` built at another revision to .gpu/bin as unimem-base, for an A/B on the GPU
+# machine (`bash scripts/gpu-ab.sh .gpu/bin/unimem-base .gpu/bin/unimem ROUNDS OUT CASES...`).
+gpu-base REV:
+    scripts/gpu-base.sh {{REV}}
+
 # The tensor examples on the simulator (append `cuda` on a GPU machine: just examples cuda).
 examples *ARGS:
     cargo run --release -p unimem-tensor --example training_loop -- {{ARGS}}
