@@ -12,9 +12,9 @@ commit=$(git rev-parse --verify "$rev^{commit}")
 tree=$(mktemp -d "${TMPDIR:-/tmp}/unimem-base.XXXXXX")
 trap 'git worktree remove --force "$tree" >/dev/null 2>&1 || true' EXIT
 git worktree add --detach "$tree" "$commit" >/dev/null
-CARGO_TARGET_DIR="${UNIMEM_BASE_TARGET:-$root/target/base}" cargo build --release -p unimem-cli \
-  --manifest-path "$tree/Cargo.toml"
-cp "${UNIMEM_BASE_TARGET:-$root/target/base}/release/unimem" .gpu/bin/unimem-base
+target=${UNIMEM_BASE_TARGET:-$root/target/base}
+CARGO_TARGET_DIR="$target" cargo build --release -p unimem-cli --manifest-path "$tree/Cargo.toml"
+cp "$target/release/unimem" .gpu/bin/unimem-base
 strip .gpu/bin/unimem-base 2>/dev/null || true
 echo "$commit" > .gpu/base-commit
 echo ".gpu/bin/unimem-base: unimem at $commit"

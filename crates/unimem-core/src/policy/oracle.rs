@@ -41,9 +41,9 @@ const NEVER: u64 = u64::MAX;
 /// How many kernels ahead the scan may place data. A Belady-consistent early placement
 /// rarely exists further ahead (its victim must be needed after everything used in between),
 /// and where a longer scan found one the replay was slower, not faster: in the simulator's
-/// device arena a scan of 64 kernels took 0.6-8.3% longer
-/// on the sample traces than one of 4 (ResNet at 75% 252.2 ms against 231.2), with twice the
-/// host time; in managed memory both were within 1% (docs/decisions.md).
+/// device arena a scan of 64 kernels took up to 9% longer on the sample traces than one of 4
+/// (ResNet at 75% 252.2 ms against 231.2), with twice the host time; in managed memory the
+/// two were within 1.2% (docs/decisions.md).
 const MAX_SCAN_KERNELS: usize = 4;
 
 #[derive(Debug, Clone, Copy)]

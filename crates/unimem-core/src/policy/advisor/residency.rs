@@ -49,6 +49,11 @@ impl Residency {
         self.movable_from
     }
 
+    /// Whether a unit of `bytes` is logged with the movable units.
+    fn movable(&self, bytes: u64) -> bool {
+        bytes >= self.movable_from
+    }
+
     /// Bytes of every unit.
     pub fn bytes(&self) -> u64 {
         self.bytes
@@ -83,14 +88,11 @@ impl Residency {
         self.bytes += v.0;
         // A unit's bytes are its region's share of one block: they never change, so its entries
         // stay in one log.
-        debug_assert!(
-            old.is_none_or(|o| (o.0 >= self.movable_from) == (v.0 >= self.movable_from)),
-            "{u:?} changed size class"
-        );
+        debug_assert!(old.is_none_or(|o| self.movable(o.0) == self.movable(v.0)), "{u:?} changed size class");
         if old.is_some_and(|o| o.1 == v.1) {
             return; // its entry stands
         }
-        let log = if v.0 >= self.movable_from { &mut self.log } else { &mut self.small };
+        let log = if self.movable(v.0) { &mut self.log } else { &mut self.small };
         let sorted = log.last().is_none_or(|&(last, _)| last <= v.1);
         if sorted {
             // Sorted by unit within the newest age too, so that `by_age` reads each age in
