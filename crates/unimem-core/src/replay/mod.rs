@@ -439,4 +439,6 @@ fn replay_events(
 #[cfg(test)]
 mod host_time_tests;
 #[cfg(test)]
+mod integrity_tests;
+#[cfg(test)]
 mod tests;

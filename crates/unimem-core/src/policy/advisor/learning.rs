@@ -90,6 +90,11 @@ impl Advisor {
 
     pub(super) fn forget_region(&mut self, id: RegionId) {
         if let Some(key) = self.identity.key(id) {
+            // A key names the region allocated last with it (an older live region of the same
+            // size and rank in an earlier step is not named by it).
+            if self.by_key.get(&key) == Some(&id) {
+                self.by_key.remove(&key);
+            }
             self.freed_keys.insert(id, (key, self.kernel));
             if self.freed_keys.len() > 2 * DECLARED_KEPT {
                 // A program without steps frees without end: keep what late faults can name.
@@ -103,7 +108,6 @@ impl Advisor {
             self.read_mostly.remove(&Unit { region: id, block: b });
             self.remote.remove(&Unit { region: id, block: b });
         }
-        self.by_key.retain(|_, r| *r != id);
         self.born.remove(&id);
         self.kept.remove(&id);
     }

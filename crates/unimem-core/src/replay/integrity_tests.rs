@@ -1,0 +1,209 @@
+//! The advisor on the simulator with real bytes: a random "training loop" (persistent
+//! regions, per-step temporaries, kernel and host writes and reads, repeated for several
+//! steps so that predictions, duplicates, remote writes and discards all come into play)
+//! must never lose a byte, and the device must stay within the budget plus what the
+//! running kernel itself needs.
+
+use std::sync::Arc;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::backends::sim::SimBackend;
+use crate::config::{Config, PolicyName};
+use crate::cost::CostModel;
+use crate::policy::make_policy;
+use crate::seam::BLOCK_SIZE;
+use crate::trace::{TraceAccess, TraceEvent};
+
+const MIB: u64 = 1 << 20;
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// A temporary of this many bytes, freed at the end of the step.
+    Temp(u64),
+    /// A kernel writes `len` bytes at `off` of region `r` (value varies by step).
+    KernelWrite { r: usize, off: u64, len: u64, v: u8 },
+    /// A kernel reads all of region `r`.
+    KernelRead(usize),
+    /// The host writes a byte range of region `r`.
+    HostWrite { r: usize, off: u64, v: u8 },
+    /// The host reads all of region `r`.
+    HostRead(usize),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (MIB / 2..5 * MIB).prop_map(Op::Temp),
+        (any::<usize>(), any::<u64>(), MIB..6 * MIB, any::<u8>())
+            .prop_map(|(r, off, len, v)| Op::KernelWrite { r, off, len, v }),
+        any::<usize>().prop_map(Op::KernelRead),
+        any::<usize>().prop_map(Op::KernelRead),
+        (any::<usize>(), any::<u64>(), any::<u8>()).prop_map(|(r, off, v)| Op::HostWrite { r, off, v }),
+        any::<usize>().prop_map(Op::HostRead),
+    ]
+}
+
+struct World {
+    sim: SimBackend,
+    policy: Box<dyn Policy>,
+    index: u64,
+    /// The policy does not see accesses to regions whose id is a multiple of this (0: none).
+    hide: u64,
+    events: Vec<crate::seam::MemEvent>,
+}
+
+impl World {
+    /// Runs `data_op` as the event `e`; the policy sees only its declared part and learns
+    /// the rest from the simulator's events, as in a replay.
+    fn event(&mut self, e: TraceEvent, data_op: impl FnOnce(&mut SimBackend)) {
+        let e = crate::op::Op::from(e);
+        let seen = declared_part(&e, self.hide);
+        let seen = seen.as_ref().unwrap_or(&e);
+        self.policy.before(self.index, seen, &mut crate::policy::Hints::new(&mut self.sim)).unwrap();
+        data_op(&mut self.sim);
+        self.sim.drain_events(&mut self.events);
+        self.policy.observe(&self.events);
+        self.events.clear();
+        self.policy.after(self.index, seen, &mut crate::policy::Hints::new(&mut self.sim)).unwrap();
+        self.index += 1;
+    }
+
+    fn alloc(&mut self, id: u64, bytes: u64) {
+        self.event(TraceEvent::Alloc { id, bytes, name: None }, |s| {
+            s.allocate(RegionId(id), bytes).unwrap();
+        });
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn advisor_never_loses_bytes_and_holds_the_budget(
+        persistent in prop::collection::vec(MIB..5 * MIB, 2..5),
+        body in prop::collection::vec(op(), 4..24),
+        steps in 2u64..5,
+        hide in prop_oneof![Just(0u64), Just(2), Just(3)],
+        staging in prop_oneof![Just(0u64), Just(4 * MIB), Just(64 * MIB)],
+    ) {
+        run_program(&persistent, &body, steps, hide, staging)?;
+    }
+}
+
+/// Runs the program with the advisor; it does not see the accesses to regions whose id is a
+/// multiple of `hide` (0: it sees all) and learns them from faults. Its evictions are
+/// staged in `staging` bytes of pinned memory (0: none; 4 MiB: the pool fills up).
+fn run_program(
+    persistent: &[u64],
+    body: &[Op],
+    steps: u64,
+    hide: u64,
+    staging: u64,
+) -> Result<(), TestCaseError> {
+    let budget = 8 * MIB;
+    let cost = CostModel::h200();
+    let mut sim = SimBackend::new(cost.clone(), budget).with_staging(staging);
+    sim.record_events(true);
+    let mut w = World {
+        sim,
+        policy: make_policy(PolicyName::Advisor, budget, &Config::default(), &cost),
+        index: 0,
+        hide,
+        events: Vec::new(),
+    };
+    let mut model: Vec<(u64, Vec<u8>)> = Vec::new();
+    let mut next_id = 1;
+    for &bytes in persistent {
+        w.alloc(next_id, bytes);
+        model.push((next_id, vec![0; bytes as usize]));
+        next_id += 1;
+    }
+    for step in 0..steps {
+        w.event(TraceEvent::Step { index: step }, |_| {});
+        let mut temps = Vec::new();
+        for op in body {
+            let n = model.len();
+            let pick = |r: usize| r % n;
+            match *op {
+                Op::Temp(bytes) => {
+                    w.alloc(next_id, bytes);
+                    model.push((next_id, vec![0; bytes as usize]));
+                    temps.push(next_id);
+                    next_id += 1;
+                }
+                Op::KernelWrite { r, off, len, v } => {
+                    let (id, data) = &mut model[pick(r)];
+                    let off = off % data.len() as u64;
+                    let len = len.min(data.len() as u64 - off);
+                    let v = v.wrapping_add(step as u8);
+                    data[off as usize..(off + len) as usize].fill(v);
+                    let bytes = data[off as usize..(off + len) as usize].to_vec();
+                    let acc = vec![TraceAccess { id: *id, offset: off, len, mode: crate::AccessMode::Write }];
+                    let e = TraceEvent::Kernel { name: Arc::from("w"), dur_ns: 10_000, host_ns: None, acc };
+                    let id = *id;
+                    w.event(e, |s| s.kernel_write(RegionId(id), off, &bytes).unwrap());
+                }
+                Op::KernelRead(r) => {
+                    let (id, data) = &model[pick(r)];
+                    let len = data.len() as u64;
+                    let acc = vec![TraceAccess { id: *id, offset: 0, len, mode: crate::AccessMode::Read }];
+                    let e = TraceEvent::Kernel { name: Arc::from("r"), dur_ns: 10_000, host_ns: None, acc };
+                    let mut seen = vec![0xEE; data.len()];
+                    let id = *id;
+                    w.event(e, |s| s.kernel_read(RegionId(id), 0, &mut seen).unwrap());
+                    prop_assert!(seen == *data, "kernel read of region {id} differs (step {step})");
+                    let need = len.div_ceil(BLOCK_SIZE) * BLOCK_SIZE;
+                    prop_assert!(
+                        w.sim.device_resident_bytes() <= budget + need,
+                        "{} resident > budget {budget} + kernel {need}",
+                        w.sim.device_resident_bytes()
+                    );
+                }
+                Op::HostWrite { r, off, v } => {
+                    let (id, data) = &mut model[pick(r)];
+                    let off = off % data.len() as u64;
+                    let len = (data.len() as u64 - off).min(70_000);
+                    data[off as usize..(off + len) as usize].fill(v);
+                    let bytes = data[off as usize..(off + len) as usize].to_vec();
+                    let acc = vec![TraceAccess { id: *id, offset: off, len, mode: crate::AccessMode::Write }];
+                    let e = TraceEvent::Host { name: Arc::from("hw"), acc };
+                    let id = *id;
+                    w.event(e, |s| s.write(RegionId(id), off, &bytes).unwrap());
+                }
+                Op::HostRead(r) => {
+                    let (id, data) = &model[pick(r)];
+                    let len = data.len() as u64;
+                    let acc = vec![TraceAccess { id: *id, offset: 0, len, mode: crate::AccessMode::Read }];
+                    let e = TraceEvent::Host { name: Arc::from("hr"), acc };
+                    let mut seen = vec![0xEE; data.len()];
+                    let id = *id;
+                    w.event(e, |s| s.read(RegionId(id), 0, &mut seen).unwrap());
+                    prop_assert!(seen == *data, "host read of region {id} differs (step {step})");
+                }
+            }
+        }
+        for id in temps {
+            model.retain(|(m, _)| *m != id);
+            w.event(TraceEvent::Free { id }, |s| s.free(RegionId(id)).unwrap());
+        }
+    }
+    Ok(())
+}
+
+/// Found by the property test: a prefetch for a *predicted* overwrite dropped the host copy
+/// instead of migrating it; the prediction was wrong and a later read saw stale bytes.
+#[test]
+fn advisor_regression_predicted_overwrite_must_not_drop_data() {
+    let body = [
+        Op::KernelWrite { r: 2293593077918337548, off: 32, len: 3852724, v: 51 },
+        Op::HostRead(190910769654383275),
+        Op::KernelWrite { r: 9186341885743641143, off: 7423616230951024592, len: 5405082, v: 23 },
+        Op::Temp(2512653),
+        Op::KernelRead(9498566518589558689),
+        Op::Temp(2106857),
+        Op::Temp(951042),
+        Op::HostWrite { r: 3274716269735771086, off: 10882871596733054714, v: 107 },
+    ];
+    run_program(&[MIB, 2388238], &body, 4, 0, 0).unwrap();
+}
