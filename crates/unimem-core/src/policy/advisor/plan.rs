@@ -300,8 +300,10 @@ fn bring_forecast<I: Iterator<Item = (Unit, u64)>>(
     let mut pending = 0u64;
     'kernels: for (j, kernel, due) in forecast_kernels(input, by_kernel) {
         pending += due;
-        guard.clone_from(protect);
-        guard.extend(kernel.iter().map(|u| u.unit));
+        // The guard (the kernel about to run and kernel j) is built only if kernel j must
+        // make room: most forecast kernels need none, and copying the current kernel's units
+        // for each of them was a tenth of a plan's work where a kernel touches hundreds.
+        let mut guarded = false;
         // The latest next use among the units in between (NEVER, the largest, if one has none),
         // worked out only if something must make room for kernel j, and then once: a scan of
         // every unit in between for every forecast kernel was most of a plan's work on long
@@ -330,8 +332,15 @@ fn bring_forecast<I: Iterator<Item = (Unit, u64)>>(
                 continue;
             }
             let need = pending + bytes;
-            if pass.used + need > input.budget && !pass.make_room(need, Some(guard), Some((j, rival_of()))) {
-                break 'kernels;
+            if pass.used + need > input.budget {
+                if !guarded {
+                    guard.clone_from(protect);
+                    guard.extend(kernel.iter().map(|u| u.unit));
+                    guarded = true;
+                }
+                if !pass.make_room(need, Some(guard), Some((j, rival_of()))) {
+                    break 'kernels;
+                }
             }
             planned.insert(u.unit);
             pass.bring(u.unit, bytes);
