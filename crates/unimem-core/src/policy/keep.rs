@@ -17,8 +17,7 @@
 //! model of the loop's steady state ([`pass_time`]), beside the runs of whole kernels that
 //! Belady keeps; a share is chosen only if it beats every run by [`MIN_GAIN`]. Where none
 //! does, a policy that applies Belady's rule itself keeps nothing ([`Runs::Belady`]), and one
-//! whose forecast is shorter than the loop's reuse keeps the best run ([`Runs::Beyond`]) unless,
-//! where the memory streams at the link's rate, streaming everything is timed as fast.
+//! whose forecast is shorter than the loop's reuse keeps the best run ([`Runs::Beyond`]).
 //! Either way the set moves at most [`MAX_EXTRA_BYTES`] more than Belady's rule in a pass
 //! (simulated over two passes), so a pattern that is not a loop (whose data Belady's rule
 //! keeps better than any fixed set) keeps nothing.
@@ -273,11 +272,7 @@ pub fn keep_set<K: Copy + Eq + Hash + Ord>(
     let run_time = runs.as_ref().map_or(f64::INFINITY, |r| r.0);
     let chosen = match (best, runs) {
         (Some((t, kept)), _) if t <= run_time * (1.0 - MIN_GAIN) => kept,
-        (_, Some((t, run)))
-            if keeps_run(runs_too, reuse_distance(kernels), t, || time(&FxHashSet::default())) =>
-        {
-            run
-        }
+        (_, Some((_, run))) if matches!(runs_too, Runs::Beyond(h) if reuse_distance(kernels) > h) => run,
         _ => return FxHashSet::default(),
     };
     let belady = belady_bytes(kernels, &bytes, budget.saturating_sub(2 * most_other));
@@ -287,38 +282,19 @@ pub fn keep_set<K: Copy + Eq + Hash + Ord>(
     chosen
 }
 
-/// Whether `runs` keeps the best run (timed `run_ns` a pass by the model) of a loop reusing
-/// its data `reuse` kernels apart, where no share beats it; `stream_all` times the pass with
-/// nothing kept.
-fn keeps_run(runs: Runs, reuse: u64, run_ns: f64, stream_all: impl FnOnce() -> Option<f64>) -> bool {
-    match runs {
-        Runs::Belady => false,
-        Runs::Beyond { horizon, streaming_at_link_rate } => {
-            reuse > horizon
-                && !(streaming_at_link_rate
-                    && stream_all().is_some_and(|all| all * (1.0 - MIN_GAIN) <= run_ns))
-        }
-    }
-}
-
 /// What [`keep_set`] returns where no share beats the runs of whole kernels Belady's rule
 /// settles into.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Runs {
     /// Nothing: the policy applies Belady's rule itself (the oracle, which sees the whole step).
     Belady,
-    /// The best run, where the loop reuses its data further apart than `horizon` kernels: for
+    /// The best run, where the loop reuses its data further apart than this many kernels: for
     /// a policy whose forecast is that long (the advisor), which ranks what it does not foresee
-    /// least recently used first, and so evicts in a longer loop just what comes next, streaming
-    /// every byte each pass. `streaming_at_link_rate`: the memory streams at the model's rate
-    /// (copies both ways at once, clean data dropped for nothing: the device arena), so the run
-    /// is kept only where the model times it [`MIN_GAIN`] under streaming everything.
-    Beyond {
-        /// The policy's forecast, in kernels.
-        horizon: u64,
-        /// The memory streams at the model's rate (see above).
-        streaming_at_link_rate: bool,
-    },
+    /// least recently used first, and so evicts in a longer loop just what comes next. The
+    /// run is kept even where the model times streaming everything as fast (the device arena):
+    /// it moves fewer bytes, and every move costs host time and copies the model does not count
+    /// (`docs/decisions.md`, "A loop keeps a share of every kernel's read-only data").
+    Beyond(u64),
 }
 
 /// How far apart, in kernels, the loop reads its read-only regions again: the median over

@@ -54,10 +54,7 @@ impl Advisor {
             self.settings.budget,
             rate,
             self.settings.min_prefetch_bytes,
-            Runs::Beyond {
-                horizon: self.settings.horizon,
-                streaming_at_link_rate: self.settings.streaming_at_link_rate,
-            },
+            Runs::Beyond(self.settings.horizon),
         );
         self.kept =
             self.by_key.iter().filter(|(k, _)| self.kept_keys.contains(k)).map(|(_, &id)| id).collect();

@@ -85,10 +85,6 @@ pub struct AdvisorSettings {
     /// The link's rate (GB/s) for choosing the share of a step's read-only data the next step
     /// keeps ([`crate::policy::keep`]); `None`: none is kept.
     pub keep_loops: Option<f64>,
-    /// The memory streams data at the link's rate both ways at once and drops clean data for
-    /// nothing (the device arena: `CostModel::um_full_duplex`), so a loop the forecast does not
-    /// span may stream everything rather than keep a run ([`crate::policy::keep::Runs`]).
-    pub streaming_at_link_rate: bool,
 }
 
 impl AdvisorSettings {
@@ -107,7 +103,6 @@ impl AdvisorSettings {
             remote_window: c.remote_window,
             learn_from_faults: c.learn_from_faults,
             keep_loops: c.keep_loops.then_some(cost.link_rate_gbps),
-            streaming_at_link_rate: cost.um_full_duplex,
         }
     }
 }

@@ -139,21 +139,10 @@ fn a_policy_that_cannot_see_a_loops_length_keeps_a_run_where_no_share_pays() {
     let k: Vec<LoopKernel<u32>> =
         (0..64).map(|r| LoopKernel { dur_ns: 5_000_000, read_only: vec![(r, 4 * MIB)], other: 0 }).collect();
     assert!(keep_set(&k, 128 * MIB, RATE, Runs::Belady).is_empty());
-    let run = keep_set(&k, 128 * MIB, RATE, Runs::Beyond { horizon: 16, streaming_at_link_rate: false });
+    let run = keep_set(&k, 128 * MIB, RATE, Runs::Beyond(16));
     assert!(!run.is_empty() && run.len() < 32, "{} regions", run.len());
-    assert!(
-        keep_set(&k, 128 * MIB, RATE, Runs::Beyond { horizon: 64, streaming_at_link_rate: false }).is_empty(),
-        "a forecast as long as the loop"
-    );
+    assert!(keep_set(&k, 128 * MIB, RATE, Runs::Beyond(64)).is_empty(), "a forecast as long as the loop");
     assert_eq!(reuse_distance(&k), 64);
-    // Where the memory streams at the link's rate, the whole loop streams in 80 us a 5 ms
-    // kernel: a run gains nothing over keeping nothing, so nothing is kept.
-    let arena = Runs::Beyond { horizon: 16, streaming_at_link_rate: true };
-    assert!(keep_set(&k, 128 * MIB, RATE, arena).is_empty());
-    // Kernels of 20 us cannot hide their data's 80 us: the run is kept there too.
-    let short: Vec<LoopKernel<u32>> =
-        (0..64).map(|r| LoopKernel { dur_ns: 20_000, read_only: vec![(r, 4 * MIB)], other: 0 }).collect();
-    assert!(!keep_set(&short, 128 * MIB, RATE, arena).is_empty());
 }
 
 #[test]
@@ -167,9 +156,7 @@ fn a_step_longer_than_the_record_keeps_nothing_and_stops_growing() {
     step.freed(7);
     assert!(step.is_empty(), "the record is dropped, not grown");
     assert_eq!(step.longest_reuse(), 0);
-    assert!(step
-        .keep_set(8 * MIB, RATE, 0, Runs::Beyond { horizon: 0, streaming_at_link_rate: false })
-        .is_empty());
+    assert!(step.keep_set(8 * MIB, RATE, 0, Runs::Beyond(0)).is_empty());
 }
 
 #[test]
