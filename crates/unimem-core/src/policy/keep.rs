@@ -156,6 +156,13 @@ impl<K: Copy + Eq + Hash + Ord> StepKernels<K> {
         }
     }
 
+    /// Whether [`Self::keep_set`] chooses the same from `other` as from this record (same
+    /// settings): the same kernels in order and the same regions changed. A loop's steps
+    /// record alike, so a policy choosing at every step's end can reuse the last choice.
+    pub fn same_choice(&self, other: &Self) -> bool {
+        self.overflowed == other.overflowed && self.kernels == other.kernels && self.changed == other.changed
+    }
+
     /// Kernels recorded (none once the step has passed [`MAX_STEP_KERNELS`]).
     pub fn len(&self) -> usize {
         self.kernels.len()

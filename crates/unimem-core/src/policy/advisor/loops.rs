@@ -20,7 +20,9 @@ impl Advisor {
         if !self.kept_chosen && self.step_record.longest_reuse() > self.settings.budget {
             self.kept_chosen = true;
             // The step goes on recording for its end's choice.
-            self.keep_from_record();
+            if self.keep_from_record() {
+                self.kept_from = self.step_record.clone();
+            }
             tracing::debug!(
                 kept = self.kept.len(),
                 kernels = self.step_record.len(),
@@ -43,21 +45,30 @@ impl Advisor {
             return;
         }
         self.kept_chosen |= !self.step_record.is_empty();
-        self.keep_from_record();
-        self.step_record = Default::default();
+        if self.keep_from_record() {
+            self.kept_from = std::mem::take(&mut self.step_record);
+        } else {
+            self.step_record = Default::default();
+        }
     }
 
-    /// Keeps what the kernels recorded so far would have kept.
-    fn keep_from_record(&mut self) {
-        let Some(rate) = self.settings.keep_loops else { return };
-        self.kept_keys = self.step_record.keep_set(
-            self.settings.budget,
-            rate,
-            self.settings.min_prefetch_bytes,
-            Runs::Beyond(self.settings.horizon),
-        );
+    /// Keeps what the kernels recorded so far would have kept. Returns whether it chose anew
+    /// (the record differs from the one the kept set was chosen from); the caller keeps the
+    /// record as `kept_from` then.
+    fn keep_from_record(&mut self) -> bool {
+        let Some(rate) = self.settings.keep_loops else { return false };
+        let anew = !self.step_record.same_choice(&self.kept_from);
+        if anew {
+            self.kept_keys = self.step_record.keep_set(
+                self.settings.budget,
+                rate,
+                self.settings.min_prefetch_bytes,
+                Runs::Beyond(self.settings.horizon),
+            );
+        }
         self.kept =
             self.by_key.iter().filter(|(k, _)| self.kept_keys.contains(k)).map(|(_, &id)| id).collect();
+        anew
     }
 
     /// A region is allocated: kept if its key is.

@@ -174,6 +174,8 @@ pub struct Advisor {
     /// The running step's kernels, and the regions (by key, and live now) this step keeps.
     step_record: crate::policy::keep::StepKernels<RegionKey>,
     kept_keys: FxHashSet<RegionKey>,
+    /// The record `kept_keys` was chosen from: a step recording the same keeps the same.
+    kept_from: crate::policy::keep::StepKernels<RegionKey>,
     kept: FxHashSet<RegionId>,
     /// Whether a kept set was chosen from a record of kernels (at a step's end or within one).
     kept_chosen: bool,
@@ -275,6 +277,7 @@ impl Advisor {
             events: Vec::new(),
             step_record: Default::default(),
             kept_keys: FxHashSet::default(),
+            kept_from: Default::default(),
             kept_chosen: false,
             kept: FxHashSet::default(),
         }

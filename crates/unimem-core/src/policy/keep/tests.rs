@@ -180,3 +180,27 @@ fn a_loop_longer_than_the_budget_shows_itself_when_its_second_pass_begins() {
     }
     assert_eq!(written.longest_reuse(), 0);
 }
+
+#[test]
+fn steps_recording_alike_choose_alike_and_a_change_is_seen() {
+    let record = |dur_ns: u64, freed: Option<u32>| {
+        let mut step = StepKernels::default();
+        for r in 0..8u32 {
+            step.kernel(dur_ns, [(r, 4 * MIB, false), (100 + r, MIB, r == 3)]);
+        }
+        if let Some(key) = freed {
+            step.freed(key);
+        }
+        step
+    };
+    let a = record(1000, None);
+    assert!(a.same_choice(&record(1000, None)));
+    let same = |s: &StepKernels<u32>| s.keep_set(24 * MIB, RATE, 0, Runs::Beyond(0));
+    assert_eq!(same(&a), same(&record(1000, None)));
+    assert!(!a.same_choice(&record(2000, None)), "kernel times differ");
+    assert!(!a.same_choice(&record(1000, Some(5))), "a region freed");
+    let mut longer = record(1000, None);
+    longer.kernel(1000, [(0, 4 * MIB, false)]);
+    assert!(!a.same_choice(&longer), "one more kernel");
+    assert!(!a.same_choice(&StepKernels::default()));
+}
