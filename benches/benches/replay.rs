@@ -202,8 +202,7 @@ fn plan_many_regions(c: &mut Criterion) {
 fn keep_set_decoder(c: &mut Criterion) {
     use unimem_core::policy::keep::{keep_set, LoopKernel, Runs};
     const MIB: u64 = 1 << 20;
-    // What the advisor asks in managed memory: the best run where its 16-kernel forecast does
-    // not span the loop.
+    // What the advisor asks: the best run where its 16-kernel forecast does not span the loop.
     const ADVISOR_RUNS: Runs = Runs::Beyond(16);
     let sizes = [24 * MIB, 8 * MIB, 32 * MIB, 32 * MIB];
     let kernels: Vec<LoopKernel<u32>> = (0..8 * 64u32)

@@ -196,6 +196,7 @@ fn steps_recording_alike_choose_alike_and_a_change_is_seen() {
     let a = record(1000, None);
     assert!(a.same_choice(&record(1000, None)));
     let same = |s: &StepKernels<u32>| s.keep_set(24 * MIB, RATE, 0, Runs::Beyond(0));
+    assert!(!same(&a).is_empty(), "the loop keeps a run");
     assert_eq!(same(&a), same(&record(1000, None)));
     assert!(!a.same_choice(&record(2000, None)), "kernel times differ");
     assert!(!a.same_choice(&record(1000, Some(5))), "a region freed");
