@@ -111,6 +111,18 @@ def training_step(args, opt, loss_of):
     return step
 
 
+def _per_step_ms(before, after, steps):
+    """The library's host times (ns counters, and the runtime's by kind of work) between two
+    `stats()`, in ms per step."""
+    out = {}
+    for k in ("op_host_ns", "malloc_host_ns", "free_host_ns", "policy_host_ns"):
+        out[k.removesuffix("_host_ns")] = round((after[k] - before[k]) / 1e6 / steps, 2)
+    rt_a, rt_b = after["runtime_host_ns"], before["runtime_host_ns"]
+    if isinstance(rt_a, dict):
+        out["runtime"] = {k: round((v - rt_b.get(k, 0)) / 1e6 / steps, 2) for k, v in rt_a.items() if isinstance(v, (int, float))}
+    return out
+
+
 def train(args, model_name, step_fn, extra=None):
     """Runs warmup + timed steps of `step_fn(i) -> loss tensor` (which also steps the
     optimizer) and prints this mode's JSON line."""
@@ -120,7 +132,10 @@ def train(args, model_name, step_fn, extra=None):
     if args.mode == "unimem":
         import unimem_torch as unimem
     times, losses = [], []
+    warm = None  # the library's counters once the warm-up steps are done
     for i in range(args.warmup + args.steps):
+        if unimem is not None and i == args.warmup:
+            warm = unimem.stats()
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         loss = step_fn(i)
@@ -149,6 +164,9 @@ def train(args, model_name, step_fn, extra=None):
         keys += ("mallocs", "malloc_host_ns", "frees", "free_host_ns", "runtime_host_ns", "policy_host_ns")
         out["unimem"] = {k: s[k] for k in keys}
         out["unimem"]["ops_per_step"] = s["ops"] / max(1, s["steps"])
+        if warm is not None:
+            # Host time per timed step, warm-up (pinning staging memory, first allocations) left out.
+            out["unimem"]["timed_step_host_ms"] = _per_step_ms(warm, s, args.steps)
         if args.record:
             unimem.stop_recording()
             out["trace"] = args.record

@@ -234,6 +234,42 @@ struct BackendLog {
     /// (nothing to copy), and for want of a free staging slot.
     stage_migrated_host_copy: u64,
     stage_migrated_no_slot: u64,
+    /// Where a stage-out's host time goes.
+    stage: StageLog,
+}
+
+/// Host time inside stage-outs, by part: which driver calls an eviction costs the host.
+#[derive(Debug, Default)]
+pub(super) struct StageLog {
+    /// Calls that staged or dropped at least one block.
+    pub(super) calls: u64,
+    /// Issuing the discards of earlier stage-outs whose copies are done.
+    pub(super) discards_ns: u64,
+    /// Taking slots (pinning more staging memory where the pool is empty).
+    pub(super) slots_ns: u64,
+    /// Ordering the copies after the kernels that used the blocks.
+    pub(super) order_ns: u64,
+    /// Regions swapped out whole into pooled buffers.
+    pub(super) swaps_ns: u64,
+    /// Enqueueing the copies, and the blocks they copied.
+    pub(super) copies_ns: u64,
+    pub(super) blocks: u64,
+}
+
+impl StageLog {
+    fn describe(&self) -> String {
+        let ms = |ns: u64| ns as f64 / 1e6;
+        format!(
+            "stage-outs: {} calls, discards issued {:.1} ms, slots {:.1} ms, ordering {:.1} ms, swaps {:.1} ms, copies of {} blocks enqueued in {:.1} ms",
+            self.calls,
+            ms(self.discards_ns),
+            ms(self.slots_ns),
+            ms(self.order_ns),
+            ms(self.swaps_ns),
+            self.blocks,
+            ms(self.copies_ns)
+        )
+    }
 }
 
 /// Bytes the emulated driver evicted, by what needed the room.
@@ -460,7 +496,7 @@ impl Drop for CudaBackend {
             .map(|(op, ns)| format!("{op} {:.1} ms", ns as f64 / 1e6))
             .collect();
         tracing::info!(
-            "cuda backend host time: {}; set-up (off the clock) {:.1} ms; allocations: {} from the pool, {} new; {} restores relocated, {:.1} MB into pages on the device; {} regions swapped out, {} back; read-mostly advice dropped by moves {} times; {} pooled buffers shed ({:.1} MB); {} kernel waits for prefetches; {} prefetch ranges; emulated driver evictions {:.1} MB for prefetches, {:.1} MB for kernels, {:.1} MB for staged data kernels needed; {:.1} MB asked to stage were not on the device; stage-outs migrated {:.1} MB with a host copy or remote and {:.1} MB for want of a slot (staging {:.1} MB, {:.1} MB pinned); {} full synchronisations waited {:.1} ms, then freed {} retired buffers in {:.1} ms",
+            "cuda backend host time: {}; set-up (off the clock) {:.1} ms; allocations: {} from the pool, {} new; {} restores relocated, {:.1} MB into pages on the device; {} regions swapped out, {} back; read-mostly advice dropped by moves {} times; {} pooled buffers shed ({:.1} MB); {} kernel waits for prefetches; {} prefetch ranges; emulated driver evictions {:.1} MB for prefetches, {:.1} MB for kernels, {:.1} MB for staged data kernels needed; {:.1} MB asked to stage were not on the device; stage-outs migrated {:.1} MB with a host copy or remote and {:.1} MB for want of a slot (staging {:.1} MB, {:.1} MB pinned); {} full synchronisations waited {:.1} ms, then freed {} retired buffers in {:.1} ms; {}",
             parts.join(", "),
             self.clock.excluded_ns() as f64 / 1e6,
             self.log.pool_hits,
@@ -486,6 +522,7 @@ impl Drop for CudaBackend {
             self.log.sync.wait_ns as f64 / 1e6,
             self.log.sync.freed,
             self.log.sync.free_ns as f64 / 1e6,
+            self.log.stage.describe(),
         );
     }
 }

@@ -23,7 +23,9 @@ impl CudaBackend {
             self.checked(r.region, r.offset, r.len)?;
         }
         let migrate = self.timed(HostOp::StageOut, |this| {
+            let t = Instant::now();
             this.issue_discards(false)?;
+            this.log.stage.discards_ns += t.elapsed().as_nanos() as u64;
             let (blocks, _) = this.missing(ranges.iter().map(|r| (r.region, r.offset, r.len)));
             let mut blocks: Vec<BlockId> = blocks.into_iter().collect();
             blocks.sort_unstable(); // slots in address order: copies coalesce
@@ -60,7 +62,10 @@ impl CudaBackend {
                     });
                     slot
                 } else {
-                    let Some(slot) = this.take_slot(key)? else {
+                    let t = Instant::now();
+                    let slot = this.take_slot(key);
+                    this.log.stage.slots_ns += t.elapsed().as_nanos() as u64;
+                    let Some(slot) = slot? else {
                         this.log.stage_migrated_no_slot += len;
                         crate::seam::push_merged(&mut migrate, ByteRange { region: id, offset, len });
                         continue;
@@ -76,19 +81,27 @@ impl CudaBackend {
                 this.stats.staged_out_bytes += len;
             }
             if !staged.is_empty() || !clean.is_empty() {
+                this.log.stage.calls += 1;
+                let t = Instant::now();
                 this.stage_after_kernel(after)?;
+                this.log.stage.order_ns += t.elapsed().as_nanos() as u64;
                 let stage = this.streams.stage.clone();
                 let runs = this.staged_runs(&staged);
                 let all: Vec<StagedBlock> = staged.iter().chain(&clean).copied().collect();
                 // Regions swapped out keep their pages for a restore of their size: no discard.
+                let t = Instant::now();
                 let swaps = this.swaps(&all)?;
+                this.log.stage.swaps_ns += t.elapsed().as_nanos() as u64;
                 let all: Vec<StagedBlock> =
                     all.into_iter().filter(|s| !swaps.iter().any(|(id, _)| *id == s.block.region)).collect();
                 let discards = managed_pages(&this.staged_runs(&all));
                 if !staged.is_empty() {
+                    let t = Instant::now();
                     this.timed_copies(&stage, crate::seam::Direction::D2H, &staged, |this| {
                         this.staging.copy(runs, true, &stage)
                     })?;
+                    this.log.stage.copies_ns += t.elapsed().as_nanos() as u64;
+                    this.log.stage.blocks += staged.len() as u64;
                 }
                 let staged = all;
                 let copied = Arc::new(
@@ -97,9 +110,11 @@ impl CudaBackend {
                         .record_event(None)
                         .map_err(cuda_err("cuEventRecord", "staged eviction"))?,
                 );
+                let t = Instant::now();
                 for (id, buf) in swaps {
                     this.swap_out(id, buf, &copied)?;
                 }
+                this.log.stage.swaps_ns += t.elapsed().as_nanos() as u64;
                 if !staged.is_empty() {
                     let blocks: Vec<BlockId> = staged.iter().map(|s| s.block).collect();
                     this.pending_blocks.extend(blocks.iter().copied());
