@@ -150,7 +150,7 @@ pub fn replay_one(
         MemoryKind::Device => sizes.planning(backend.device_capacity()),
         MemoryKind::Managed | MemoryKind::Vmm => backend.device_capacity(),
     };
-    let mut policy_impl = policy::make_policy(policy, planning, config, &spec.cost);
+    let mut policy_impl = policy::make_replay_policy(policy, planning, config, &spec.cost);
     let reader = open()?;
     let (consumed, total) = reader.progress();
     tracing::info!(trace = reader.file(), %policy, budget_bytes, backend = %backend.describe(), "replay starts");

@@ -175,6 +175,9 @@ pub struct ReplayConfig {
     /// The oracle keeps a share of each step's read-only data resident where that streams the
     /// rest faster (`policy::keep`); false: every choice is Belady's.
     pub oracle_keep_loops: bool,
+    /// The advisor plans from the trace's next kernels (within `oracle_lookahead` events)
+    /// instead of its predictors' forecast: what its predictions cost on the trace.
+    pub clairvoyant_advisor: bool,
     /// Each kernel of a trace that carries the program's host times (`host_ns`: one a runtime
     /// recorded on a GPU) is issued no sooner than its host time after the kernel before, as
     /// the program issued them; false: as fast as the replay's host allows.
@@ -378,6 +381,7 @@ impl Default for Config {
                 oracle_lookahead: 65_536,
                 relocate: true,
                 oracle_keep_loops: true,
+                clairvoyant_advisor: false,
                 program_host_time: true,
             },
             advisor: AdvisorConfig::default(),

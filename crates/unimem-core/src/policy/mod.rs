@@ -87,6 +87,23 @@ pub trait Policy: Send {
     }
 }
 
+/// [`make_policy`] for a replay, which can show a policy the trace's future: with
+/// `replay.clairvoyant_advisor` the advisor plans from the trace's next kernels.
+pub fn make_replay_policy(
+    name: PolicyName,
+    budget: u64,
+    config: &Config,
+    cost: &CostModel,
+) -> Box<dyn Policy> {
+    match name {
+        PolicyName::Advisor if config.replay.clairvoyant_advisor => Box::new(
+            Advisor::new(AdvisorSettings::from_config(budget, cost, &config.advisor))
+                .with_trace_future(config.replay.oracle_lookahead as usize),
+        ),
+        _ => make_policy(name, budget, config, cost),
+    }
+}
+
 /// Builds the policy `name` for a device of `budget` bytes, with the settings of `config`.
 pub fn make_policy(name: PolicyName, budget: u64, config: &Config, cost: &CostModel) -> Box<dyn Policy> {
     let break_even = cost.prefetch_break_even_bytes();

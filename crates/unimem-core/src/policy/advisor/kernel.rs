@@ -78,7 +78,25 @@ impl Advisor {
     /// (first predicted use, bytes).
     pub(super) fn forecast(&mut self, now: u64, predicted: &mut Vec<UnitUse>) -> Vec<(u64, u64)> {
         self.predictions.clear();
-        if now > 0 {
+        if let Some(f) = self.future.as_mut() {
+            while f.ahead.front().is_some_and(|k| k.at <= now) {
+                f.ahead.pop_front();
+            }
+            for k in f.ahead.iter().take_while(|k| k.at <= now + self.settings.horizon + 1) {
+                for a in &k.accesses {
+                    // A region not allocated yet gets a key no live region has.
+                    let key = self.identity.key(a.region).unwrap_or(RegionKey(!a.region.0));
+                    self.predictions.push(crate::policy::advisor::Prediction {
+                        key,
+                        offset: a.offset,
+                        len: a.len,
+                        mode: a.mode,
+                        at: k.at,
+                        confidence: 1.0,
+                    });
+                }
+            }
+        } else if now > 0 {
             self.predictor.predict(now - 1, self.settings.horizon + 1, &mut self.predictions);
         }
         // Undeclared accesses learned from faults, predicted for this very kernel: nothing

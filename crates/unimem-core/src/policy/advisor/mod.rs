@@ -5,6 +5,11 @@
 //!
 //! It also remembers, by step-stable identity, which units it had to evict before their reuse:
 //! the next time such a unit is overwritten, the planner may write it remotely instead.
+//!
+//! In a replay it can be made clairvoyant ([`Advisor::with_trace_future`],
+//! `replay.clairvoyant_advisor`): the trace's next kernels take the place of the forecast and
+//! everything else stays, so the replay shows what the advisor's predictions cost on a trace,
+//! apart from what its planning and the mechanisms cost.
 
 mod account;
 mod execute;
@@ -179,6 +184,27 @@ pub struct Advisor {
     kept: FxHashSet<RegionId>,
     /// Whether a kept set was chosen from a record of kernels (at a step's end or within one).
     kept_chosen: bool,
+    /// Clairvoyant ([`Advisor::with_trace_future`]): the trace's next kernels in place of the
+    /// predictors' forecast.
+    future: Option<TraceFuture>,
+}
+
+/// The kernels a clairvoyant advisor sees ahead of the one running.
+#[derive(Debug, Default)]
+pub(super) struct TraceFuture {
+    /// Operations the replay shows ahead.
+    pub(super) window: usize,
+    /// Kernels the window has shown so far (the next one's index among kernels).
+    pub(super) kernels: u64,
+    /// Kernels in the window: their index among kernels, their accesses.
+    pub(super) ahead: std::collections::VecDeque<FutureKernel>,
+}
+
+/// A kernel in the window of a clairvoyant advisor.
+#[derive(Debug)]
+pub(super) struct FutureKernel {
+    pub(super) at: u64,
+    pub(super) accesses: Vec<RangeAccess>,
 }
 
 impl std::fmt::Debug for Advisor {
@@ -279,8 +305,17 @@ impl Advisor {
             kept_keys: FxHashSet::default(),
             kept_from: Default::default(),
             kept_chosen: false,
+            future: None,
             kept: FxHashSet::default(),
         }
+    }
+
+    /// The same advisor, planning from the trace's next kernels (the replay shows it `window`
+    /// operations ahead, [`Policy::on_future`]) instead of its predictors' forecast. Only a
+    /// replay has the future: a running program's runtime never calls `on_future`.
+    pub fn with_trace_future(mut self, window: usize) -> Self {
+        self.future = Some(TraceFuture { window, ..TraceFuture::default() });
+        self
     }
 
     /// Bytes of hints issued so far, by kind.
@@ -296,7 +331,11 @@ impl Advisor {
 
 impl Policy for Advisor {
     fn name(&self) -> &'static str {
-        "advisor"
+        if self.future.is_some() {
+            "advisor (clairvoyant)"
+        } else {
+            "advisor"
+        }
     }
 
     fn record_events(&mut self, on: bool) {
@@ -332,6 +371,17 @@ impl Policy for Advisor {
 
     fn observe_late(&mut self, kernel: u64, events: &[crate::seam::MemEvent]) {
         self.learn_late(kernel, events);
+    }
+
+    fn lookahead(&self) -> usize {
+        self.future.as_ref().map_or(0, |f| f.window)
+    }
+
+    fn on_future(&mut self, _index: u64, op: &Op) {
+        if let (Some(f), Op::Kernel { accesses, .. }) = (self.future.as_mut(), op) {
+            f.ahead.push_back(FutureKernel { at: f.kernels, accesses: accesses.clone() });
+            f.kernels += 1;
+        }
     }
 
     fn before(&mut self, _index: u64, op: &Op, hints: &mut Hints<'_>) -> Result<()> {
