@@ -118,8 +118,7 @@ def _per_step_ms(before, after, steps):
     for k in ("op_host_ns", "malloc_host_ns", "free_host_ns", "policy_host_ns"):
         out[k.removesuffix("_host_ns")] = round((after[k] - before[k]) / 1e6 / steps, 2)
     rt_a, rt_b = after["runtime_host_ns"], before["runtime_host_ns"]
-    if isinstance(rt_a, dict):
-        out["runtime"] = {k: round((v - rt_b.get(k, 0)) / 1e6 / steps, 2) for k, v in rt_a.items() if isinstance(v, (int, float))}
+    out["runtime"] = {k: round((v - rt_b[k]) / 1e6 / steps, 2) for k, v in rt_a.items()}
     return out
 
 

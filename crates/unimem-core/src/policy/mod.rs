@@ -96,10 +96,9 @@ pub fn make_replay_policy(
     cost: &CostModel,
 ) -> Box<dyn Policy> {
     match name {
-        PolicyName::Advisor if config.replay.clairvoyant_advisor => Box::new(
-            Advisor::new(AdvisorSettings::from_config(budget, cost, &config.advisor))
-                .with_trace_future(config.replay.oracle_lookahead as usize),
-        ),
+        PolicyName::Advisor if config.replay.clairvoyant_advisor => {
+            Box::new(advisor(budget, config, cost).with_trace_future(config.replay.oracle_lookahead as usize))
+        }
         _ => make_policy(name, budget, config, cost),
     }
 }
@@ -115,8 +114,11 @@ pub fn make_policy(name: PolicyName, budget: u64, config: &Config, cost: &CostMo
             break_even,
             config.replay.oracle_keep_loops.then_some(cost.link_rate_gbps),
         )),
-        PolicyName::Advisor => {
-            Box::new(Advisor::new(AdvisorSettings::from_config(budget, cost, &config.advisor)))
-        }
+        PolicyName::Advisor => Box::new(advisor(budget, config, cost)),
     }
+}
+
+/// The advisor with the settings of `config`'s `[advisor]` section.
+fn advisor(budget: u64, config: &Config, cost: &CostModel) -> Advisor {
+    Advisor::new(AdvisorSettings::from_config(budget, cost, &config.advisor))
 }

@@ -86,7 +86,7 @@ impl Advisor {
                 for a in &k.accesses {
                     // A region not allocated yet gets a key no live region has.
                     let key = self.identity.key(a.region).unwrap_or(RegionKey(!a.region.0));
-                    self.predictions.push(crate::policy::advisor::Prediction {
+                    self.predictions.push(Prediction {
                         key,
                         offset: a.offset,
                         len: a.len,
