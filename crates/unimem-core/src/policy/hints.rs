@@ -8,17 +8,36 @@ use crate::seam::{Advice, ByteRange, Location, MemoryBackend, MemoryBackendExt, 
 /// What a policy may do to the backend during one hook.
 pub struct Hints<'a> {
     backend: &'a mut dyn MemoryBackend,
+    /// Prefetches for later operations, issued once the operation has been (see
+    /// [`Hints::prefetch_ahead`]).
+    ahead: Vec<ByteRange>,
 }
 
 impl<'a> Hints<'a> {
     /// A handle on `backend` for one hook.
     pub(crate) fn new(backend: &'a mut dyn MemoryBackend) -> Self {
-        Self { backend }
+        Self { backend, ahead: Vec::new() }
     }
 
     /// Moves ranges to the device ahead of their use, in one batched call.
     pub fn prefetch(&mut self, ranges: &[ByteRange]) -> Result<()> {
         self.backend.prefetch(ranges, Location::DEVICE)
+    }
+
+    /// Moves ranges that later operations use (not the one about to run) to the device, in one
+    /// batched call once the operation is issued: its launch does not wait behind their calls
+    /// (a program's thread waiting on the runtime does not either). The room they take must
+    /// have been made by then; the operation's own data must come through
+    /// [`Hints::prefetch`]. In `after`, where the operation is issued already, this is
+    /// [`Hints::prefetch`].
+    pub fn prefetch_ahead(&mut self, ranges: &[ByteRange]) -> Result<()> {
+        self.ahead.extend_from_slice(ranges);
+        Ok(())
+    }
+
+    /// The prefetches held back by [`Hints::prefetch_ahead`].
+    pub(crate) fn take_ahead(&mut self) -> Vec<ByteRange> {
+        std::mem::take(&mut self.ahead)
     }
 
     /// Moves ranges off the device: through the backend's pinned staging buffers where it has

@@ -13,7 +13,7 @@ use crate::error::Result;
 use crate::op::Op;
 use crate::policy::{Hints, Policy};
 use crate::region::RegionId;
-use crate::seam::{MemEvent, MemoryBackend, MemoryBackendExt};
+use crate::seam::{Location, MemEvent, MemoryBackend, MemoryBackendExt};
 
 /// Kernels between two looks at the sink's late events (and at a step boundary): CUPTI's
 /// forced flush costs the host, and the policy learns an access for the next step anyway.
@@ -154,13 +154,50 @@ impl Protocol {
         backend: &mut dyn MemoryBackend,
         execute: impl FnOnce(&mut dyn MemoryBackend) -> Result<T>,
     ) -> Result<T> {
+        self.run_hooks(index, op, policy, backend, execute, None::<fn()>)
+    }
+
+    /// [`Protocol::run`] for an operation someone waits on (a program's thread, which enqueues
+    /// the kernel itself once its data is placed): `issued` is called as soon as the operation
+    /// is issued (`execute` succeeded), before the policy's prefetches for later operations
+    /// ([`Hints::prefetch_ahead`]) and its `after`, so that the caller goes on while those are
+    /// issued. Without a caller ([`Protocol::run`]) they come before the operation, as any
+    /// hint of `before` does.
+    pub(crate) fn run_then<T>(
+        &mut self,
+        index: u64,
+        op: &Op,
+        policy: &mut dyn Policy,
+        backend: &mut dyn MemoryBackend,
+        execute: impl FnOnce(&mut dyn MemoryBackend) -> Result<T>,
+        issued: impl FnOnce(),
+    ) -> Result<T> {
+        self.run_hooks(index, op, policy, backend, execute, Some(issued))
+    }
+
+    fn run_hooks<T>(
+        &mut self,
+        index: u64,
+        op: &Op,
+        policy: &mut dyn Policy,
+        backend: &mut dyn MemoryBackend,
+        execute: impl FnOnce(&mut dyn MemoryBackend) -> Result<T>,
+        issued: Option<impl FnOnce()>,
+    ) -> Result<T> {
         match op {
             Op::Kernel { .. } => self.since_late += 1,
             Op::Step { .. } => self.since_late = LATE_EVERY,
             _ => {}
         }
         let t0 = Instant::now();
-        policy.before(index, op, &mut Hints::new(backend))?;
+        let mut ahead = {
+            let mut hints = Hints::new(backend);
+            policy.before(index, op, &mut hints)?;
+            hints.take_ahead()
+        };
+        if issued.is_none() && !ahead.is_empty() {
+            backend.prefetch(&std::mem::take(&mut ahead), Location::DEVICE)?;
+        }
         self.policy_done(t0, backend);
         if self.feedback || self.keep {
             // What the policy's own hints (and data prepared ahead) did stays apart from the
@@ -175,12 +212,26 @@ impl Protocol {
             }
         }
         let out = execute(backend)?;
+        if let Some(issued) = issued {
+            issued();
+        }
         let t0 = Instant::now();
         if self.feedback {
+            // The operation's own events, before the prefetches ahead add theirs.
             backend.drain_events(&mut self.observed);
+        }
+        if !ahead.is_empty() {
+            backend.prefetch(&ahead, Location::DEVICE)?;
+        }
+        if self.feedback {
             policy.observe(&self.observed);
         }
-        policy.after(index, op, &mut Hints::new(backend))?;
+        let mut hints = Hints::new(backend);
+        policy.after(index, op, &mut hints)?;
+        let late = hints.take_ahead();
+        if !late.is_empty() {
+            backend.prefetch(&late, Location::DEVICE)?;
+        }
         self.policy_done(t0, backend);
         if self.keep {
             policy.drain_events(&mut self.events);
@@ -189,5 +240,79 @@ impl Protocol {
         }
         self.observed.clear();
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backends::sim::{CostModel, SimBackend};
+    use crate::seam::{ByteRange, KernelLaunch, MemoryBackendExt};
+    use crate::{AccessMode, RangeAccess};
+
+    const MIB: u64 = 1 << 20;
+
+    /// Before each kernel, prefetches region 2 for a later kernel.
+    struct Ahead;
+
+    impl Policy for Ahead {
+        fn name(&self) -> &'static str {
+            "ahead"
+        }
+        fn before(&mut self, _: u64, op: &Op, hints: &mut Hints<'_>) -> Result<()> {
+            if let Op::Kernel { .. } = op {
+                hints.prefetch_ahead(&[ByteRange { region: RegionId(2), offset: 0, len: 4 * MIB }])?;
+            }
+            Ok(())
+        }
+    }
+
+    /// Where, among the events of one kernel on region 1 run by `run`, the kernel's event and
+    /// region 2's prefetch come.
+    fn order(
+        run: impl FnOnce(&mut Protocol, &Op, &mut Ahead, &mut SimBackend) -> bool,
+    ) -> (usize, usize, bool) {
+        let mut backend = SimBackend::new(CostModel::h200(), 64 * MIB);
+        for id in [1, 2] {
+            backend.allocate(RegionId(id), 4 * MIB).unwrap();
+            backend.write(RegionId(id), 0, &vec![1; (4 * MIB) as usize]).unwrap();
+        }
+        let mut policy = Ahead;
+        let mut protocol = Protocol::new(&mut policy, &mut backend, true);
+        let acc = vec![RangeAccess { region: RegionId(1), offset: 0, len: 4 * MIB, mode: AccessMode::Read }];
+        let op = Op::Kernel { name: "k".into(), dur_ns: 1000, accesses: acc };
+        let issued = run(&mut protocol, &op, &mut policy, &mut backend);
+        let events = &protocol.events;
+        let kernel = events.iter().position(|e| matches!(e, MemEvent::Kernel { .. })).expect("kernel ran");
+        let prefetch = events
+            .iter()
+            .position(|e| matches!(e, MemEvent::Migration { region: RegionId(2), .. }))
+            .expect("region 2 came in");
+        (kernel, prefetch, issued)
+    }
+
+    fn launch(op: &Op) -> impl FnOnce(&mut dyn MemoryBackend) -> Result<()> + '_ {
+        move |b| {
+            let Op::Kernel { name, dur_ns, accesses } = op else { unreachable!() };
+            b.launch(&KernelLaunch { name, dur_ns: *dur_ns, accesses })
+        }
+    }
+
+    #[test]
+    fn prefetches_ahead_come_after_an_awaited_operation_is_issued_and_before_one_replayed() {
+        // Replayed: every hint of `before` precedes the kernel.
+        let (kernel, prefetch, _) = order(|p, op, policy, b| {
+            p.run(0, op, policy, b, launch(op)).unwrap();
+            false
+        });
+        assert!(prefetch < kernel, "prefetch at {prefetch}, kernel at {kernel}");
+        // Awaited: the caller hears of the kernel first, then the prefetch is issued.
+        let (kernel, prefetch, issued) = order(|p, op, policy, b| {
+            let mut told = false;
+            p.run_then(0, op, policy, b, launch(op), || told = true).unwrap();
+            told
+        });
+        assert!(issued, "the caller was told");
+        assert!(kernel < prefetch, "prefetch at {prefetch}, kernel at {kernel}");
     }
 }

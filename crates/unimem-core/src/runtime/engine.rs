@@ -287,11 +287,29 @@ impl Worker {
                 Command::ProgramLaunch { name, acc, stream, issued, reply } => {
                     let op = Op::Kernel { name: name.clone(), dur_ns: 0, accesses: acc.clone() };
                     let host_ns = self.host_interval(issued);
-                    let r = self.around_open(&op, stream, host_ns, |b| {
-                        let kernel = KernelLaunch { name: &name, dur_ns: 0, accesses: &acc };
-                        program_streams(b)?.launch_on(&kernel, stream)
-                    });
-                    let _ = reply.send(r);
+                    // The program goes on once its stream waits for the data: the policy's
+                    // prefetches for later kernels and its learning come after the reply.
+                    let mut reply = Some(reply);
+                    let r = self.around_open(
+                        &op,
+                        stream,
+                        host_ns,
+                        |b| {
+                            let kernel = KernelLaunch { name: &name, dur_ns: 0, accesses: &acc };
+                            program_streams(b)?.launch_on(&kernel, stream)
+                        },
+                        || {
+                            if let Some(reply) = reply.take() {
+                                let _ = reply.send(Ok(()));
+                            }
+                        },
+                    );
+                    match reply {
+                        Some(reply) => {
+                            let _ = reply.send(r);
+                        }
+                        None => self.keep(r),
+                    }
                 }
                 Command::ProgramAlloc { id, bytes, name, stream, written, reply } => {
                     let r = self.program_alloc(id, bytes, &name, stream, written);
@@ -480,21 +498,35 @@ impl Worker {
     }
 
     /// [`Self::around`] for a program's kernel, which stays open until it is finished.
+    /// `issued` is called once the kernel is placed and the program's stream waits for it.
     fn around_open(
         &mut self,
         op: &Op,
         stream: ProgramStream,
         host_ns: Option<u64>,
         execute: impl FnOnce(&mut dyn MemoryBackend) -> Result<()>,
+        issued: impl FnOnce(),
     ) -> Result<()> {
-        self.run_op(op, execute)?;
-        let held = self.trace.is_some().then(|| op.clone());
-        let inputs = match op {
-            Op::Kernel { accesses, .. } => accesses.clone(),
-            _ => Vec::new(),
+        let index = self.index;
+        self.index += 1;
+        let mut launched = false;
+        let notify = || {
+            launched = true;
+            issued();
         };
-        self.open = Some(OpenKernel { stream, inputs, outputs: Vec::new(), held, host_ns });
-        Ok(())
+        let r =
+            self.protocol.run_then(index, op, self.policy.as_mut(), self.backend.as_mut(), execute, notify);
+        // Once issued the program enqueues the kernel, whatever failed in the policy's work
+        // after it (that error comes with the next synchronize).
+        if launched {
+            let held = self.trace.is_some().then(|| op.clone());
+            let inputs = match op {
+                Op::Kernel { accesses, .. } => accesses.clone(),
+                _ => Vec::new(),
+            };
+            self.open = Some(OpenKernel { stream, inputs, outputs: Vec::new(), held, host_ns });
+        }
+        r
     }
 
     /// The open program kernel is finished on `stream` (or, if the program moved on without

@@ -94,26 +94,34 @@ impl Advisor {
         self.hints.duplicated += self.units_bytes(duplicate.iter());
         self.read_mostly.extend(duplicate.iter().copied());
         self.advise_all(hints, duplicate, &[Advice::SetReadMostly])?;
-        let (mut fetch, mut rewrite) = (Vec::new(), Vec::new());
+        let (mut fetch, mut ahead, mut rewrite) = (Vec::new(), Vec::new(), Vec::new());
         // Collapsed duplicates went back to the host (the H200 keeps the host copy): the kernel
         // about to write them needs them back.
         let recollect = collapse.iter().map(|&u| (u, false, Reason::WrittenNow));
-        for (u, overwrite, _) in p.prefetch.iter().copied().chain(recollect) {
+        for (u, overwrite, reason) in p.prefetch.iter().copied().chain(recollect) {
             let bytes = unit_bytes(&self.sizes, u);
             self.resident.insert_if_absent(u, (bytes, self.kernel));
             if let Some(discard_first) = fetch_needed(&self.sizes, hints, u, overwrite)? {
                 if discard_first {
                     rewrite.push(u);
                 }
-                fetch.push(u);
+                // What a later kernel uses comes in once this one is launched; its room was
+                // made above.
+                match reason {
+                    Reason::Predicted { at, .. } if at > self.kernel => ahead.push(u),
+                    _ => fetch.push(u),
+                }
             }
         }
         if !rewrite.is_empty() {
             hints.discard(&coalesce(&self.sizes, rewrite))?;
         }
+        self.hints.prefetched += self.units_bytes(fetch.iter().chain(&ahead));
         if !fetch.is_empty() {
-            self.hints.prefetched += self.units_bytes(fetch.iter());
             hints.prefetch(&coalesce(&self.sizes, fetch))?;
+        }
+        if !ahead.is_empty() {
+            hints.prefetch_ahead(&coalesce(&self.sizes, ahead))?;
         }
         Ok(())
     }
