@@ -8,15 +8,41 @@ use crate::seam::{Advice, ByteRange, Location, MemoryBackend, MemoryBackendExt, 
 /// What a policy may do to the backend during one hook.
 pub struct Hints<'a> {
     backend: &'a mut dyn MemoryBackend,
-    /// Prefetches for later operations, issued once the operation has been (see
-    /// [`Hints::prefetch_ahead`]).
-    ahead: Vec<ByteRange>,
+    /// The `*_ahead` hints wait until the operation is issued (see [`Hints::prefetch_ahead`]).
+    defer: bool,
+    /// Those hints, in order.
+    ahead: Vec<Later>,
+}
+
+/// A hint for later operations, held back until the operation about to run is issued.
+#[derive(Debug)]
+pub(crate) enum Later {
+    Discard(Vec<ByteRange>),
+    Evict(Vec<ByteRange>),
+    Prefetch(Vec<ByteRange>),
+}
+
+impl Later {
+    /// Gives the hint to `backend`.
+    pub(crate) fn issue(self, backend: &mut dyn MemoryBackend) -> Result<()> {
+        match self {
+            Later::Discard(r) => backend.discard(&r),
+            Later::Evict(r) => backend.stage_out(&r),
+            Later::Prefetch(r) => backend.prefetch(&r, Location::DEVICE),
+        }
+    }
 }
 
 impl<'a> Hints<'a> {
-    /// A handle on `backend` for one hook.
+    /// A handle on `backend` for one hook; every hint is given at once.
     pub(crate) fn new(backend: &'a mut dyn MemoryBackend) -> Self {
-        Self { backend, ahead: Vec::new() }
+        Self { backend, defer: false, ahead: Vec::new() }
+    }
+
+    /// A handle for the `before` of an operation a caller waits on: the `*_ahead` hints are
+    /// held for [`Hints::take_ahead`].
+    pub(crate) fn deferring(backend: &'a mut dyn MemoryBackend) -> Self {
+        Self { backend, defer: true, ahead: Vec::new() }
     }
 
     /// Moves ranges to the device ahead of their use, in one batched call.
@@ -24,19 +50,43 @@ impl<'a> Hints<'a> {
         self.backend.prefetch(ranges, Location::DEVICE)
     }
 
-    /// Moves ranges that later operations use (not the one about to run) to the device, in one
-    /// batched call once the operation is issued: its launch does not wait behind their calls
-    /// (a program's thread waiting on the runtime does not either). The room they take must
-    /// have been made by then; the operation's own data must come through
-    /// [`Hints::prefetch`]. In `after`, where the operation is issued already, this is
-    /// [`Hints::prefetch`].
+    /// [`Hints::prefetch`] for data later operations use (not the one about to run). Where a
+    /// caller waits on the operation (a program's thread, which enqueues the kernel itself
+    /// once its data is placed), the `*_ahead` hints are given, in order, once the operation
+    /// is issued, so that the caller goes on while they are; elsewhere at once. The room they
+    /// need must come from `*_ahead` hints given before them, or have been made already.
     pub fn prefetch_ahead(&mut self, ranges: &[ByteRange]) -> Result<()> {
-        self.ahead.extend_from_slice(ranges);
-        Ok(())
+        self.later(Later::Prefetch(ranges.to_vec()))
     }
 
-    /// The prefetches held back by [`Hints::prefetch_ahead`].
-    pub(crate) fn take_ahead(&mut self) -> Vec<ByteRange> {
+    /// [`Hints::evict`] to make room for data later operations use (see
+    /// [`Hints::prefetch_ahead`]).
+    pub fn evict_ahead(&mut self, ranges: &[ByteRange]) -> Result<()> {
+        self.later(Later::Evict(ranges.to_vec()))
+    }
+
+    /// [`Hints::discard`] to make room for data later operations use (see
+    /// [`Hints::prefetch_ahead`]).
+    pub fn discard_ahead(&mut self, ranges: &[ByteRange]) -> Result<()> {
+        self.later(Later::Discard(ranges.to_vec()))
+    }
+
+    /// Whether the `*_ahead` hints wait for the operation to be issued.
+    pub fn defers(&self) -> bool {
+        self.defer
+    }
+
+    fn later(&mut self, hint: Later) -> Result<()> {
+        if self.defer {
+            self.ahead.push(hint);
+            Ok(())
+        } else {
+            hint.issue(self.backend)
+        }
+    }
+
+    /// The hints held back, in order.
+    pub(crate) fn take_ahead(&mut self) -> Vec<Later> {
         std::mem::take(&mut self.ahead)
     }
 

@@ -13,7 +13,7 @@ use crate::error::Result;
 use crate::op::Op;
 use crate::policy::{Hints, Policy};
 use crate::region::RegionId;
-use crate::seam::{Location, MemEvent, MemoryBackend, MemoryBackendExt};
+use crate::seam::{MemEvent, MemoryBackend, MemoryBackendExt};
 
 /// Kernels between two looks at the sink's late events (and at a step boundary): CUPTI's
 /// forced flush costs the host, and the policy learns an access for the next step anyway.
@@ -159,10 +159,10 @@ impl Protocol {
 
     /// [`Protocol::run`] for an operation someone waits on (a program's thread, which enqueues
     /// the kernel itself once its data is placed): `issued` is called as soon as the operation
-    /// is issued (`execute` succeeded), before the policy's prefetches for later operations
-    /// ([`Hints::prefetch_ahead`]) and its `after`, so that the caller goes on while those are
-    /// issued. Without a caller ([`Protocol::run`]) they come before the operation, as any
-    /// hint of `before` does.
+    /// is issued (`execute` succeeded), before the policy's hints for later operations
+    /// ([`Hints::prefetch_ahead`] and the other `*_ahead` hints) and its `after`, so that the
+    /// caller goes on while those are given. Without a caller ([`Protocol::run`]) they come
+    /// before the operation, as any hint of `before` does.
     pub(crate) fn run_then<T>(
         &mut self,
         index: u64,
@@ -190,14 +190,11 @@ impl Protocol {
             _ => {}
         }
         let t0 = Instant::now();
-        let mut ahead = {
-            let mut hints = Hints::new(backend);
+        let ahead = {
+            let mut hints = if issued.is_some() { Hints::deferring(backend) } else { Hints::new(backend) };
             policy.before(index, op, &mut hints)?;
             hints.take_ahead()
         };
-        if issued.is_none() && !ahead.is_empty() {
-            backend.prefetch(&std::mem::take(&mut ahead), Location::DEVICE)?;
-        }
         self.policy_done(t0, backend);
         if self.feedback || self.keep {
             // What the policy's own hints (and data prepared ahead) did stays apart from the
@@ -217,21 +214,16 @@ impl Protocol {
         }
         let t0 = Instant::now();
         if self.feedback {
-            // The operation's own events, before the prefetches ahead add theirs.
+            // The operation's own events, before the hints ahead add theirs.
             backend.drain_events(&mut self.observed);
         }
-        if !ahead.is_empty() {
-            backend.prefetch(&ahead, Location::DEVICE)?;
+        for hint in ahead {
+            hint.issue(backend)?;
         }
         if self.feedback {
             policy.observe(&self.observed);
         }
-        let mut hints = Hints::new(backend);
-        policy.after(index, op, &mut hints)?;
-        let late = hints.take_ahead();
-        if !late.is_empty() {
-            backend.prefetch(&late, Location::DEVICE)?;
-        }
+        policy.after(index, op, &mut Hints::new(backend))?;
         self.policy_done(t0, backend);
         if self.keep {
             policy.drain_events(&mut self.events);

@@ -217,6 +217,43 @@ mod tests {
         assert_eq!(st.device_resident_bytes, 2 * MIB, "the output written by the first counts");
     }
 
+    /// A program looping over more data than the budget holds: the advisor's hints for later
+    /// kernels (evictions making room, prefetches) come after each launch's reply, and the
+    /// data and the budget hold as when they came before it.
+    #[test]
+    fn hints_for_later_kernels_after_the_reply_keep_the_data_and_the_budget() {
+        let budget = 40 * MIB;
+        let rt = Runtime::builder()
+            .simulator()
+            .budget(crate::Budget::Bytes(budget))
+            .policy(PolicyName::Advisor)
+            .build()
+            .unwrap();
+        let s = ProgramStream(5);
+        let fill = |i: usize| -> Vec<u8> { (0..8 * MIB).map(|b| (b as usize * 31 + i * 7) as u8).collect() };
+        let weights: Vec<Region> =
+            (0..8).map(|i| rt.alloc_on(&format!("w{i}"), 8 * MIB, s, false).unwrap()).collect();
+        for (i, w) in weights.iter().enumerate() {
+            rt.write(w.id, 0, &fill(i)).unwrap();
+        }
+        for _ in 0..6 {
+            for w in &weights {
+                rt.launch_on("layer", &[whole(w, AccessMode::Read)], s).unwrap();
+                rt.finish_on(s).unwrap();
+            }
+            rt.step().unwrap();
+        }
+        let stats = rt.synchronize().unwrap();
+        let b = &stats.backend_stats;
+        assert!(b.prefetch_h2d_bytes > 0 && b.staged_out_bytes > 0, "the advisor moved data ahead: {b:?}");
+        assert!(b.peak_footprint_bytes <= budget, "peak {} over {budget}", b.peak_footprint_bytes);
+        for (i, w) in weights.iter().enumerate() {
+            let mut seen = vec![0; (8 * MIB) as usize];
+            rt.read(w.id, 0, &mut seen).unwrap();
+            assert!(seen == fill(i), "weight {i} came back changed");
+        }
+    }
+
     #[test]
     fn a_backend_error_names_the_call_and_a_freed_region_is_refused() {
         let sim = SimBackend::new(CostModel::h200(), 64 * MIB);

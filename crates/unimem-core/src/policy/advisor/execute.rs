@@ -70,15 +70,33 @@ impl Advisor {
         }
         self.hints.discarded += self.units_bytes(p.discard.iter().map(|d| &d.0));
         self.hints.evicted += self.units_bytes(p.evict.iter().map(|d| &d.0));
-        let discard = coalesce(&self.sizes, p.discard.iter().map(|(u, _)| *u).collect());
-        if !discard.is_empty() {
-            hints.discard(&discard)?;
+        // The kernel about to run needs the leading victims' room; the others make room for
+        // data coming in early, which waits for the kernel's launch as well where the hints
+        // for later kernels do (else all go in one call each, fewer ranges).
+        let (for_discard, for_evict) = if hints.defers() {
+            (p.for_now.discard, p.for_now.evict)
+        } else {
+            (p.discard.len(), p.evict.len())
+        };
+        let (discard_now, discard_ahead) = p.discard.split_at(for_discard);
+        let (evict_now, evict_ahead) = p.evict.split_at(for_evict);
+        let ranges =
+            |units: &[(Unit, Reason)]| coalesce(&self.sizes, units.iter().map(|(u, _)| *u).collect());
+        let (discard_now, discard_ahead) = (ranges(discard_now), ranges(discard_ahead));
+        let (evict_now, evict_ahead) = (ranges(evict_now), ranges(evict_ahead));
+        if !discard_now.is_empty() {
+            hints.discard(&discard_now)?;
         }
-        let evict = coalesce(&self.sizes, p.evict.iter().map(|(u, _)| *u).collect());
-        if !evict.is_empty() {
-            // Through the staging buffers where the backend has them (a copy at 52.3 GB/s on
-            // the H200, instead of a 10-17 GB/s migration).
-            hints.evict(&evict)?;
+        if !discard_ahead.is_empty() {
+            hints.discard_ahead(&discard_ahead)?;
+        }
+        // Through the staging buffers where the backend has them (a copy at 52.3 GB/s on the
+        // H200, instead of a 10-17 GB/s migration).
+        if !evict_now.is_empty() {
+            hints.evict(&evict_now)?;
+        }
+        if !evict_ahead.is_empty() {
+            hints.evict_ahead(&evict_ahead)?;
         }
         let remote: Vec<Unit> = p.remote.iter().map(|r| r.0).collect();
         self.hints.remote += self.units_bytes(remote.iter());
@@ -105,10 +123,10 @@ impl Advisor {
                 if discard_first {
                     rewrite.push(u);
                 }
-                // What a later kernel uses comes in once this one is launched; its room was
-                // made above.
+                // What a later kernel uses comes in once this one is launched, where hints
+                // for later kernels wait for it; its room was made above.
                 match reason {
-                    Reason::Predicted { at, .. } if at > self.kernel => ahead.push(u),
+                    Reason::Predicted { at, .. } if at > self.kernel && hints.defers() => ahead.push(u),
                     _ => fetch.push(u),
                 }
             }

@@ -89,6 +89,19 @@ pub struct Plan {
     pub duplicate: Vec<(Unit, Reason)>,
     /// Units to map from the host instead of migrating (the kernel about to run writes them).
     pub remote: Vec<(Unit, Reason)>,
+    /// How many of the leading `discard` and `evict` entries make room for the kernel about to
+    /// run (or bring the residency back within the budget); the others make room for data
+    /// brought in early, and may wait until the kernel is issued.
+    pub for_now: ForNow,
+}
+
+/// The leading entries of a plan's `discard` and `evict` that the kernel about to run needs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ForNow {
+    /// Of `discard`.
+    pub discard: usize,
+    /// Of `evict`.
+    pub evict: usize,
 }
 
 /// Which placements besides migration the planner may use (all by default).
@@ -494,6 +507,7 @@ impl Planner {
         // staging.
         pass.make_room(0, None, None);
         bring_current(&mut pass, planned);
+        pass.out.for_now = ForNow { discard: pass.out.discard.len(), evict: pass.out.evict.len() };
         bring_forecast(&mut pass, by_kernel, future, ForecastSets { protect, guard, planned, between });
         let (out, heap) = pass.finish();
         *victims = heap;

@@ -116,6 +116,8 @@ fn reference_plan(input: &PlanInput<'_>) -> Plan {
         }
     }
 
+    out.for_now = ForNow { discard: out.discard.len(), evict: out.evict.len() };
+
     // Predicted units, soonest first, as early as Belady allows.
     let mut between: FxHashSet<Unit> = FxHashSet::default();
     let mut pending = 0u64;
