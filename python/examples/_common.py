@@ -112,13 +112,14 @@ def training_step(args, opt, loss_of):
 
 
 def _per_step_ms(before, after, steps):
-    """The library's host times (ns counters, and the runtime's by kind of work) between two
-    `stats()`, in ms per step."""
+    """The library's host times (ns counters, the runtime's by kind of work and the engine
+    thread's by kind of call) between two `stats()`, in ms per step."""
     out = {}
     for k in ("op_host_ns", "malloc_host_ns", "free_host_ns", "policy_host_ns"):
         out[k.removesuffix("_host_ns")] = round((after[k] - before[k]) / 1e6 / steps, 2)
-    rt_a, rt_b = after["runtime_host_ns"], before["runtime_host_ns"]
-    out["runtime"] = {k: round((v - rt_b[k]) / 1e6 / steps, 2) for k, v in rt_a.items()}
+    for key, name in (("runtime_host_ns", "runtime"), ("engine_host_ns", "engine")):
+        a, b = after[key], before[key]
+        out[name] = {k: round((v - b[k]) / 1e6 / steps, 2) for k, v in a.items()}
     return out
 
 

@@ -79,6 +79,9 @@ pub struct Stats {
     /// The engine thread's time in the policy (planning, learning and its hints' calls,
     /// which `runtime_host_ns` also counts by kind), ns in all.
     pub policy_host_ns: u64,
+    /// The engine thread's wall time on the bridge's calls, ns by kind of call: what the
+    /// program's waits are made of (the policy and the backend's calls among them).
+    pub engine_host_ns: unimem_core::runtime::EngineTime,
 }
 
 /// See the module documentation.
@@ -249,6 +252,7 @@ impl Bridge {
             foreign_ranges: c.foreign_ranges.load(Ordering::Relaxed),
             runtime_host_ns: b.host,
             policy_host_ns: s.policy_host_ns,
+            engine_host_ns: s.engine_ns,
         })
     }
 

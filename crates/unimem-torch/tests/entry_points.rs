@@ -118,6 +118,14 @@ fn a_training_step_through_the_entry_points_stays_within_the_budget_and_is_recor
     assert!(st["op_host_ns"].as_f64().unwrap() > 0.0);
     // The advisor's hooks ran on the engine thread for every operation: their time is counted.
     assert!(st["policy_host_ns"].as_u64().unwrap() > 0, "{st}");
+    // The engine's time on the program's calls is counted by kind, and covers the policy's.
+    let engine = &st["engine_host_ns"];
+    for call in ["program_launch", "program_alloc", "program_free", "program_finish", "step"] {
+        assert!(engine[call].as_u64().unwrap() > 0, "{call}: {st}");
+    }
+    assert_eq!(engine["host_access"], 0, "{st}");
+    let busy: u64 = engine.as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum();
+    assert!(busy >= st["policy_host_ns"].as_u64().unwrap(), "{st}");
     assert_eq!(unimem_stop_recording(), 1, "{}", last_error());
     let text = std::fs::read_to_string(&trace).unwrap();
     let kernels: Vec<&str> = text.lines().filter(|l| l.contains("\"kernel\"")).collect();

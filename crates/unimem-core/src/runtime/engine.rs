@@ -27,6 +27,57 @@ pub(super) struct Snapshot {
     pub device_resident_bytes: u64,
     pub stats: BackendStats,
     pub policy_ns: u64,
+    pub engine: EngineTime,
+}
+
+/// Wall time the engine thread spent executing commands, ns by kind of command: its whole
+/// work for each (the policy, the backend's calls timed or not, bookkeeping), so that a
+/// program waiting on it sees where its waits go. Waiting for the next command is not in it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct EngineTime {
+    /// Kernels the program enqueues itself ([`super::Runtime::launch_on`]).
+    pub program_launch: u64,
+    /// Their ends ([`super::Runtime::finish_on`]).
+    pub program_finish: u64,
+    /// Allocations for the program's streams.
+    pub program_alloc: u64,
+    /// Frees after the program's work.
+    pub program_free: u64,
+    /// The runtime's own kernels (launched, on the CPU or native).
+    pub launch: u64,
+    /// Allocations and frees of the runtime's own calls.
+    pub alloc_free: u64,
+    /// Host reads and writes.
+    pub host_access: u64,
+    /// Step marks.
+    pub step: u64,
+    /// Synchronisations, trace and telemetry ends.
+    pub sync: u64,
+}
+
+/// Which counter of [`EngineTime`] a command's time goes to.
+type Slot = fn(&mut EngineTime) -> &mut u64;
+
+impl Command {
+    /// The counter of [`EngineTime`] this command's time goes to (none for shutting down).
+    fn slot(&self) -> Option<Slot> {
+        Some(match self {
+            Command::ProgramLaunch { .. } => |t| &mut t.program_launch,
+            Command::ProgramFinish { .. } => |t| &mut t.program_finish,
+            Command::ProgramAlloc { .. } => |t| &mut t.program_alloc,
+            Command::ProgramFree { .. } => |t| &mut t.program_free,
+            Command::Launch { .. } | Command::CpuKernel { .. } | Command::Native { .. } => |t| &mut t.launch,
+            Command::KernelStore { .. } | Command::HostWrite { .. } | Command::HostRead { .. } => {
+                |t| &mut t.host_access
+            }
+            Command::Alloc { .. } | Command::Free { .. } => |t| &mut t.alloc_free,
+            Command::Step => |t| &mut t.step,
+            Command::StopRecording { .. } | Command::CloseTelemetry { .. } | Command::Sync { .. } => {
+                |t| &mut t.sync
+            }
+            Command::Shutdown => return None,
+        })
+    }
 }
 
 /// Enqueues a native kernel, given the stream and the device address of each access.
@@ -156,6 +207,7 @@ impl Engine {
             failure: None,
             open: None,
             last_issue: None,
+            busy: EngineTime::default(),
         };
         let handle = std::thread::Builder::new()
             .name("unimem-engine".into())
@@ -192,6 +244,8 @@ struct Worker {
     open: Option<OpenKernel>,
     /// When the program issued its latest kernel (for the trace's host times).
     last_issue: Option<Instant>,
+    /// The time spent on commands so far.
+    busy: EngineTime,
 }
 
 /// An output at least this large is populated on the device ahead of its kernel
@@ -219,6 +273,7 @@ struct OpenKernel {
 impl Worker {
     fn run(&mut self, rx: Receiver<Command>) {
         while let Ok(command) = super::recv_soon(&rx) {
+            let (began, slot) = (Instant::now(), command.slot());
             let within_program_kernel = matches!(
                 command,
                 Command::ProgramAlloc { .. } | Command::ProgramFree { .. } | Command::ProgramFinish { .. }
@@ -359,6 +414,7 @@ impl Worker {
                             device_resident_bytes: self.backend.device_resident_bytes(),
                             stats: self.backend.stats(),
                             policy_ns: self.protocol.policy_ns,
+                            engine: self.busy,
                         }),
                     };
                     let _ = reply.send(r);
@@ -369,6 +425,9 @@ impl Worker {
             if self.sink.is_some() || self.timed {
                 let r = self.drain();
                 self.keep(r);
+            }
+            if let Some(slot) = slot {
+                *slot(&mut self.busy) += began.elapsed().as_nanos() as u64;
             }
         }
         let r = self.close_program_kernel(None);

@@ -15,6 +15,7 @@ mod engine;
 mod program;
 
 pub use builder::{RuntimeBuilder, SinkFor};
+pub use engine::EngineTime;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -80,6 +81,8 @@ pub struct RuntimeStats {
     /// hints' calls, which `backend_stats.host` also counts by kind), ns. A program waiting
     /// on the runtime waits for it too.
     pub policy_host_ns: u64,
+    /// Wall time the engine thread spent on commands, by kind (up to the synchronize).
+    pub engine_ns: EngineTime,
 }
 
 struct Shared {
@@ -384,6 +387,7 @@ impl Runtime {
             backend: self.shared.backend,
             backend_stats: snapshot.stats,
             policy_host_ns: snapshot.policy_ns,
+            engine_ns: snapshot.engine,
         })
     }
 
