@@ -115,8 +115,11 @@ def _per_step_ms(before, after, steps):
     """The library's host times (ns counters, the runtime's by kind of work and the engine
     thread's by kind of call) between two `stats()`, in ms per step."""
     out = {}
-    for k in ("op_host_ns", "malloc_host_ns", "free_host_ns", "policy_host_ns"):
-        out[k.removesuffix("_host_ns")] = round((after[k] - before[k]) / 1e6 / steps, 2)
+    # The library's counters per call are means over its calls so far: totals are mean x calls.
+    for name, count in (("op", "ops"), ("malloc", "mallocs"), ("free", "frees")):
+        total = after[f"{name}_host_ns"] * after[count] - before[f"{name}_host_ns"] * before[count]
+        out[name] = round(total / 1e6 / steps, 2)
+    out["policy"] = round((after["policy_host_ns"] - before["policy_host_ns"]) / 1e6 / steps, 2)
     for key, name in (("runtime_host_ns", "runtime"), ("engine_host_ns", "engine")):
         a, b = after[key], before[key]
         out[name] = {k: round((v - b[k]) / 1e6 / steps, 2) for k, v in a.items()}

@@ -53,6 +53,32 @@ class Library(unittest.TestCase):
         self.assertLessEqual(s["peak_footprint_bytes"], 24 * MIB)
         self.assertGreaterEqual(s["peak_footprint_bytes"], 24 * MIB, "weights and output fill the budget")
 
+    def test_the_examples_host_time_per_step_is_the_counters_difference(self):
+        sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
+        import _common
+
+        self.native.enable(budget="24MiB", backend="sim")
+        lib = self.native.lib
+        w = lib.unimem_malloc(8 * MIB, 0, ctypes.c_void_p(0))
+        snapshots = []
+        for _ in range(3):
+            snapshots.append(self.native.stats())
+            for _ in range(4):
+                self.native.op_begin(b"aten::mm", [w], [8 * MIB], [_native.READ], 0)
+                self.native.op_end(0)
+            self.native.step()
+        first, second, last = snapshots[0], snapshots[1], self.native.stats()
+        per = _common._per_step_ms(second, last, 2)
+        # The library keeps means per operator: the steps' time is the totals' difference.
+        total_ns = last["op_host_ns"] * last["ops"] - second["op_host_ns"] * second["ops"]
+        self.assertGreater(total_ns, 0)
+        self.assertAlmostEqual(per["op"], round(total_ns / 1e6 / 2, 2))
+        self.assertEqual(per["malloc"], 0.0, "no allocation in those steps")
+        engine = per["engine"]
+        self.assertGreater(engine["program_launch"], 0.0, per)
+        self.assertGreaterEqual(min(engine.values()), 0.0, per)
+        self.assertGreater(_common._per_step_ms(first, last, 3)["op"], 0.0)
+
     def test_errors_carry_the_librarys_reason(self):
         with self.assertRaisesRegex(_native.UnimemError, "budget"):
             self.native.enable(budget="lots", backend="sim")
