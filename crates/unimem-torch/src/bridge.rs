@@ -62,6 +62,8 @@ pub struct Stats {
     pub gpu_faults: u64,
     /// Bytes the emulated driver migrated off the device on its own to make room.
     pub evicted_bytes: u64,
+    /// Managed buffers allocated anew (the pool had none of the size).
+    pub new_buffers: u64,
     /// Bytes evictions copied into pinned staging memory (the policy's, and the room made for
     /// operators' outputs).
     pub staged_out_bytes: u64,
@@ -242,6 +244,7 @@ impl Bridge {
             gpu_faults: b.gpu_faults,
             evicted_bytes: b.evicted_bytes,
             staged_out_bytes: b.staged_out_bytes,
+            new_buffers: b.new_buffers,
             ops: c.ops.load(Ordering::Relaxed),
             steps: c.steps.load(Ordering::Relaxed),
             op_host_ns: per(&c.op_ns, &c.ops),

@@ -115,6 +115,10 @@ fn a_training_step_through_the_entry_points_stays_within_the_budget_and_is_recor
     // driver migrates nothing.
     assert!(st["staged_out_bytes"].as_u64().unwrap() > 0, "{st}");
     assert_eq!(st["evicted_bytes"], 0, "{st}");
+    // Five allocations: the weights and the first step's activations new; of the second
+    // step's, one from the pool, the other new (the other pooled buffer gave its pages back
+    // to make room, pooled pages counting against the budget, and retired).
+    assert_eq!(st["new_buffers"], 4, "{st}");
     assert!(st["op_host_ns"].as_f64().unwrap() > 0.0);
     // The advisor's hooks ran on the engine thread for every operation: their time is counted.
     assert!(st["policy_host_ns"].as_u64().unwrap() > 0, "{st}");

@@ -255,6 +255,24 @@ mod tests {
     }
 
     #[test]
+    fn a_freed_buffer_serves_the_next_allocation_of_its_size() {
+        let sim = SimBackend::new(CostModel::h200(), 64 * MIB);
+        let rt = Runtime::builder().backend(Box::new(sim)).build().unwrap();
+        let s = ProgramStream(2);
+        for _ in 0..3 {
+            let r = rt.alloc_on("x", 4 * MIB, s, false).unwrap();
+            rt.free_on(r.id, s).unwrap();
+        }
+        assert_eq!(rt.synchronize().unwrap().backend_stats.new_buffers, 1, "one buffer, pooled twice");
+        rt.alloc_on("y", 6 * MIB, s, false).unwrap();
+        assert_eq!(
+            rt.synchronize().unwrap().backend_stats.new_buffers,
+            2,
+            "no buffer of that size was pooled"
+        );
+    }
+
+    #[test]
     fn a_backend_error_names_the_call_and_a_freed_region_is_refused() {
         let sim = SimBackend::new(CostModel::h200(), 64 * MIB);
         let rt = Runtime::builder().backend(Box::new(sim)).build().unwrap();

@@ -509,6 +509,9 @@ pub struct BackendStats {
     /// buffers kept for reuse and pages taken over for restores still to come. What a GPU of
     /// the budget's size would have to hold; `peak_device_bytes` counts the data alone.
     pub peak_footprint_bytes: u64,
+    /// Managed buffers allocated anew because none of the size was pooled (on a GPU each is
+    /// a `cuMemAllocManaged`); regions in blocks (the device arena, virtual memory) take none.
+    pub new_buffers: u64,
     /// Host time the backend's calls held the calling thread.
     pub host: HostTime,
 }

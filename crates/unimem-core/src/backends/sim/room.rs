@@ -278,6 +278,7 @@ impl SimBackend {
     /// clock.
     pub(super) fn new_buffer(&mut self, bytes: u64) -> u64 {
         self.host_now += self.cost.alloc_ns(bytes);
+        self.stats.new_buffers += 1;
         let addr = self.next_addr;
         self.next_addr += bytes.div_ceil(BLOCK_SIZE) * BLOCK_SIZE;
         addr

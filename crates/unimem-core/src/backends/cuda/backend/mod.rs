@@ -221,9 +221,8 @@ struct BackendLog {
     advice_dropped: u64,
     /// Host time spent making room (inside the calls that needed it).
     make_room_ns: u64,
-    /// Allocations served by the pool / by a new `cuMemAllocManaged`.
+    /// Allocations served by the pool (`BackendStats::new_buffers` counts the others).
     pool_hits: u64,
-    new_buffers: u64,
     /// Kernels that waited for a prefetch in flight.
     kernel_waits: u64,
     /// Bytes the emulated driver evicted, by what needed the room.
@@ -500,7 +499,7 @@ impl Drop for CudaBackend {
             parts.join(", "),
             self.clock.excluded_ns() as f64 / 1e6,
             self.log.pool_hits,
-            self.log.new_buffers,
+            self.stats.new_buffers,
             self.log.relocations,
             self.log.relocated_resident as f64 / 1e6,
             self.log.swaps,

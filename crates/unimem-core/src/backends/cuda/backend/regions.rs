@@ -155,7 +155,7 @@ impl CudaBackend {
             self.log.pool_hits += 1;
             return self.reuse(entry, false);
         }
-        self.log.new_buffers += 1;
+        self.stats.new_buffers += 1;
         let blocks = vec![Block::default(); bytes.div_ceil(BLOCK_SIZE) as usize];
         match self.free_memory.alloc(&self.dev, bytes, self.allow_oversubscription) {
             Ok(buf) => Ok((buf, blocks)),

@@ -72,7 +72,7 @@ impl CudaBackend {
                 Some(entry) => self.reuse(entry, false)?.0,
                 None => match self.free_memory.alloc(&self.dev, bytes, self.allow_oversubscription) {
                     Ok(buf) => {
-                        self.log.new_buffers += 1;
+                        self.stats.new_buffers += 1;
                         buf
                     }
                     // No memory for a second buffer: the stage-out discards, as without swaps.
