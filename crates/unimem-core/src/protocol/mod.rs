@@ -154,28 +154,16 @@ impl Protocol {
         backend: &mut dyn MemoryBackend,
         execute: impl FnOnce(&mut dyn MemoryBackend) -> Result<T>,
     ) -> Result<T> {
-        self.run_hooks(index, op, policy, backend, execute, None::<fn()>)
+        self.run_then(index, op, policy, backend, execute, None::<fn()>)
     }
 
-    /// [`Protocol::run`] for an operation someone waits on (a program's thread, which enqueues
-    /// the kernel itself once its data is placed): `issued` is called as soon as the operation
-    /// is issued (`execute` succeeded), before the policy's hints for later operations
-    /// ([`Hints::prefetch_ahead`] and the other `*_ahead` hints) and its `after`, so that the
-    /// caller goes on while those are given. Without a caller ([`Protocol::run`]) they come
-    /// before the operation, as any hint of `before` does.
+    /// [`Protocol::run`], for an operation someone waits on when `issued` is given (a
+    /// program's thread, which enqueues the kernel itself once its data is placed): `issued`
+    /// is called as soon as the operation is issued (`execute` succeeded), before the policy's
+    /// hints for later operations ([`Hints::prefetch_ahead`] and the other `*_ahead` hints)
+    /// and its `after`, so that the caller goes on while those are given. Without a caller
+    /// they come before the operation, as any hint of `before` does.
     pub(crate) fn run_then<T>(
-        &mut self,
-        index: u64,
-        op: &Op,
-        policy: &mut dyn Policy,
-        backend: &mut dyn MemoryBackend,
-        execute: impl FnOnce(&mut dyn MemoryBackend) -> Result<T>,
-        issued: impl FnOnce(),
-    ) -> Result<T> {
-        self.run_hooks(index, op, policy, backend, execute, Some(issued))
-    }
-
-    fn run_hooks<T>(
         &mut self,
         index: u64,
         op: &Op,
@@ -301,7 +289,7 @@ mod tests {
         // Awaited: the caller hears of the kernel first, then the prefetch is issued.
         let (kernel, prefetch, issued) = order(|p, op, policy, b| {
             let mut told = false;
-            p.run_then(0, op, policy, b, launch(op), || told = true).unwrap();
+            p.run_then(0, op, policy, b, launch(op), Some(|| told = true)).unwrap();
             told
         });
         assert!(issued, "the caller was told");

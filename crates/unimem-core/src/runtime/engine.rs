@@ -521,7 +521,7 @@ impl Worker {
         host_ns: Option<u64>,
         execute: impl FnOnce(&mut dyn MemoryBackend) -> Result<T>,
     ) -> Result<T> {
-        let out = self.run_op(op, execute)?;
+        let out = self.run_op(op, execute, None::<fn()>)?;
         self.record(op, host_ns);
         Ok(out)
     }
@@ -538,11 +538,17 @@ impl Worker {
         Some(issued.saturating_duration_since(previous).as_nanos() as u64)
     }
 
-    /// Runs one operation between the policy's `before` and `after`, with the next index.
-    fn run_op<T>(&mut self, op: &Op, execute: impl FnOnce(&mut dyn MemoryBackend) -> Result<T>) -> Result<T> {
+    /// Runs one operation between the policy's `before` and `after`, with the next index;
+    /// `issued`, if given, is told once it is issued ([`Protocol::run_then`]).
+    fn run_op<T>(
+        &mut self,
+        op: &Op,
+        execute: impl FnOnce(&mut dyn MemoryBackend) -> Result<T>,
+        issued: Option<impl FnOnce()>,
+    ) -> Result<T> {
         let index = self.index;
         self.index += 1;
-        self.protocol.run(index, op, self.policy.as_mut(), self.backend.as_mut(), execute)
+        self.protocol.run_then(index, op, self.policy.as_mut(), self.backend.as_mut(), execute, issued)
     }
 
     /// Records an operation that ran in the trace, if one is recorded.
@@ -566,15 +572,12 @@ impl Worker {
         execute: impl FnOnce(&mut dyn MemoryBackend) -> Result<()>,
         issued: impl FnOnce(),
     ) -> Result<()> {
-        let index = self.index;
-        self.index += 1;
         let mut launched = false;
         let notify = || {
             launched = true;
             issued();
         };
-        let r =
-            self.protocol.run_then(index, op, self.policy.as_mut(), self.backend.as_mut(), execute, notify);
+        let r = self.run_op(op, execute, Some(notify));
         // Once issued the program enqueues the kernel, whatever failed in the policy's work
         // after it (that error comes with the next synchronize).
         if launched {
