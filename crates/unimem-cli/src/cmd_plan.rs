@@ -97,6 +97,7 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
                 pre_existing: &stats.pre_existing,
                 block_share: crate::cmd_replay::block_share(&stats),
                 packed: stats.peak_live_packed_bytes,
+                slab: stats.slab_bytes,
             };
             let report = replay_one(&open, sizes, policy, &config, false, None, 0)?;
             Ok(CurvePoint {

@@ -67,6 +67,9 @@ pub struct Sizes<'a> {
     pub block_share: f64,
     /// The trace's peak live bytes in regions under 2 MiB as the device arena packs them.
     pub packed: u64,
+    /// The device arena's chunks for those regions, which stay on the device: with `memory =
+    /// "device"`, policies plan for the rest.
+    pub slab: u64,
 }
 
 /// A trace's peak live bytes over the device arena's bytes for them (1 for an empty trace).
@@ -78,9 +81,10 @@ pub fn block_share(stats: &TraceStats) -> f64 {
 }
 
 impl Sizes<'_> {
-    /// The capacity a policy plans for on a device of `capacity` bytes.
+    /// The capacity a policy plans for on a device arena of `capacity` bytes: what the slab
+    /// leaves, in the share of whole blocks the data fills.
     pub fn planning(&self, capacity: u64) -> u64 {
-        (capacity as f64 * self.block_share) as u64
+        (capacity.saturating_sub(self.slab) as f64 * self.block_share) as u64
     }
 }
 
@@ -112,6 +116,7 @@ impl<'a> Sizes<'a> {
             pre_existing: &stats.pre_existing,
             block_share: block_share(stats),
             packed: stats.peak_live_packed_bytes,
+            slab: stats.slab_bytes,
         };
         (sizes, warning)
     }
@@ -358,7 +363,7 @@ mod tests {
     use super::*;
 
     /// A policy over the device arena plans for the share of the budget its data takes in
-    /// whole blocks; an empty trace plans for all of it.
+    /// whole blocks, less the slab's chunks; an empty trace plans for all of it.
     #[test]
     fn the_arena_s_planning_share_is_bytes_over_blocks() {
         let stats = TraceStats {
@@ -369,6 +374,9 @@ mod tests {
         assert_eq!(block_share(&stats), 0.75);
         let (sizes, _) = Sizes::of(Budget::Bytes(4 << 20), &stats);
         assert_eq!(sizes.planning(4 << 20), 3 << 20);
+        let with_slab = TraceStats { slab_bytes: 2 << 20, ..stats };
+        let (sizes, _) = Sizes::of(Budget::Bytes(6 << 20), &with_slab);
+        assert_eq!(sizes.planning(6 << 20), 3 << 20, "the slab's chunk, then three quarters of the rest");
         assert_eq!(block_share(&TraceStats::default()), 1.0);
     }
 }

@@ -69,6 +69,7 @@ pub fn run(cmd: &Command) -> Result<()> {
                 // it packs and keeps on the device (`memory = "auto"` weighs them).
                 ("peak live (arena blocks)", Bytes(s.peak_live_block_bytes).to_string()),
                 ("peak live under 2 MiB (packed)", Bytes(s.peak_live_packed_bytes).to_string()),
+                ("device arena's chunks for them", Bytes(s.slab_bytes).to_string()),
                 ("kernels", s.kernels.to_string()),
                 ("host events", s.host_events.to_string()),
                 ("steps", s.steps.to_string()),

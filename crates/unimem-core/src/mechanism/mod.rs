@@ -4,3 +4,4 @@
 pub(crate) mod budget;
 pub(crate) mod pace;
 pub(crate) mod pool;
+pub(crate) mod slab;

@@ -6,24 +6,25 @@ use serde::Serialize;
 
 use super::{TraceEvent, TraceReader};
 use crate::error::{Error, Result};
+use crate::mechanism::slab::{packs, slot_bytes, SlabDemand};
 use crate::seam::{page_round, BLOCK_SIZE, PAGE_SIZE};
 
 /// The device arena's bytes for a region of `bytes`: whole 2 MiB blocks, or under 2 MiB the
 /// power of two (512 bytes up) it is packed in.
 fn block_round(bytes: u64) -> u64 {
-    if bytes >= BLOCK_SIZE {
-        bytes.div_ceil(BLOCK_SIZE) * BLOCK_SIZE
+    if packs(bytes) {
+        slot_bytes(bytes)
     } else {
-        bytes.max(512).next_power_of_two()
+        bytes.div_ceil(BLOCK_SIZE) * BLOCK_SIZE
     }
 }
 
 /// A region's bytes in the arena's packed slots: 0 for one of whole blocks.
 fn packed_round(bytes: u64) -> u64 {
-    if bytes >= BLOCK_SIZE {
-        0
+    if packs(bytes) {
+        slot_bytes(bytes)
     } else {
-        block_round(bytes)
+        0
     }
 }
 
@@ -67,6 +68,10 @@ pub struct TraceStats {
     /// Most bytes live at once in regions under 2 MiB, as the device arena packs them (the
     /// power of two that holds each): the arena keeps them on the device.
     pub peak_live_packed_bytes: u64,
+    /// The device arena's chunks for the regions under 2 MiB: for each size class, the most of
+    /// them live at once in whole 2 MiB chunks, which stay on the device from their first use
+    /// (`mechanism::slab`).
+    pub slab_bytes: u64,
     /// Kernel launches.
     pub kernels: u64,
     /// Host events.
@@ -140,6 +145,7 @@ impl TraceStats {
     pub fn compute_with(mut reader: TraceReader, mut each: impl FnMut(&TraceEvent)) -> Result<Self> {
         let mut s = TraceStats::default();
         let (mut live, mut live_pages, mut live_blocks, mut live_packed) = (0u64, 0u64, 0u64, 0u64);
+        let mut slab = SlabDemand::default();
         // Live regions only (size, touched yet?): memory stays bounded by what is live.
         let mut regions: HashMap<u64, (u64, bool)> = HashMap::default();
         let mut accessed_region_bytes = 0u64;
@@ -165,6 +171,7 @@ impl TraceStats {
                     s.peak_live_block_bytes = s.peak_live_block_bytes.max(live_blocks);
                     live_packed += packed_round(*bytes);
                     s.peak_live_packed_bytes = s.peak_live_packed_bytes.max(live_packed);
+                    slab.alloc(*bytes);
                     regions.insert(*id, (*bytes, false));
                 }
                 TraceEvent::Free { id } => {
@@ -173,6 +180,9 @@ impl TraceStats {
                     live_pages -= page_round(bytes);
                     live_blocks -= block_round(bytes);
                     live_packed -= packed_round(bytes);
+                    if bytes > 0 {
+                        slab.free(bytes);
+                    }
                 }
                 TraceEvent::Kernel { name, dur_ns, host_ns, acc } => {
                     s.kernels += 1;
@@ -219,6 +229,7 @@ impl TraceStats {
         let accessed: u64 = s.bytes_read.max(s.bytes_written);
         s.reuse_factor =
             if accessed_region_bytes == 0 { 0.0 } else { accessed as f64 / accessed_region_bytes as f64 };
+        s.slab_bytes = slab.bytes();
         Ok(s)
     }
 }
@@ -245,6 +256,7 @@ mod tests {
         let s = TraceStats::compute(TraceReader::from_bytes("mem", bytes).unwrap()).unwrap();
         assert_eq!(s.peak_live_block_bytes, (4 << 20) + 131_072);
         assert_eq!(s.peak_live_packed_bytes, 131_072 + (1 << 20));
+        assert_eq!(s.slab_bytes, 2 * BLOCK_SIZE, "a chunk for each class");
         assert_eq!(s.peak_live_page_bytes, (3 << 20) + 102_400);
     }
 }

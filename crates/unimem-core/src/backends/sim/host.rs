@@ -18,6 +18,9 @@ impl SimBackend {
             for a in accesses {
                 let id = a.region;
                 let r = &this.regions[&id];
+                if r.packed.is_some() {
+                    continue; // read and written where it is, on the device
+                }
                 let (s, e) = r.page_range(a.offset, a.len);
                 cost = this.restore_to_host(id, s, e, t + cost) - t;
                 if a.mode.writes() {
@@ -58,6 +61,9 @@ impl SimBackend {
 
     pub(super) fn preload(&mut self, range: ByteRange) -> Result<()> {
         let (s, e) = self.checked(range.region, range.offset, range.len)?;
+        if self.regions[&range.region].packed.is_some() {
+            return Ok(()); // its bytes stay on the device
+        }
         self.drop_staged(range.region, s, e);
         let r = self.region_mut(range.region)?;
         let mut dev_pages = Vec::new();
@@ -77,6 +83,10 @@ impl SimBackend {
     pub(super) fn host_read(&mut self, id: RegionId, offset: u64, buf: &mut [u8]) -> Result<()> {
         let acc = [RangeAccess { region: id, offset, len: buf.len() as u64, mode: crate::AccessMode::Read }];
         self.touch_host(&acc)?;
+        if self.region(id)?.packed.is_some() {
+            // Read where they are: a packed region's bytes stay on the device.
+            return self.view_bytes(id, offset, buf);
+        }
         self.region(id)?.host_data.read(offset, buf);
         Ok(())
     }
@@ -85,6 +95,9 @@ impl SimBackend {
         let acc =
             [RangeAccess { region: id, offset, len: data.len() as u64, mode: crate::AccessMode::Write }];
         self.touch_host(&acc)?;
+        if self.region(id)?.packed.is_some() {
+            return self.store_bytes(id, offset, data);
+        }
         self.region_mut(id)?.host_data.write(offset, data);
         Ok(())
     }

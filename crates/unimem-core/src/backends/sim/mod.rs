@@ -52,6 +52,7 @@ use store::PageStore;
 
 use crate::mechanism::budget::{BlockId, DeviceBudget, Victims};
 use crate::mechanism::pool::{Owner, Pooled};
+use crate::mechanism::slab::{packs, Slab, Slot};
 
 use crate::access::{Accessor, RangeAccess};
 use crate::error::{Error, Result};
@@ -126,6 +127,10 @@ pub struct SimBackend {
     /// as the managed backends' software budget counts it.
     room_after_copies: bool,
     freeing: Vec<(u64, u64)>,
+    /// Regions under 2 MiB are packed in the slab's chunks and stay on the device, as in the
+    /// device arena ([`SimBackend::with_small_regions_packed`]).
+    pack_small: bool,
+    slab: Slab,
     /// Room for a program's outputs is made by staged evictions
     /// ([`SimBackend::with_staged_room`]).
     staged_room: bool,
@@ -181,6 +186,8 @@ impl SimBackend {
             relocate: false,
             room_after_copies: false,
             freeing: Vec::new(),
+            pack_small: false,
+            slab: Slab::default(),
             staged_room: false,
             stats: BackendStats::default(),
             events: Recorder::default(),
@@ -233,6 +240,26 @@ impl SimBackend {
     pub fn with_room_after_copies(mut self, on: bool) -> Self {
         self.room_after_copies = on;
         self
+    }
+
+    /// The same simulator, with regions under 2 MiB packed into shared 2 MiB chunks by
+    /// power-of-two slots, as the device arena (`memory = "device"`) packs them: they stay on
+    /// the device (prefetches, evictions, stage-outs and discards leave them, and the emulated
+    /// driver never takes them), zeroed at their allocation, and each chunk counts against the capacity
+    /// whole from the first region that needs it on (`mechanism::slab`).
+    pub fn with_small_regions_packed(mut self, on: bool) -> Self {
+        self.pack_small = on;
+        self
+    }
+
+    /// `ranges` without those of packed regions, which stay on the device (ranges of unknown
+    /// regions stay, for the caller's check to refuse).
+    fn unpacked<'a>(&self, ranges: &'a [ByteRange]) -> std::borrow::Cow<'a, [ByteRange]> {
+        let packed = |r: &ByteRange| self.regions.get(&r.region).is_some_and(|x| x.packed.is_some());
+        if self.slab.chunks() == 0 || !ranges.iter().any(packed) {
+            return std::borrow::Cow::Borrowed(ranges);
+        }
+        std::borrow::Cow::Owned(ranges.iter().copied().filter(|r| !packed(r)).collect())
     }
 
     /// The same simulator, making the room for a program's outputs by staged evictions where
@@ -363,18 +390,21 @@ impl MemoryBackend for SimBackend {
 
     fn migrate(&mut self, ranges: &[ByteRange], to: Destination) -> Result<()> {
         match to {
-            Destination::Device(DeviceId(0)) => self.prefetch_ranges(ranges, Location::DEVICE),
+            // Nothing to bring, and nothing for its kernels to wait for.
+            Destination::Device(DeviceId(0)) => {
+                self.prefetch_ranges(&self.unpacked(ranges), Location::DEVICE)
+            }
             Destination::Device(other) => Err(Error::InvalidArgument(format!(
                 "the simulator has one device, device 0; asked for device {}",
                 other.0
             ))),
-            Destination::Host => self.prefetch_ranges(ranges, Location::Host),
-            Destination::HostStaged => self.stage_ranges(ranges),
+            Destination::Host => self.prefetch_ranges(&self.unpacked(ranges), Location::Host),
+            Destination::HostStaged => self.stage_ranges(&self.unpacked(ranges)),
         }
     }
 
     fn discard(&mut self, ranges: &[ByteRange]) -> Result<()> {
-        self.discard_ranges(ranges)
+        self.discard_ranges(&self.unpacked(ranges))
     }
 
     fn launch(&mut self, kernel: &KernelLaunch<'_>) -> Result<()> {

@@ -4,6 +4,7 @@
 use super::pages::PageSet;
 use super::store::PageStore;
 use crate::mechanism::pool::Buffer;
+use crate::mechanism::slab::Slot;
 use crate::seam::{BLOCK_SIZE, PAGE_SIZE};
 
 pub(super) const PAGES_PER_BLOCK: usize = (BLOCK_SIZE / PAGE_SIZE) as usize;
@@ -64,6 +65,9 @@ pub(super) struct SimRegion {
     /// over a pooled buffer (a relocation, see [`SimBackend::relocate`]) and no restore has
     /// used them yet.
     pub(super) spare: Vec<bool>,
+    /// Its slot, for a region packed in the slab: it stays on the device
+    /// ([`SimBackend::with_small_regions_packed`]).
+    pub(super) packed: Option<Slot>,
 }
 
 impl SimRegion {

@@ -96,7 +96,7 @@ impl SimBackend {
 
     /// Re-stamps blocks that just received device pages (least-recently-migrated order).
     pub(super) fn restamp(&mut self, id: RegionId, blocks: std::ops::Range<usize>) {
-        let Some(r) = self.regions.get_mut(&id) else {
+        let Some(r) = self.regions.get_mut(&id).filter(|r| r.packed.is_none()) else {
             return;
         };
         for b in blocks {
@@ -142,7 +142,11 @@ impl SimBackend {
     }
 
     /// Makes pages `s..e` host-valid and drops them from the device. Pages with no copy stay so.
+    /// A packed region's stay on the device.
     pub(super) fn move_to_host(&mut self, id: RegionId, s: usize, e: usize) -> Moved {
+        if self.regions[&id].packed.is_some() {
+            return Moved::default();
+        }
         self.forget_kept(id, s, e);
         let r = self.regions.get_mut(&id).expect("checked by caller");
         let dup = r.on_device.count_and(&r.on_host, s, e);
@@ -242,7 +246,22 @@ impl SimBackend {
                 kept: PageSet::new(pages),
                 kept_data: PageStore::default(),
                 spare: vec![false; pages.div_ceil(PAGES_PER_BLOCK)],
+                packed: None,
             };
+            if this.pack_small && packs(bytes) {
+                // A zeroed slot on the device, once the room for its chunk is there.
+                let (slot, ready_ns) = this.slab_take(bytes);
+                region.addr = slot.addr;
+                region.packed = Some(slot);
+                region.on_device.insert(0, pages);
+                region.blocks[0].ready_ns = ready_ns;
+                this.regions.insert(id, region);
+                // Its bytes are data; the rest of its chunk is held, not data.
+                this.budget.remove_spare(bytes);
+                this.budget.add_data(bytes);
+                this.emit(|| MemEvent::Populate { region: id, offset: 0, bytes, on: Location::DEVICE });
+                return Ok(slot.addr);
+            }
             // A pooled buffer's pages on the device are already mapped (zeroed for the user).
             let mut pooled = Vec::new();
             match this.budget.pool_mut().take(bytes) {
@@ -274,6 +293,20 @@ impl SimBackend {
         })
     }
 
+    /// A slot for a packed region of `bytes`, and when it is there: a free one, or one of a
+    /// chunk carved once the room for it is made (the chunk stays the slab's).
+    fn slab_take(&mut self, bytes: u64) -> (Slot, u64) {
+        if let Some(slot) = self.slab.take(bytes) {
+            return (slot, self.host_now);
+        }
+        let ready_ns = self.make_room(BLOCK_SIZE, &HashSet::default(), self.host_now);
+        self.budget.add_spare(BLOCK_SIZE);
+        self.budget.note_held();
+        let base = self.next_addr;
+        self.next_addr += BLOCK_SIZE;
+        (self.slab.carve(bytes, base), ready_ns)
+    }
+
     /// The address of a new buffer of `bytes` (the pool had none), its allocation on the host's
     /// clock.
     pub(super) fn new_buffer(&mut self, bytes: u64) -> u64 {
@@ -287,6 +320,13 @@ impl SimBackend {
     pub(super) fn free_region(&mut self, id: RegionId) -> Result<()> {
         let r = self.regions.remove(&id).ok_or(Error::UnknownRegion(id))?;
         self.allocated_bytes -= r.bytes;
+        if let Some(slot) = r.packed {
+            // Its chunk stays held; the slot serves the next region of its class.
+            self.budget.remove_data(r.bytes);
+            self.budget.add_spare(r.bytes);
+            self.slab.put(slot);
+            return Ok(());
+        }
         self.staged_bytes -= r.staged.count(0, r.pages) as u64 * PAGE_SIZE;
         self.kept_bytes -= r.kept.count(0, r.pages) as u64 * PAGE_SIZE;
         // The runtime pools managed memory: a free does not synchronise the device, and the

@@ -56,6 +56,7 @@ use super::{cuda_err, CudaDevice, Kernels, TouchMode};
 use crate::error::{Error, Result};
 use crate::mechanism::budget::{BlockId, DeviceBudget};
 use crate::mechanism::pool::Buffer;
+use crate::mechanism::slab::{packs, slot_bytes, Slab, Slot};
 use crate::region::RegionId;
 use crate::seam::{
     Advice, BackendInfo, BackendKind, BackendStats, ByteRange, Destination, DeviceId, HostAccess, HostOp,
@@ -105,8 +106,8 @@ struct VRegion {
     /// The reserved range of its blocks (`Store::Mapped`); `None` for a region packed in the
     /// slab and in the arena.
     va: Option<Reserved>,
-    /// A region under 2 MiB: its slot in the slab (size class, address). It has no blocks.
-    packed: Option<(usize, u64)>,
+    /// A region under 2 MiB: its slot in the slab. It has no blocks.
+    packed: Option<Slot>,
     bytes: u64,
     blocks: Vec<VBlock>,
     /// The last copy in; the next kernel using the region waits for it.
@@ -164,21 +165,16 @@ struct Releasing {
     after: Vec<Arc<CudaEvent>>,
 }
 
-/// Regions under 2 MiB, packed into device chunks by power-of-two size classes (512 bytes
-/// up): a chunk per region would put 513 regions of 7 MB in all at 1.07 GB on the
-/// transformer's trace. They stay on the device, counted in whole chunks.
+/// Regions under 2 MiB, packed into device chunks (`mechanism::slab`).
 #[derive(Debug, Default)]
-struct Slab {
+struct Packed {
     /// Each chunk, and the range it is mapped at (`Store::Mapped`).
     chunks: Vec<(DevChunk, Option<Reserved>)>,
-    free: Vec<Vec<u64>>,
+    slots: Slab,
 }
 
 /// Where the arena's region handles start: above every address a process has.
 const ARENA_HANDLES: u64 = 1 << 63;
-
-/// The smallest slot in the slab.
-const MIN_SLOT: u64 = 512;
 
 /// The budget's pool is not used here (free chunks are its spare pages).
 #[derive(Debug)]
@@ -263,7 +259,7 @@ pub struct BlockBackend {
     h2d: Lanes,
     d2h: Lanes,
     regions: FxHashMap<RegionId, VRegion>,
-    slab: Slab,
+    slab: Packed,
     budget: DeviceBudget<NoBuffer, ()>,
     free_chunks: Vec<DevChunk>,
     host_free: Vec<HostChunk>,
@@ -374,7 +370,7 @@ impl BlockBackend {
             h2d,
             d2h,
             regions: FxHashMap::default(),
-            slab: Slab::default(),
+            slab: Packed::default(),
             budget: DeviceBudget::new(capacity),
             free_chunks: Vec::new(),
             host_free: Vec::new(),
@@ -455,18 +451,18 @@ impl BlockBackend {
     fn alloc_region(&mut self, id: RegionId, bytes: u64) -> Result<u64> {
         crate::seam::check_new_region(id, bytes, self.regions.contains_key(&id))?;
         self.timed(HostOp::Allocate, |this| {
-            if bytes < BLOCK_SIZE {
-                let (class, addr) = this.slab_take(bytes)?;
+            if packs(bytes) {
+                let slot = this.slab_take(bytes)?;
                 let r = VRegion {
-                    base: addr,
+                    base: slot.addr,
                     va: None,
-                    packed: Some((class, addr)),
+                    packed: Some(slot),
                     bytes,
                     blocks: Vec::new(),
                     ready: None,
                 };
                 this.regions.insert(id, r);
-                return Ok(addr);
+                return Ok(slot.addr);
             }
             let n = bytes.div_ceil(BLOCK_SIZE);
             let (va, base) = if this.store.is_mapped() {
@@ -486,51 +482,55 @@ impl BlockBackend {
 
     /// A zeroed slot of the slab for `bytes` (under 2 MiB): its size class and address. The
     /// zeroing runs on `compute`, after the kernels of the slot's last region.
-    fn slab_take(&mut self, bytes: u64) -> Result<(usize, u64)> {
-        let size = bytes.max(MIN_SLOT).next_power_of_two();
-        let class = (size / MIN_SLOT).trailing_zeros() as usize;
-        if self.slab.free.len() <= class {
-            self.slab.free.resize_with(class + 1, Vec::new);
-        }
-        if self.slab.free[class].is_empty() {
-            // Room for the chunk first, as for a block's: a lent chunk is zeroed once the work
-            // holding it is done (`compute` waits for it).
-            let chunk = match self.make_room(1, &Default::default(), blocks::Site::Kernel)?.pop() {
-                Some(credit) => {
-                    for e in credit.after.iter().filter(|e| !e.is_complete()) {
-                        self.compute.wait(e).map_err(cuda_err("cuStreamWaitEvent", "a slab chunk"))?;
+    fn slab_take(&mut self, bytes: u64) -> Result<Slot> {
+        let slot = match self.slab.slots.take(bytes) {
+            Some(slot) => slot,
+            None => {
+                // Room for the chunk first, as for a block's: a lent chunk is zeroed once the work
+                // holding it is done (`compute` waits for it).
+                let chunk = match self.make_room(1, &Default::default(), blocks::Site::Kernel)?.pop() {
+                    Some(credit) => {
+                        for e in credit.after.iter().filter(|e| !e.is_complete()) {
+                            self.compute.wait(e).map_err(cuda_err("cuStreamWaitEvent", "a slab chunk"))?;
+                        }
+                        credit.chunk
                     }
-                    credit.chunk
-                }
-                None => self.take_chunk()?,
-            };
-            let (base, va) = match &chunk {
-                DevChunk::Slot(addr) => (*addr, None),
-                DevChunk::Mapped(phys) => {
-                    let va = Reserved::new(BLOCK_SIZE)?;
-                    va.map(0, BLOCK_SIZE, phys, 0)?;
-                    va.grant(0, BLOCK_SIZE, self.device)?;
-                    (va.va(), Some(va))
-                }
-            };
-            self.slab.free[class].extend((0..BLOCK_SIZE / size).rev().map(|i| base + i * size));
-            self.slab.chunks.push((chunk, va));
-            self.budget.add_data(BLOCK_SIZE);
-            self.budget.note_held();
-        }
-        let addr = self.slab.free[class].pop().expect("carved above");
+                    None => self.take_chunk()?,
+                };
+                let (base, va) = match &chunk {
+                    DevChunk::Slot(addr) => (*addr, None),
+                    DevChunk::Mapped(phys) => {
+                        let va = Reserved::new(BLOCK_SIZE)?;
+                        va.map(0, BLOCK_SIZE, phys, 0)?;
+                        va.grant(0, BLOCK_SIZE, self.device)?;
+                        (va.va(), Some(va))
+                    }
+                };
+                self.slab.chunks.push((chunk, va));
+                self.budget.add_data(BLOCK_SIZE);
+                self.budget.note_held();
+                self.slab.slots.carve(bytes, base)
+            }
+        };
         // SAFETY: the slot is mapped for the device; the stream orders it after earlier kernels.
-        unsafe { cudarc::driver::sys::cuMemsetD8Async(addr, 0, size as usize, self.compute.cu_stream()) }
-            .result()
-            .map_err(cuda_err("cuMemsetD8Async", "a packed region"))?;
-        Ok((class, addr))
+        unsafe {
+            cudarc::driver::sys::cuMemsetD8Async(
+                slot.addr,
+                0,
+                slot_bytes(bytes) as usize,
+                self.compute.cu_stream(),
+            )
+        }
+        .result()
+        .map_err(cuda_err("cuMemsetD8Async", "a packed region"))?;
+        Ok(slot)
     }
 
     fn free_region(&mut self, id: RegionId) -> Result<()> {
         let mut r = self.regions.remove(&id).ok_or(Error::UnknownRegion(id))?;
-        if let Some((class, addr)) = r.packed {
+        if let Some(slot) = r.packed {
             // Its next region is zeroed on `compute`, after this one's kernels.
-            self.slab.free[class].push(addr);
+            self.slab.slots.put(slot);
             return Ok(());
         }
         for (b, blk) in r.blocks.iter_mut().enumerate() {

@@ -557,4 +557,5 @@ proptest! {
     }
 }
 
+mod packed;
 mod staged;
