@@ -67,8 +67,7 @@ pub struct Sizes<'a> {
     pub block_share: f64,
     /// The trace's peak live bytes in regions under 2 MiB as the device arena packs them.
     pub packed: u64,
-    /// The device arena's chunks for those regions, which stay on the device: with `memory =
-    /// "device"`, policies plan for the rest.
+    /// The device arena's chunks for those regions, which stay on the device.
     pub slab: u64,
 }
 
@@ -81,10 +80,13 @@ pub fn block_share(stats: &TraceStats) -> f64 {
 }
 
 impl Sizes<'_> {
-    /// The capacity a policy plans for on a device arena of `capacity` bytes: what the slab
-    /// leaves, in the share of whole blocks the data fills.
+    /// The capacity a policy plans for on a device arena of `capacity` bytes, in the share of
+    /// whole blocks the data fills, less the room of the slab's chunks its regions do not fill
+    /// at their peak: the policy counts the small regions' own bytes as any data's, but not
+    /// the rest of their chunks, which stay on the device.
     pub fn planning(&self, capacity: u64) -> u64 {
-        (capacity.saturating_sub(self.slab) as f64 * self.block_share) as u64
+        let slack = self.slab.saturating_sub(self.packed);
+        (capacity.saturating_sub(slack) as f64 * self.block_share) as u64
     }
 }
 
@@ -363,7 +365,8 @@ mod tests {
     use super::*;
 
     /// A policy over the device arena plans for the share of the budget its data takes in
-    /// whole blocks, less the slab's chunks; an empty trace plans for all of it.
+    /// whole blocks, less the slab's room its regions do not fill; an empty trace plans for all
+    /// of it.
     #[test]
     fn the_arena_s_planning_share_is_bytes_over_blocks() {
         let stats = TraceStats {
@@ -374,9 +377,13 @@ mod tests {
         assert_eq!(block_share(&stats), 0.75);
         let (sizes, _) = Sizes::of(Budget::Bytes(4 << 20), &stats);
         assert_eq!(sizes.planning(4 << 20), 3 << 20);
-        let with_slab = TraceStats { slab_bytes: 2 << 20, ..stats };
-        let (sizes, _) = Sizes::of(Budget::Bytes(6 << 20), &with_slab);
-        assert_eq!(sizes.planning(6 << 20), 3 << 20, "the slab's chunk, then three quarters of the rest");
+        let with_slab = TraceStats { slab_bytes: 2 << 20, peak_live_packed_bytes: 1 << 20, ..stats };
+        let (sizes, _) = Sizes::of(Budget::Bytes(5 << 20), &with_slab);
+        assert_eq!(
+            sizes.planning(5 << 20),
+            3 << 20,
+            "the chunk's unfilled half, then three quarters of the rest"
+        );
         assert_eq!(block_share(&TraceStats::default()), 1.0);
     }
 }
