@@ -56,7 +56,7 @@ def enable(budget="50%", policy="advisor", config=None, record=None, backend="cu
         if declare:
             from ._declare import Declarations
 
-            declarations = Declarations(native)
+            declarations = Declarations(native, budget=native.stats()["budget_bytes"])
             declarations.__enter__()
         _state = _State(native, declarations)
         atexit.register(_at_exit)
@@ -88,6 +88,7 @@ def stats():
     out = s.native.stats()
     d = s.declarations
     out["mode_ops"] = d.ops if d else 0
+    out["mode_split_ops"] = d.split_ops if d else 0
     out["mode_host_ns"] = (d.host_ns / d.ops) if d and d.ops else 0.0
     return out
 
