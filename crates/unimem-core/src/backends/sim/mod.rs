@@ -245,8 +245,8 @@ impl SimBackend {
     /// The same simulator, with regions under 2 MiB packed into shared 2 MiB chunks by
     /// power-of-two slots, as the device arena (`memory = "device"`) packs them: they stay on
     /// the device (prefetches, evictions, stage-outs and discards leave them, and the emulated
-    /// driver never takes them), zeroed at their allocation, and each chunk counts against the capacity
-    /// whole from the first region that needs it on (`mechanism::slab`).
+    /// driver never takes them), zeroed at their allocation, and each chunk counts against
+    /// the capacity whole from the first region that needs it on (`mechanism::slab`).
     pub fn with_small_regions_packed(mut self, on: bool) -> Self {
         self.pack_small = on;
         self
