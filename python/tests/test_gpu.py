@@ -5,21 +5,12 @@ is a process of its own, since PyTorch chooses its allocator once per process.
     python3 -m unittest python/tests/test_gpu.py -v
 """
 
-import json
 import os
-import subprocess
 import sys
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-
-try:
-    import torch
-
-    HAVE_GPU = torch.cuda.is_available()
-except ImportError:
-    HAVE_GPU = False
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _gpu import HAVE_GPU, run_program  # noqa: E402
 
 # A small convolutional network trained on fixed data; prints one JSON line.
 PROGRAM = r"""
@@ -64,9 +55,7 @@ print(json.dumps(out))
 
 
 def run(mode, budget="100%", steps=20):
-    code = PROGRAM % {"root": ROOT}
-    out = subprocess.run([sys.executable, "-c", code, mode, budget, str(steps)], stdout=subprocess.PIPE, check=True, text=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_program(PROGRAM, [mode, budget, steps])
 
 
 @unittest.skipUnless(HAVE_GPU, "needs PyTorch with a CUDA device")

@@ -13,19 +13,11 @@ compute the same numbers.
 
 import json
 import os
-import subprocess
 import sys
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-
-try:
-    import torch
-
-    HAVE_GPU = torch.cuda.is_available()
-except ImportError:
-    HAVE_GPU = False
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _gpu import HAVE_GPU, run_program  # noqa: E402
 
 # One training run of the family named by argv[1]; prints one JSON line.
 PROGRAM = r"""
@@ -145,12 +137,8 @@ FAMILIES = ("vit", "unet3d", "lstm", "embedding_bag")
 
 
 def run(family, mode, budget="100%", steps=6):
-    code = PROGRAM % {"root": ROOT}
     env = dict(os.environ, CUBLAS_WORKSPACE_CONFIG=":4096:8")
-    out = subprocess.run(
-        [sys.executable, "-c", code, family, mode, budget, str(steps)], stdout=subprocess.PIPE, check=True, text=True, env=env
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_program(PROGRAM, [family, mode, budget, steps], env=env)
 
 
 @unittest.skipUnless(HAVE_GPU, "needs PyTorch with a CUDA device")
