@@ -13,7 +13,8 @@ use crate::error::Result;
 use crate::op::Op;
 use crate::policy::{Hints, Policy};
 use crate::region::RegionId;
-use crate::seam::{MemEvent, MemoryBackend, MemoryBackendExt};
+use crate::seam::{ByteRange, MemEvent, MemoryBackend, MemoryBackendExt};
+use crate::RangeAccess;
 
 /// Kernels between two looks at the sink's late events (and at a step boundary): CUPTI's
 /// forced flush costs the host, and the policy learns an access for the next step anyway.
@@ -162,7 +163,8 @@ impl Protocol {
     /// is called as soon as the operation is issued (`execute` succeeded), before the policy's
     /// hints for later operations ([`Hints::prefetch_ahead`] and the other `*_ahead` hints)
     /// and its `after`, so that the caller goes on while those are given. Without a caller
-    /// they come before the operation, as any hint of `before` does.
+    /// they come before the operation, as any hint of `before` does. A kernel whose data is
+    /// all in place ([`in_place`]) runs before the policy's `before`, with or without a caller.
     pub(crate) fn run_then<T>(
         &mut self,
         index: u64,
@@ -176,6 +178,11 @@ impl Protocol {
             Op::Kernel { .. } => self.since_late += 1,
             Op::Step { .. } => self.since_late = LATE_EVERY,
             _ => {}
+        }
+        if let Op::Kernel { accesses, .. } = op {
+            if in_place(accesses, backend)? {
+                return self.run_in_place(index, op, policy, backend, execute, issued);
+            }
         }
         let t0 = Instant::now();
         let ahead = {
@@ -221,13 +228,72 @@ impl Protocol {
         self.observed.clear();
         Ok(out)
     }
+
+    /// [`Protocol::run_then`] for a kernel whose data is all in place: it needs nothing of
+    /// the policy's `before`, so it runs (and its caller goes on) first, and the policy plans
+    /// and gives its hints while the device works on it. Every hint then is one for later
+    /// kernels, issued as it is given.
+    fn run_in_place<T>(
+        &mut self,
+        index: u64,
+        op: &Op,
+        policy: &mut dyn Policy,
+        backend: &mut dyn MemoryBackend,
+        execute: impl FnOnce(&mut dyn MemoryBackend) -> Result<T>,
+        issued: Option<impl FnOnce()>,
+    ) -> Result<T> {
+        if self.feedback || self.keep {
+            // Earlier hints' events are not this kernel's.
+            backend.drain_events(&mut self.events);
+            if !self.keep {
+                self.events.clear();
+            }
+        }
+        let out = execute(backend)?;
+        if let Some(issued) = issued {
+            issued();
+        }
+        if self.feedback {
+            backend.drain_events(&mut self.observed);
+        } else if self.keep {
+            backend.drain_events(&mut self.events);
+        }
+        let t0 = Instant::now();
+        policy.before(index, op, &mut Hints::new(backend))?;
+        if self.feedback {
+            policy.observe(&self.observed);
+        }
+        policy.after(index, op, &mut Hints::new(backend))?;
+        self.policy_done(t0, backend);
+        if self.keep {
+            policy.drain_events(&mut self.events);
+            self.events.append(&mut self.observed);
+            backend.drain_events(&mut self.events);
+        }
+        self.observed.clear();
+        Ok(out)
+    }
+}
+
+/// Whether a kernel's data is all where it runs: every byte it touches on the device, and
+/// none it writes duplicated read-mostly (those duplicates must collapse before it runs).
+/// Data not populated yet is not in place: the room for it is the policy's to make.
+fn in_place(accesses: &[RangeAccess], backend: &dyn MemoryBackend) -> Result<bool> {
+    for a in accesses.iter().filter(|a| a.len > 0) {
+        let r = backend.residency(ByteRange { region: a.region, offset: a.offset, len: a.len })?;
+        let ready = if a.mode.writes() { r.device } else { r.on_device() };
+        if ready < a.len {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::backends::sim::{CostModel, SimBackend};
-    use crate::seam::{ByteRange, KernelLaunch, MemoryBackendExt};
+    use crate::seam::{Advice, ByteRange, DeviceId, KernelLaunch, Location, MemoryBackendExt};
     use crate::{AccessMode, RangeAccess};
 
     const MIB: u64 = 1 << 20;
@@ -294,5 +360,49 @@ mod tests {
         });
         assert!(issued, "the caller was told");
         assert!(kernel < prefetch, "prefetch at {prefetch}, kernel at {kernel}");
+    }
+
+    #[test]
+    fn a_kernel_with_its_data_in_place_runs_before_the_policy_plans() {
+        let (kernel, prefetch, _) = order(|p, op, policy, b| {
+            b.prefetch(
+                &[ByteRange { region: RegionId(1), offset: 0, len: 4 * MIB }],
+                Location::Device(DeviceId(0)),
+            )
+            .unwrap();
+            p.run(0, op, policy, b, launch(op)).unwrap();
+            false
+        });
+        assert!(kernel < prefetch, "prefetch at {prefetch}, kernel at {kernel}");
+    }
+
+    fn access(region: u64, mode: AccessMode) -> RangeAccess {
+        RangeAccess { region: RegionId(region), offset: 0, len: 4 * MIB, mode }
+    }
+
+    #[test]
+    fn data_is_in_place_only_where_all_of_it_is_on_the_device_and_no_write_meets_a_duplicate() {
+        let mut b = SimBackend::new(CostModel::h200(), 64 * MIB);
+        let whole = |id| ByteRange { region: RegionId(id), offset: 0, len: 4 * MIB };
+        for id in 1..=4 {
+            b.allocate(RegionId(id), 4 * MIB).unwrap();
+        }
+        // 1: on the device; 2: on the host; 3: duplicated read-mostly; 4: never touched.
+        b.write(RegionId(1), 0, &vec![1; (4 * MIB) as usize]).unwrap();
+        b.prefetch(&[whole(1)], Location::Device(DeviceId(0))).unwrap();
+        b.write(RegionId(2), 0, &vec![2; (4 * MIB) as usize]).unwrap();
+        b.write(RegionId(3), 0, &vec![3; (4 * MIB) as usize]).unwrap();
+        b.advise(whole(3), Advice::SetReadMostly).unwrap();
+        b.prefetch(&[whole(3)], Location::Device(DeviceId(0))).unwrap();
+        assert_eq!(b.residency(whole(3)).unwrap().duplicated, 4 * MIB);
+
+        let read = |id| access(id, AccessMode::Read);
+        assert!(in_place(&[read(1), read(3)], &b).unwrap());
+        assert!(in_place(&[access(1, AccessMode::ReadWrite)], &b).unwrap());
+        assert!(!in_place(&[read(1), read(2)], &b).unwrap(), "a host byte");
+        assert!(!in_place(&[access(3, AccessMode::Write)], &b).unwrap(), "a write to duplicates");
+        assert!(!in_place(&[access(4, AccessMode::Write)], &b).unwrap(), "an output to make room for");
+        // An empty access needs nothing.
+        assert!(in_place(&[RangeAccess { len: 0, ..read(2) }], &b).unwrap());
     }
 }
