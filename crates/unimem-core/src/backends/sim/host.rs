@@ -169,17 +169,14 @@ impl SimBackend {
     pub(super) fn residency_of(&self, range: ByteRange) -> Result<Residency> {
         let (s, e) = self.checked(range.region, range.offset, range.len)?;
         let r = self.region(range.region)?;
-        let dup = r.on_device.count_and(&r.on_host, s, e) as u64;
-        let dev = r.on_device.count(s, e) as u64 - dup;
-        let host = r.on_host.count(s, e) as u64 - dup;
-        let staged = r.staged.count(s, e) as u64;
-        let none = r.on_device.count_neither(&r.on_host, s, e) as u64 - staged;
+        let t = r.on_device.tally(&r.on_host, &r.staged, s, e);
+        let bytes = |pages: usize| pages as u64 * PAGE_SIZE;
         Ok(Residency {
-            device: dev * PAGE_SIZE,
-            host: host * PAGE_SIZE,
-            duplicated: dup * PAGE_SIZE,
-            unpopulated: none * PAGE_SIZE,
-            staged: staged * PAGE_SIZE,
+            device: bytes(t.device),
+            host: bytes(t.host),
+            duplicated: bytes(t.both),
+            unpopulated: bytes(t.neither - t.staged),
+            staged: bytes(t.staged),
         })
     }
 }
