@@ -70,8 +70,9 @@ pub(crate) struct Protocol {
     since_late: u64,
     /// Events are kept for a sink.
     keep: bool,
-    /// Events kept for the sink, in order: each operation's hints', then its own, then the
-    /// policy's after it. The caller takes them (and clears the vector).
+    /// Events kept for the sink, in order: those of the hints given before each operation, its
+    /// own, then those of the hints given after it (all of them, for a kernel with its data in
+    /// place). The caller takes them (and clears the vector).
     pub(crate) events: Vec<MemEvent>,
     /// The current operation's events, for the policy to learn from.
     observed: Vec<MemEvent>,
@@ -215,18 +216,33 @@ impl Protocol {
         for hint in ahead {
             hint.issue(backend)?;
         }
+        self.learn_and_after(t0, index, op, policy, backend)?;
+        Ok(out)
+    }
+
+    /// The policy's learning from the operation's events and its `after` (host work begun at
+    /// `t0`), then the events kept for the sink in their order.
+    fn learn_and_after(
+        &mut self,
+        t0: Instant,
+        index: u64,
+        op: &Op,
+        policy: &mut dyn Policy,
+        backend: &mut dyn MemoryBackend,
+    ) -> Result<()> {
         if self.feedback {
             policy.observe(&self.observed);
         }
         policy.after(index, op, &mut Hints::new(backend))?;
         self.policy_done(t0, backend);
         if self.keep {
-            policy.drain_events(&mut self.events);
+            // The operation's own events, then the policy's hints given after it.
             self.events.append(&mut self.observed);
+            policy.drain_events(&mut self.events);
             backend.drain_events(&mut self.events);
         }
         self.observed.clear();
-        Ok(out)
+        Ok(())
     }
 
     /// [`Protocol::run_then`] for a kernel whose data is all in place: it needs nothing of
@@ -260,17 +276,7 @@ impl Protocol {
         }
         let t0 = Instant::now();
         policy.before(index, op, &mut Hints::new(backend))?;
-        if self.feedback {
-            policy.observe(&self.observed);
-        }
-        policy.after(index, op, &mut Hints::new(backend))?;
-        self.policy_done(t0, backend);
-        if self.keep {
-            policy.drain_events(&mut self.events);
-            self.events.append(&mut self.observed);
-            backend.drain_events(&mut self.events);
-        }
-        self.observed.clear();
+        self.learn_and_after(t0, index, op, policy, backend)?;
         Ok(out)
     }
 }
