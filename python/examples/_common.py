@@ -120,7 +120,7 @@ def _per_step_ms(before, after, steps):
         total = after[f"{name}_host_ns"] * after[count] - before[f"{name}_host_ns"] * before[count]
         out[name] = round(total / 1e6 / steps, 2)
     out["policy"] = round((after["policy_host_ns"] - before["policy_host_ns"]) / 1e6 / steps, 2)
-    for key, name in (("runtime_host_ns", "runtime"), ("engine_host_ns", "engine")):
+    for key, name in (("runtime_host_ns", "runtime"), ("runtime_move_host_ns", "moves"), ("engine_host_ns", "engine")):
         a, b = after[key], before[key]
         out[name] = {k: round((v - b[k]) / 1e6 / steps, 2) for k, v in a.items()}
     return out

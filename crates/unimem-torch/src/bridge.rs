@@ -78,6 +78,10 @@ pub struct Stats {
     pub foreign_ranges: u64,
     /// The runtime's host time (its engine thread), ns by kind of work.
     pub runtime_host_ns: unimem_core::seam::HostTime,
+    /// Of it, the parts of moving data a GPU backend times apart (evictions' slots, ordering
+    /// and copies, discards, restores' page population and copies, making room), ns; zero on
+    /// the simulator.
+    pub runtime_move_host_ns: unimem_core::seam::MoveHostTime,
     /// The engine thread's time in the policy (planning, learning and its hints' calls,
     /// which `runtime_host_ns` also counts by kind), ns in all.
     pub policy_host_ns: u64,
@@ -254,6 +258,7 @@ impl Bridge {
             free_host_ns: per(&c.free_ns, &c.frees),
             foreign_ranges: c.foreign_ranges.load(Ordering::Relaxed),
             runtime_host_ns: b.host,
+            runtime_move_host_ns: b.move_parts,
             policy_host_ns: s.policy_host_ns,
             engine_host_ns: s.engine_ns,
         })

@@ -514,6 +514,34 @@ pub struct BackendStats {
     pub new_buffers: u64,
     /// Host time the backend's calls held the calling thread.
     pub host: HostTime,
+    /// Of it, the parts of moving data that a GPU backend times apart.
+    pub move_parts: MoveHostTime,
+}
+
+/// Host time inside the calls that move data, by part, ns: which driver calls an eviction or a
+/// restore costs the host (`HostTime` counts each call whole). Measured by the CUDA backend's
+/// managed memory; zero where a backend does not time them apart (the simulator charges each
+/// call whole, from its profile).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct MoveHostTime {
+    /// Issuing the discards of staged evictions whose copies are done.
+    pub discards: u64,
+    /// Making room for data coming in (inside the calls that needed it).
+    pub room: u64,
+    /// Taking staging slots for evictions (pinning more memory where none is free).
+    pub slots: u64,
+    /// Ordering evictions' copies after the kernels that used the data.
+    pub order: u64,
+    /// Swapping regions out whole into pooled buffers.
+    pub swaps: u64,
+    /// Enqueueing evictions' copies out.
+    pub copies_out: u64,
+    /// Populating fresh pages and prefetching host-resident data on the device.
+    pub populate: u64,
+    /// Repopulating the discarded pages of staged data coming back.
+    pub repopulate: u64,
+    /// Enqueueing restores' copies in.
+    pub copies_in: u64,
 }
 
 #[cfg(test)]

@@ -10,7 +10,8 @@ mod recorder;
 use std::fmt;
 
 pub use event::{
-    BackendStats, Direction, HintKind, HostOp, HostTime, MemEvent, MigrationCause, PageWork, RemoteMapCause,
+    BackendStats, Direction, HintKind, HostOp, HostTime, MemEvent, MigrationCause, MoveHostTime, PageWork,
+    RemoteMapCause,
 };
 pub use program::{ProgramStream, ProgramStreams};
 pub use recorder::Recorder;

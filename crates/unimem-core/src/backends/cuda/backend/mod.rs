@@ -219,8 +219,6 @@ struct BackendLog {
     /// Runs of read-mostly blocks whose advice was unset as their region moved to another
     /// buffer.
     advice_dropped: u64,
-    /// Host time spent making room (inside the calls that needed it).
-    make_room_ns: u64,
     /// Allocations served by the pool (`BackendStats::new_buffers` counts the others).
     pool_hits: u64,
     /// Kernels that waited for a prefetch in flight.
@@ -237,36 +235,29 @@ struct BackendLog {
     stage: StageLog,
 }
 
-/// Host time inside stage-outs, by part: which driver calls an eviction costs the host.
+/// Stage-outs that staged or dropped blocks, and the blocks they copied (their host time by
+/// part is in `BackendStats::move_parts`).
 #[derive(Debug, Default)]
 pub(super) struct StageLog {
-    /// Calls that staged or dropped at least one block.
     pub(super) calls: u64,
-    /// Issuing the discards of earlier stage-outs whose copies are done.
-    pub(super) discards_ns: u64,
-    /// Taking slots (pinning more staging memory where the pool is empty).
-    pub(super) slots_ns: u64,
-    /// Ordering the copies after the kernels that used the blocks.
-    pub(super) order_ns: u64,
-    /// Regions swapped out whole into pooled buffers.
-    pub(super) swaps_ns: u64,
-    /// Enqueueing the copies, and the blocks they copied.
-    pub(super) copies_ns: u64,
     pub(super) blocks: u64,
 }
 
 impl StageLog {
-    fn describe(&self) -> String {
+    fn describe(&self, t: &crate::seam::MoveHostTime) -> String {
         let ms = |ns: u64| ns as f64 / 1e6;
         format!(
-            "stage-outs: {} calls, discards issued {:.1} ms, slots {:.1} ms, ordering {:.1} ms, swaps {:.1} ms, copies of {} blocks enqueued in {:.1} ms",
+            "stage-outs: {} calls, slots {:.1} ms, ordering {:.1} ms, swaps {:.1} ms, copies of {} blocks enqueued in {:.1} ms; discards issued {:.1} ms; restores: pages populated {:.1} ms, repopulated {:.1} ms, copies enqueued {:.1} ms",
             self.calls,
-            ms(self.discards_ns),
-            ms(self.slots_ns),
-            ms(self.order_ns),
-            ms(self.swaps_ns),
+            ms(t.slots),
+            ms(t.order),
+            ms(t.swaps),
             self.blocks,
-            ms(self.copies_ns)
+            ms(t.copies_out),
+            ms(t.discards),
+            ms(t.populate),
+            ms(t.repopulate),
+            ms(t.copies_in),
         )
     }
 }
@@ -491,7 +482,7 @@ impl Drop for CudaBackend {
         // Where the host's time went (`log.level = "info"` shows it): hints are synchronous
         // work for the host, and this says which.
         let parts: Vec<String> = (self.stats.host.parts().into_iter())
-            .chain([("of which making room", self.log.make_room_ns)])
+            .chain([("of which making room", self.stats.move_parts.room)])
             .map(|(op, ns)| format!("{op} {:.1} ms", ns as f64 / 1e6))
             .collect();
         tracing::info!(
@@ -521,7 +512,7 @@ impl Drop for CudaBackend {
             self.log.sync.wait_ns as f64 / 1e6,
             self.log.sync.freed,
             self.log.sync.free_ns as f64 / 1e6,
-            self.log.stage.describe(),
+            self.log.stage.describe(&self.stats.move_parts),
         );
     }
 }

@@ -56,7 +56,7 @@ impl CudaBackend {
     ) -> Result<bool> {
         let t0 = Instant::now();
         let out = self.evict_for(need, protect, site);
-        self.log.make_room_ns += t0.elapsed().as_nanos() as u64;
+        self.stats.move_parts.room += t0.elapsed().as_nanos() as u64;
         out
     }
 

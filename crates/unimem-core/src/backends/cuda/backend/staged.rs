@@ -25,7 +25,7 @@ impl CudaBackend {
         let migrate = self.timed(HostOp::StageOut, |this| {
             let t = Instant::now();
             this.issue_discards(false)?;
-            this.log.stage.discards_ns += t.elapsed().as_nanos() as u64;
+            this.stats.move_parts.discards += t.elapsed().as_nanos() as u64;
             let (blocks, _) = this.missing(ranges.iter().map(|r| (r.region, r.offset, r.len)));
             let mut blocks: Vec<BlockId> = blocks.into_iter().collect();
             blocks.sort_unstable(); // slots in address order: copies coalesce
@@ -64,7 +64,7 @@ impl CudaBackend {
                 } else {
                     let t = Instant::now();
                     let slot = this.take_slot(key);
-                    this.log.stage.slots_ns += t.elapsed().as_nanos() as u64;
+                    this.stats.move_parts.slots += t.elapsed().as_nanos() as u64;
                     let Some(slot) = slot? else {
                         this.log.stage_migrated_no_slot += len;
                         crate::seam::push_merged(&mut migrate, ByteRange { region: id, offset, len });
@@ -84,14 +84,14 @@ impl CudaBackend {
                 this.log.stage.calls += 1;
                 let t = Instant::now();
                 this.stage_after_kernel(after)?;
-                this.log.stage.order_ns += t.elapsed().as_nanos() as u64;
+                this.stats.move_parts.order += t.elapsed().as_nanos() as u64;
                 let stage = this.streams.stage.clone();
                 let runs = this.staged_runs(&staged);
                 let all: Vec<StagedBlock> = staged.iter().chain(&clean).copied().collect();
                 // Regions swapped out keep their pages for a restore of their size: no discard.
                 let t = Instant::now();
                 let swaps = this.swaps(&all)?;
-                this.log.stage.swaps_ns += t.elapsed().as_nanos() as u64;
+                this.stats.move_parts.swaps += t.elapsed().as_nanos() as u64;
                 let all: Vec<StagedBlock> =
                     all.into_iter().filter(|s| !swaps.iter().any(|(id, _)| *id == s.block.region)).collect();
                 let discards = managed_pages(&this.staged_runs(&all));
@@ -100,7 +100,7 @@ impl CudaBackend {
                     this.timed_copies(&stage, crate::seam::Direction::D2H, &staged, |this| {
                         this.staging.copy(runs, true, &stage)
                     })?;
-                    this.log.stage.copies_ns += t.elapsed().as_nanos() as u64;
+                    this.stats.move_parts.copies_out += t.elapsed().as_nanos() as u64;
                     this.log.stage.blocks += staged.len() as u64;
                 }
                 let staged = all;
@@ -114,7 +114,7 @@ impl CudaBackend {
                 for (id, buf) in swaps {
                     this.swap_out(id, buf, &copied)?;
                 }
-                this.log.stage.swaps_ns += t.elapsed().as_nanos() as u64;
+                this.stats.move_parts.swaps += t.elapsed().as_nanos() as u64;
                 if !staged.is_empty() {
                     let blocks: Vec<BlockId> = staged.iter().map(|s| s.block).collect();
                     this.pending_blocks.extend(blocks.iter().copied());
