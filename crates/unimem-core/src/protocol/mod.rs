@@ -192,18 +192,7 @@ impl Protocol {
             hints.take_ahead()
         };
         self.policy_done(t0, backend);
-        if self.feedback || self.keep {
-            // What the policy's own hints (and data prepared ahead) did stays apart from the
-            // operation's events, which the policy learns from: a prefetch populating a region
-            // the kernel does not use is not the kernel touching it.
-            if self.keep {
-                policy.drain_events(&mut self.events);
-            }
-            backend.drain_events(&mut self.events);
-            if !self.keep {
-                self.events.clear();
-            }
-        }
+        self.set_aside_earlier_events(policy, backend);
         let out = execute(backend)?;
         if let Some(issued) = issued {
             issued();
@@ -218,6 +207,23 @@ impl Protocol {
         }
         self.learn_and_after(t0, index, op, policy, backend)?;
         Ok(out)
+    }
+
+    /// Sets the events so far apart from the operation's own, which the policy learns from:
+    /// kept for the sink where one wants them, dropped otherwise. What the policy's hints (and
+    /// data prepared ahead) did is not the operation's: a prefetch populating a region the
+    /// kernel does not use is not the kernel touching it.
+    fn set_aside_earlier_events(&mut self, policy: &mut dyn Policy, backend: &mut dyn MemoryBackend) {
+        if !(self.feedback || self.keep) {
+            return;
+        }
+        if self.keep {
+            policy.drain_events(&mut self.events);
+        }
+        backend.drain_events(&mut self.events);
+        if !self.keep {
+            self.events.clear();
+        }
     }
 
     /// The policy's learning from the operation's events and its `after` (host work begun at
@@ -258,13 +264,7 @@ impl Protocol {
         execute: impl FnOnce(&mut dyn MemoryBackend) -> Result<T>,
         issued: Option<impl FnOnce()>,
     ) -> Result<T> {
-        if self.feedback || self.keep {
-            // Earlier hints' events are not this kernel's.
-            backend.drain_events(&mut self.events);
-            if !self.keep {
-                self.events.clear();
-            }
-        }
+        self.set_aside_earlier_events(policy, backend);
         let out = execute(backend)?;
         if let Some(issued) = issued {
             issued();
