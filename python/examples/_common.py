@@ -171,7 +171,6 @@ def train(args, model_name, step_fn, extra=None):
             # Host time per timed step, warm-up (pinning staging memory, first allocations) left out.
             out["unimem"]["timed_step_host_ms"] = _per_step_ms(warm, s, args.steps)
             out["unimem"]["new_buffers_per_step"] = (s["new_buffers"] - warm["new_buffers"]) / args.steps
-            out["unimem"]["ahead_buffers_per_step"] = (s.get("ahead_buffers", 0) - warm.get("ahead_buffers", 0)) / args.steps
         if args.record:
             unimem.stop_recording()
             out["trace"] = args.record

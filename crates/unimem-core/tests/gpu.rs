@@ -65,7 +65,7 @@ fn oversubscription_is_refused_before_any_allocation() {
 #[test]
 fn the_cached_guard_refuses_on_a_fresh_reading() {
     let dev = device();
-    let guard = FreeMemory::default();
+    let mut guard = FreeMemory::default();
     let small: Vec<ManagedBuffer> = (0..16).map(|_| guard.alloc(&dev, 64 << 20, false).unwrap()).collect();
     let (free, _) = dev.mem_info().unwrap();
     let e = guard.alloc(&dev, free, false).unwrap_err();

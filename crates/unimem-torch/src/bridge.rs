@@ -64,9 +64,6 @@ pub struct Stats {
     pub evicted_bytes: u64,
     /// Managed buffers allocated anew (the pool had none of the size).
     pub new_buffers: u64,
-    /// Of them, those made ahead on the runtime's own thread for the size of a buffer the
-    /// pool shed, which no allocation waited for.
-    pub ahead_buffers: u64,
     /// Bytes evictions copied into pinned staging memory (the policy's, and the room made for
     /// operators' outputs).
     pub staged_out_bytes: u64,
@@ -252,7 +249,6 @@ impl Bridge {
             evicted_bytes: b.evicted_bytes,
             staged_out_bytes: b.staged_out_bytes,
             new_buffers: b.new_buffers,
-            ahead_buffers: b.ahead_buffers,
             ops: c.ops.load(Ordering::Relaxed),
             steps: c.steps.load(Ordering::Relaxed),
             op_host_ns: per(&c.op_ns, &c.ops),

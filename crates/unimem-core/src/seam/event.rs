@@ -512,9 +512,6 @@ pub struct BackendStats {
     /// Managed buffers allocated anew because none of the size was pooled (on a GPU each is
     /// a `cuMemAllocManaged`); regions in blocks (the device arena, virtual memory) take none.
     pub new_buffers: u64,
-    /// Of the new buffers, those made ahead, off the calling thread, for a region of the size
-    /// of a buffer the pool shed (`crate::mechanism::ahead`).
-    pub ahead_buffers: u64,
     /// Host time the backend's calls held the calling thread.
     pub host: HostTime,
     /// Of it, the parts of moving data that a GPU backend times apart.

@@ -20,42 +20,36 @@ const FREE_MEMORY_TTL: std::time::Duration = std::time::Duration::from_millis(10
 /// host path that issues kernels). The
 /// estimate is the last reading less every byte allocated since, as if each allocation were
 /// on the device already; it is read again when it is older than 100 ms or when
-/// an allocation would not fit it, so a refusal always rests on a fresh reading. Clones share
-/// one estimate (the backend's thread and the one that makes buffers ahead); the lock is held
-/// for the estimate alone, not for the allocation.
-#[derive(Debug, Default, Clone)]
-pub struct FreeMemory {
-    estimate: Arc<std::sync::Mutex<Estimate>>,
-}
-
-/// The last reading, when, and bytes allocated since.
+/// an allocation would not fit it, so a refusal always rests on a fresh reading.
 #[derive(Debug, Default)]
-struct Estimate {
+pub struct FreeMemory {
+    /// The last reading, when, and bytes allocated since.
     read: Option<(u64, std::time::Instant)>,
     since: u64,
 }
 
 impl FreeMemory {
     /// Allocates `bytes` of managed memory under the guard (as [`ManagedBuffer::alloc_with`]).
-    pub fn alloc(&self, dev: &CudaDevice, bytes: u64, allow_oversubscription: bool) -> Result<ManagedBuffer> {
-        let free = {
-            let mut e = self.estimate.lock().unwrap_or_else(|p| p.into_inner());
-            let estimate = match e.read {
-                Some((free, at)) if at.elapsed() < FREE_MEMORY_TTL => free.saturating_sub(e.since),
-                _ => 0,
-            };
-            let free = if bytes.saturating_add(RESERVE_BYTES) <= estimate {
-                estimate
-            } else {
-                let (free, _) = dev.mem_info()?;
-                (e.read, e.since) = (Some((free, std::time::Instant::now())), 0);
-                free
-            };
-            // Counted before the allocation: a concurrent caller's estimate sees it.
-            e.since += bytes;
+    pub fn alloc(
+        &mut self,
+        dev: &CudaDevice,
+        bytes: u64,
+        allow_oversubscription: bool,
+    ) -> Result<ManagedBuffer> {
+        let estimate = match self.read {
+            Some((free, at)) if at.elapsed() < FREE_MEMORY_TTL => free.saturating_sub(self.since),
+            _ => 0,
+        };
+        let free = if bytes.saturating_add(RESERVE_BYTES) <= estimate {
+            estimate
+        } else {
+            let (free, _) = dev.mem_info()?;
+            (self.read, self.since) = (Some((free, std::time::Instant::now())), 0);
             free
         };
-        ManagedBuffer::alloc_within(dev, bytes, allow_oversubscription, free)
+        let buf = ManagedBuffer::alloc_within(dev, bytes, allow_oversubscription, free)?;
+        self.since += bytes;
+        Ok(buf)
     }
 }
 

@@ -7,7 +7,6 @@
 //! driver or no device. Hints are best effort, as in RMM: a missing batch call falls back to
 //! single calls.
 
-mod ahead;
 mod backend;
 mod block_backend;
 mod device;

@@ -50,7 +50,6 @@ use region::{
 };
 use store::PageStore;
 
-use crate::mechanism::ahead::AheadStock;
 use crate::mechanism::budget::{BlockId, DeviceBudget, Victims};
 use crate::mechanism::pool::{Owner, Pooled};
 use crate::mechanism::slab::{packs, Slab, Slot};
@@ -93,10 +92,6 @@ pub struct SimBackend {
     host_work: HostWork,
     /// Host time of freeing the buffers shed from the pool since the last synchronisation.
     retired_free_ns: u64,
-    /// Buffers made ahead for the sizes the pool shed, as the CUDA backend's thread makes them
-    /// (`crate::mechanism::ahead`): when each is ready, and when that thread is next free.
-    ahead: AheadStock<u64>,
-    ahead_free_ns: u64,
     /// When each kernel in the launch queue ends (at most `launch_queue_depth`).
     launched: std::collections::VecDeque<u64>,
     compute_free: u64,
@@ -177,8 +172,6 @@ impl SimBackend {
             program_issue_ns: 0,
             host_work: HostWork::default(),
             retired_free_ns: 0,
-            ahead: AheadStock::new(capacity),
-            ahead_free_ns: 0,
             launched: std::collections::VecDeque::new(),
             compute_free: 0,
             link_h2d: 0,

@@ -64,7 +64,6 @@ impl SimBackend {
             bytes += e.resident_bytes();
             if !self.swap_back(&e) {
                 self.retired_free_ns += self.cost.free_retired_ns(e.resident_bytes());
-                self.order_ahead(crate::mechanism::pool::Buffer::len(&e.buf));
             }
         }
         self.discard_on_device(self.host_now, bytes);
@@ -308,22 +307,10 @@ impl SimBackend {
         (self.slab.carve(bytes, base), ready_ns)
     }
 
-    /// A buffer of `bytes` made ahead on a thread of its own, one after another, from now on.
-    fn order_ahead(&mut self, bytes: u64) {
-        if self.ahead.order(bytes) {
-            self.ahead_free_ns = self.ahead_free_ns.max(self.host_now) + self.cost.alloc_ns(bytes);
-            self.ahead.made(bytes, self.ahead_free_ns);
-        }
-    }
-
-    /// The address of a new buffer of `bytes` (the pool had none): one made ahead and ready,
-    /// else allocated on the host's clock.
+    /// The address of a new buffer of `bytes` (the pool had none), its allocation on the host's
+    /// clock.
     pub(super) fn new_buffer(&mut self, bytes: u64) -> u64 {
-        let now = self.host_now;
-        match self.ahead.take_if(bytes, |&ready_ns| ready_ns <= now) {
-            Some(_) => self.stats.ahead_buffers += 1,
-            None => self.host_now += self.cost.alloc_ns(bytes),
-        }
+        self.host_now += self.cost.alloc_ns(bytes);
         self.stats.new_buffers += 1;
         let addr = self.next_addr;
         self.next_addr += bytes.div_ceil(BLOCK_SIZE) * BLOCK_SIZE;

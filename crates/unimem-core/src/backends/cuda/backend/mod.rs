@@ -51,7 +51,6 @@ mod staged;
 mod swap;
 mod to_device;
 
-use super::ahead::AheadBuffers;
 use super::timing::{HostClock, Pending, Recording};
 pub(in crate::backends::cuda) use ranges::host_memory_bytes;
 use ranges::{coalesce, merge_pieces, resident_ranges};
@@ -164,9 +163,6 @@ pub struct CudaBackend {
     /// Pooled buffers whose pages were given back (`shed_pool`): they hold no memory, and are
     /// freed when the device is next synchronised anyway (`cuMemFree` synchronises it).
     retired: Vec<ManagedBuffer>,
-    /// Buffers of retired ones' sizes, made ahead on a thread of their own for the next
-    /// regions of those sizes (see `crate::mechanism::ahead`).
-    ahead: AheadBuffers,
     /// A region whose every block is staged may come back into another buffer (see
     /// `relocate_staged`); off unless the caller allows it.
     relocate: bool,
@@ -353,8 +349,6 @@ impl CudaBackend {
         compute.synchronize().map_err(cuda_err("cuStreamSynchronize", "warm-up"))?;
         let start = Instant::now();
         let info = BackendInfo { clock_origin: Some(start), ..info };
-        let free_memory = FreeMemory::default();
-        let ahead = AheadBuffers::spawn(dev.clone(), free_memory.clone(), allow_oversubscription, capacity);
         Ok(Self {
             dev,
             kernels,
@@ -367,11 +361,10 @@ impl CudaBackend {
             kept_order: std::collections::VecDeque::new(),
             kernel_marks: Default::default(),
             allow_oversubscription,
-            free_memory,
+            free_memory: FreeMemory::default(),
             regions: FxHashMap::default(),
             budget: DeviceBudget::new(capacity),
             retired: Vec::new(),
-            ahead,
             relocate: false,
             staged_room: false,
             stats: BackendStats::default(),
@@ -493,13 +486,11 @@ impl Drop for CudaBackend {
             .map(|(op, ns)| format!("{op} {:.1} ms", ns as f64 / 1e6))
             .collect();
         tracing::info!(
-            "cuda backend host time: {}; set-up (off the clock) {:.1} ms; allocations: {} from the pool, {} new ({} of them made ahead, {} orders not made); {} restores relocated, {:.1} MB into pages on the device; {} regions swapped out, {} back; read-mostly advice dropped by moves {} times; {} pooled buffers shed ({:.1} MB); {} kernel waits for prefetches; {} prefetch ranges; emulated driver evictions {:.1} MB for prefetches, {:.1} MB for kernels, {:.1} MB for staged data kernels needed; {:.1} MB asked to stage were not on the device; stage-outs migrated {:.1} MB with a host copy or remote and {:.1} MB for want of a slot (staging {:.1} MB, {:.1} MB pinned); {} full synchronisations waited {:.1} ms, then freed {} retired buffers in {:.1} ms; {}",
+            "cuda backend host time: {}; set-up (off the clock) {:.1} ms; allocations: {} from the pool, {} new; {} restores relocated, {:.1} MB into pages on the device; {} regions swapped out, {} back; read-mostly advice dropped by moves {} times; {} pooled buffers shed ({:.1} MB); {} kernel waits for prefetches; {} prefetch ranges; emulated driver evictions {:.1} MB for prefetches, {:.1} MB for kernels, {:.1} MB for staged data kernels needed; {:.1} MB asked to stage were not on the device; stage-outs migrated {:.1} MB with a host copy or remote and {:.1} MB for want of a slot (staging {:.1} MB, {:.1} MB pinned); {} full synchronisations waited {:.1} ms, then freed {} retired buffers in {:.1} ms; {}",
             parts.join(", "),
             self.clock.excluded_ns() as f64 / 1e6,
             self.log.pool_hits,
             self.stats.new_buffers,
-            self.stats.ahead_buffers,
-            self.ahead.failures(),
             self.log.relocations,
             self.log.relocated_resident as f64 / 1e6,
             self.log.swaps,

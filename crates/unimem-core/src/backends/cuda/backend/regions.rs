@@ -155,8 +155,9 @@ impl CudaBackend {
             self.log.pool_hits += 1;
             return self.reuse(entry, false);
         }
+        self.stats.new_buffers += 1;
         let blocks = vec![Block::default(); bytes.div_ceil(BLOCK_SIZE) as usize];
-        match self.new_buffer(bytes) {
+        match self.free_memory.alloc(&self.dev, bytes, self.allow_oversubscription) {
             Ok(buf) => Ok((buf, blocks)),
             Err(Error::Allocation { .. }) if !self.budget.pool().is_empty() => {
                 // Give pooled memory back (cuMemFree synchronises) and try once more.
@@ -165,23 +166,10 @@ impl CudaBackend {
                 // it reads again.
                 self.budget.pool_mut().clear();
                 self.retired.clear();
-                Ok((self.new_buffer(bytes)?, blocks))
+                Ok((self.free_memory.alloc(&self.dev, bytes, self.allow_oversubscription)?, blocks))
             }
             Err(e) => Err(e),
         }
-    }
-
-    /// A new managed buffer of `bytes`: one made ahead where one of the size is ready, else
-    /// allocated here.
-    pub(super) fn new_buffer(&mut self, bytes: u64) -> Result<ManagedBuffer> {
-        if let Some(buf) = self.ahead.take(bytes) {
-            self.stats.new_buffers += 1;
-            self.stats.ahead_buffers += 1;
-            return Ok(buf);
-        }
-        let buf = self.free_memory.alloc(&self.dev, bytes, self.allow_oversubscription)?;
-        self.stats.new_buffers += 1;
-        Ok(buf)
     }
 
     /// A pooled buffer back in use: every stream that may touch its pages waits for the work

@@ -131,8 +131,6 @@ impl CudaBackend {
             );
             for e in shed {
                 if let Some(buf) = self.swap_back(e, &discarded)? {
-                    // A region of its size is likely to come again: its buffer is made ahead.
-                    self.ahead.order(buf.len());
                     self.retired.push(buf);
                 }
             }

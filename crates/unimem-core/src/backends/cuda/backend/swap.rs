@@ -70,8 +70,11 @@ impl CudaBackend {
             }
             let buf = match self.budget.pool_mut().take_empty(bytes) {
                 Some(entry) => self.reuse(entry, false)?.0,
-                None => match self.new_buffer(bytes) {
-                    Ok(buf) => buf,
+                None => match self.free_memory.alloc(&self.dev, bytes, self.allow_oversubscription) {
+                    Ok(buf) => {
+                        self.stats.new_buffers += 1;
+                        buf
+                    }
                     // No memory for a second buffer: the stage-out discards, as without swaps.
                     Err(Error::Allocation { .. }) => continue,
                     Err(e) => return Err(e),

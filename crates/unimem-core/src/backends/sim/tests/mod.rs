@@ -114,38 +114,6 @@ fn shed_buffers_are_freed_at_the_next_synchronisation() {
     assert_eq!(s.synchronize().unwrap(), t, "freed once");
 }
 
-/// A shed buffer's size is made again ahead, off the host's clock: the next region of that
-/// size costs the host nothing once it is ready; one asked for sooner, or of another size, is
-/// allocated on the host's clock.
-#[test]
-fn a_shed_size_is_made_ahead_of_the_next_region_of_it() {
-    let cost = CostModel::h200();
-    let alloc = |s: &mut SimBackend, id: u64, bytes: u64| {
-        let t0 = s.host_now;
-        s.allocate(RegionId(id), bytes).unwrap();
-        s.host_now - t0
-    };
-    let mut s = SimBackend::new(cost.clone(), 8 * MIB);
-    alloc(&mut s, 1, 4 * MIB);
-    s.kernel_write(RegionId(1), 0, &pattern(1, (4 * MIB) as usize)).unwrap();
-    s.free(RegionId(1)).unwrap();
-    s.allocate(RegionId(2), 6 * MIB).unwrap();
-    s.kernel_write(RegionId(2), 0, &pattern(2, (6 * MIB) as usize)).unwrap(); // sheds the 4 MiB
-    assert_eq!(s.stats().ahead_buffers, 0);
-    // Asked for at once: the buffer made ahead is not ready, so the host allocates.
-    assert_eq!(alloc(&mut s, 3, 4 * MIB), cost.alloc_ns(4 * MIB));
-    assert_eq!(s.stats().ahead_buffers, 0);
-    // Later, the one made ahead serves the next region of the size without host time.
-    s.synchronize().unwrap();
-    let new = s.stats().new_buffers;
-    assert_eq!(alloc(&mut s, 4, 4 * MIB), 0, "made ahead and ready");
-    assert_eq!((s.stats().ahead_buffers, s.stats().new_buffers), (1, new + 1));
-    assert_eq!(alloc(&mut s, 5, 4 * MIB), cost.alloc_ns(4 * MIB), "one was ordered, one taken");
-    // The address is a new buffer's all the same.
-    let (a, b) = (s.regions[&RegionId(4)].addr, s.regions[&RegionId(5)].addr);
-    assert_ne!(a, b);
-}
-
 /// The caller's own work costs simulated time only where it is charged, less the
 /// simulator's own time in the calls made meanwhile.
 #[test]
