@@ -27,6 +27,11 @@ def parse_args(default_batch, default_steps=8):
     p.add_argument("--batch", type=int, default=default_batch)
     p.add_argument("--record", default=None, help="unimem mode: record the program's trace v1 here")
     p.add_argument("--base-peak", type=int, default=None, help="the base mode's peak device bytes (measured if not given)")
+    p.add_argument(
+        "--step-stats",
+        action="store_true",
+        help="unimem mode: the library's host time of each timed step too (stats() after each, outside the timing)",
+    )
     return p.parse_args()
 
 
@@ -136,9 +141,10 @@ def train(args, model_name, step_fn, extra=None):
         import unimem_torch as unimem
     times, losses = [], []
     warm = None  # the library's counters once the warm-up steps are done
+    steps_host, prev = [], None  # with --step-stats: each timed step's host time
     for i in range(args.warmup + args.steps):
         if unimem is not None and i == args.warmup:
-            warm = unimem.stats()
+            warm = prev = unimem.stats()
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         loss = step_fn(i)
@@ -149,6 +155,10 @@ def train(args, model_name, step_fn, extra=None):
         losses.append(loss.item())
         if i >= args.warmup:
             times.append((t1 - t0) * 1e3)
+            if unimem is not None and args.step_stats:
+                now = unimem.stats()
+                steps_host.append(_per_step_ms(prev, now, 1))
+                prev = now
     out = {
         "model": model_name,
         "mode": args.mode,
@@ -171,6 +181,8 @@ def train(args, model_name, step_fn, extra=None):
             # Host time per timed step, warm-up (pinning staging memory, first allocations) left out.
             out["unimem"]["timed_step_host_ms"] = _per_step_ms(warm, s, args.steps)
             out["unimem"]["new_buffers_per_step"] = (s["new_buffers"] - warm["new_buffers"]) / args.steps
+        if steps_host:
+            out["unimem"]["each_step_host_ms"] = steps_host
         if args.record:
             unimem.stop_recording()
             out["trace"] = args.record
