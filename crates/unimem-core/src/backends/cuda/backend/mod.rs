@@ -290,15 +290,6 @@ const KERNEL_MARKS: usize = 4096;
 /// stream busy and defers the work instead of holding the host for it (see `bring_to_device`).
 pub(super) const HOLD_NS: u64 = 20_000;
 
-/// The hold's extension per range of the call behind it: the driver checks the stream range by
-/// range, so a call of many ranges must still find it busy at its last one, not only its first.
-const HOLD_PER_RANGE_NS: u64 = 1_000;
-
-/// The hold ahead of a prefetch call of `ranges` ranges.
-pub(super) fn hold_ns(ranges: usize) -> u64 {
-    HOLD_NS + ranges as u64 * HOLD_PER_RANGE_NS
-}
-
 /// A block whose only copy is in a staging slot.
 #[derive(Debug, Clone, Copy)]
 struct StagedBlock {

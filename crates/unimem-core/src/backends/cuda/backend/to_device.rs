@@ -103,7 +103,7 @@ impl CudaBackend {
             // populate on the spot, holding the host (50-360 us per 64 MiB of fresh pages on
             // the H200, `unimem probe`); queued behind a short kernel it returns at once.
             let t = Instant::now();
-            self.kernels.touch_with_blocks(&self.streams.h2d, &[], 1, hold_ns(list.len()), 1)?;
+            self.kernels.touch_with_blocks(&self.streams.h2d, &[], 1, HOLD_NS, 1)?;
             self.prefetch_pages(PageWork::Populate, self.streams.h2d.clone(), list)?;
             self.stats.move_parts.populate += t.elapsed().as_nanos() as u64;
         }
@@ -113,7 +113,7 @@ impl CudaBackend {
             // once and the driver does it when the stream gets there. A short kernel ahead of
             // it on `remap` frees the host (docs/decisions.md).
             let t = Instant::now();
-            self.kernels.touch_with_blocks(&self.streams.remap, &[], 1, hold_ns(repopulate.len()), 1)?;
+            self.kernels.touch_with_blocks(&self.streams.remap, &[], 1, HOLD_NS, 1)?;
             self.prefetch_pages(PageWork::Repopulate, self.streams.remap.clone(), repopulate)?;
             let there = self
                 .streams
