@@ -53,6 +53,13 @@ pub trait Policy: Send {
     /// Called just before the operation at `index` runs on the backend.
     fn before(&mut self, index: u64, op: &Op, hints: &mut Hints<'_>) -> Result<()>;
 
+    /// Whether [`Policy::before`] may give hints at all. A policy that never does (the driver
+    /// alone) spares every kernel the question whether its data is in place, whose answer would
+    /// change nothing.
+    fn gives_hints(&self) -> bool {
+        true
+    }
+
     /// Turns on recording of the policy's own events (hints with reasons, forecast scores).
     fn record_events(&mut self, _on: bool) {}
 

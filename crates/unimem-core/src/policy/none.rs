@@ -17,4 +17,8 @@ impl Policy for NoHints {
     fn before(&mut self, _: u64, _: &Op, _: &mut Hints<'_>) -> Result<()> {
         Ok(())
     }
+
+    fn gives_hints(&self) -> bool {
+        false
+    }
 }

@@ -165,7 +165,8 @@ impl Protocol {
     /// hints for later operations ([`Hints::prefetch_ahead`] and the other `*_ahead` hints)
     /// and its `after`, so that the caller goes on while those are given. Without a caller
     /// they come before the operation, as any hint of `before` does. A kernel whose data is
-    /// all in place ([`in_place`]) runs before the policy's `before`, with or without a caller.
+    /// all in place ([`in_place`]) runs before the policy's `before`, with or without a caller
+    /// (a policy that gives no hints is not asked: both orders are the same for it).
     pub(crate) fn run_then<T>(
         &mut self,
         index: u64,
@@ -181,7 +182,7 @@ impl Protocol {
             _ => {}
         }
         if let Op::Kernel { accesses, .. } = op {
-            if in_place(accesses, backend)? {
+            if policy.gives_hints() && in_place(accesses, backend)? {
                 return self.run_in_place(index, op, policy, backend, execute, issued);
             }
         }
@@ -304,12 +305,18 @@ mod tests {
 
     const MIB: u64 = 1 << 20;
 
-    /// Before each kernel, prefetches region 2 for a later kernel.
-    struct Ahead;
+    /// Before each kernel, prefetches region 2 for a later kernel; `says_hints`: what it answers
+    /// to [`Policy::gives_hints`].
+    struct Ahead {
+        says_hints: bool,
+    }
 
     impl Policy for Ahead {
         fn name(&self) -> &'static str {
             "ahead"
+        }
+        fn gives_hints(&self) -> bool {
+            self.says_hints
         }
         fn before(&mut self, _: u64, op: &Op, hints: &mut Hints<'_>) -> Result<()> {
             if let Op::Kernel { .. } = op {
@@ -322,6 +329,7 @@ mod tests {
     /// Where, among the events of one kernel on region 1 run by `run`, the kernel's event and
     /// region 2's prefetch come.
     fn order(
+        says_hints: bool,
         run: impl FnOnce(&mut Protocol, &Op, &mut Ahead, &mut SimBackend) -> bool,
     ) -> (usize, usize, bool) {
         let mut backend = SimBackend::new(CostModel::h200(), 64 * MIB);
@@ -329,7 +337,7 @@ mod tests {
             backend.allocate(RegionId(id), 4 * MIB).unwrap();
             backend.write(RegionId(id), 0, &vec![1; (4 * MIB) as usize]).unwrap();
         }
-        let mut policy = Ahead;
+        let mut policy = Ahead { says_hints };
         let mut protocol = Protocol::new(&mut policy, &mut backend, true);
         let acc = vec![RangeAccess { region: RegionId(1), offset: 0, len: 4 * MIB, mode: AccessMode::Read }];
         let op = Op::Kernel { name: "k".into(), dur_ns: 1000, accesses: acc };
@@ -353,13 +361,13 @@ mod tests {
     #[test]
     fn prefetches_ahead_come_after_an_awaited_operation_is_issued_and_before_one_replayed() {
         // Replayed: every hint of `before` precedes the kernel.
-        let (kernel, prefetch, _) = order(|p, op, policy, b| {
+        let (kernel, prefetch, _) = order(true, |p, op, policy, b| {
             p.run(0, op, policy, b, launch(op)).unwrap();
             false
         });
         assert!(prefetch < kernel, "prefetch at {prefetch}, kernel at {kernel}");
         // Awaited: the caller hears of the kernel first, then the prefetch is issued.
-        let (kernel, prefetch, issued) = order(|p, op, policy, b| {
+        let (kernel, prefetch, issued) = order(true, |p, op, policy, b| {
             let mut told = false;
             p.run_then(0, op, policy, b, launch(op), Some(|| told = true)).unwrap();
             told
@@ -370,16 +378,20 @@ mod tests {
 
     #[test]
     fn a_kernel_with_its_data_in_place_runs_before_the_policy_plans() {
-        let (kernel, prefetch, _) = order(|p, op, policy, b| {
-            b.prefetch(
-                &[ByteRange { region: RegionId(1), offset: 0, len: 4 * MIB }],
-                Location::Device(DeviceId(0)),
-            )
-            .unwrap();
-            p.run(0, op, policy, b, launch(op)).unwrap();
-            false
-        });
-        assert!(kernel < prefetch, "prefetch at {prefetch}, kernel at {kernel}");
+        // Only a policy that gives hints is asked; one that says it gives none keeps the usual
+        // order (the same for it: its `before` does nothing).
+        for says_hints in [true, false] {
+            let (kernel, prefetch, _) = order(says_hints, |p, op, policy, b| {
+                b.prefetch(
+                    &[ByteRange { region: RegionId(1), offset: 0, len: 4 * MIB }],
+                    Location::Device(DeviceId(0)),
+                )
+                .unwrap();
+                p.run(0, op, policy, b, launch(op)).unwrap();
+                false
+            });
+            assert_eq!(kernel < prefetch, says_hints, "prefetch at {prefetch}, kernel at {kernel}");
+        }
     }
 
     fn access(region: u64, mode: AccessMode) -> RangeAccess {
