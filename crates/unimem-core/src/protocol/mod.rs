@@ -181,27 +181,35 @@ impl Protocol {
             Op::Step { .. } => self.since_late = LATE_EVERY,
             _ => {}
         }
-        if let Op::Kernel { accesses, .. } = op {
-            if policy.gives_hints() && in_place(accesses, backend)? {
-                return self.run_in_place(index, op, policy, backend, execute, issued);
-            }
-        }
-        let t0 = Instant::now();
-        let ahead = {
+        // A kernel whose data is all in place needs nothing of `before`: it runs (and its caller
+        // goes on) first, and the policy plans and gives its hints, every one of them then for
+        // later kernels, while the device works on it.
+        let first = match op {
+            Op::Kernel { accesses, .. } => policy.gives_hints() && in_place(accesses, backend)?,
+            _ => false,
+        };
+        let mut ahead = Vec::new();
+        if !first {
+            let t0 = Instant::now();
             let mut hints = if issued.is_some() { Hints::deferring(backend) } else { Hints::new(backend) };
             policy.before(index, op, &mut hints)?;
-            hints.take_ahead()
-        };
-        self.policy_done(t0, backend);
+            ahead = hints.take_ahead();
+            self.policy_done(t0, backend);
+        }
         self.set_aside_earlier_events(policy, backend);
         let out = execute(backend)?;
         if let Some(issued) = issued {
             issued();
         }
         let t0 = Instant::now();
+        // The operation's own events, before the hints given after it add theirs.
         if self.feedback {
-            // The operation's own events, before the hints ahead add theirs.
             backend.drain_events(&mut self.observed);
+        } else if first && self.keep {
+            backend.drain_events(&mut self.events);
+        }
+        if first {
+            policy.before(index, op, &mut Hints::new(backend))?;
         }
         for hint in ahead {
             hint.issue(backend)?;
@@ -250,35 +258,6 @@ impl Protocol {
         }
         self.observed.clear();
         Ok(())
-    }
-
-    /// [`Protocol::run_then`] for a kernel whose data is all in place: it needs nothing of
-    /// the policy's `before`, so it runs (and its caller goes on) first, and the policy plans
-    /// and gives its hints while the device works on it. Every hint then is one for later
-    /// kernels, issued as it is given.
-    fn run_in_place<T>(
-        &mut self,
-        index: u64,
-        op: &Op,
-        policy: &mut dyn Policy,
-        backend: &mut dyn MemoryBackend,
-        execute: impl FnOnce(&mut dyn MemoryBackend) -> Result<T>,
-        issued: Option<impl FnOnce()>,
-    ) -> Result<T> {
-        self.set_aside_earlier_events(policy, backend);
-        let out = execute(backend)?;
-        if let Some(issued) = issued {
-            issued();
-        }
-        if self.feedback {
-            backend.drain_events(&mut self.observed);
-        } else if self.keep {
-            backend.drain_events(&mut self.events);
-        }
-        let t0 = Instant::now();
-        policy.before(index, op, &mut Hints::new(backend))?;
-        self.learn_and_after(t0, index, op, policy, backend)?;
-        Ok(out)
     }
 }
 
