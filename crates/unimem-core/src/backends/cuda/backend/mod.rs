@@ -450,6 +450,19 @@ impl CudaBackend {
         out
     }
 
+    /// Runs `f`, its host time added to the part of the data moves that `part` picks
+    /// (`BackendStats::move_parts`).
+    fn timed_part<T>(
+        &mut self,
+        part: fn(&mut crate::seam::MoveHostTime) -> &mut u64,
+        f: impl FnOnce(&mut Self) -> T,
+    ) -> T {
+        let t0 = Instant::now();
+        let out = f(self);
+        *part(&mut self.stats.move_parts) += t0.elapsed().as_nanos() as u64;
+        out
+    }
+
     fn region(&self, id: RegionId) -> Result<&CudaRegion> {
         self.regions.get(&id).ok_or(Error::UnknownRegion(id))
     }

@@ -54,10 +54,7 @@ impl CudaBackend {
         protect: &FxHashSet<BlockId>,
         site: RoomSite,
     ) -> Result<bool> {
-        let t0 = Instant::now();
-        let out = self.evict_for(need, protect, site);
-        self.stats.move_parts.room += t0.elapsed().as_nanos() as u64;
-        out
+        self.timed_part(|p| &mut p.room, |this| this.evict_for(need, protect, site))
     }
 
     /// [`Self::make_room`]'s work, untimed.

@@ -23,9 +23,7 @@ impl CudaBackend {
             self.checked(r.region, r.offset, r.len)?;
         }
         let migrate = self.timed(HostOp::StageOut, |this| {
-            let t = Instant::now();
-            this.issue_discards(false)?;
-            this.stats.move_parts.discards += t.elapsed().as_nanos() as u64;
+            this.timed_part(|p| &mut p.discards, |this| this.issue_discards(false))?;
             let (blocks, _) = this.missing(ranges.iter().map(|r| (r.region, r.offset, r.len)));
             let mut blocks: Vec<BlockId> = blocks.into_iter().collect();
             blocks.sort_unstable(); // slots in address order: copies coalesce
@@ -62,10 +60,7 @@ impl CudaBackend {
                     });
                     slot
                 } else {
-                    let t = Instant::now();
-                    let slot = this.take_slot(key);
-                    this.stats.move_parts.slots += t.elapsed().as_nanos() as u64;
-                    let Some(slot) = slot? else {
+                    let Some(slot) = this.timed_part(|p| &mut p.slots, |this| this.take_slot(key))? else {
                         this.log.stage_migrated_no_slot += len;
                         crate::seam::push_merged(&mut migrate, ByteRange { region: id, offset, len });
                         continue;
@@ -82,25 +77,24 @@ impl CudaBackend {
             }
             if !staged.is_empty() || !clean.is_empty() {
                 this.log.stage.calls += 1;
-                let t = Instant::now();
-                this.stage_after_kernel(after)?;
-                this.stats.move_parts.order += t.elapsed().as_nanos() as u64;
+                this.timed_part(|p| &mut p.order, |this| this.stage_after_kernel(after))?;
                 let stage = this.streams.stage.clone();
                 let runs = this.staged_runs(&staged);
                 let all: Vec<StagedBlock> = staged.iter().chain(&clean).copied().collect();
                 // Regions swapped out keep their pages for a restore of their size: no discard.
-                let t = Instant::now();
-                let swaps = this.swaps(&all)?;
-                this.stats.move_parts.swaps += t.elapsed().as_nanos() as u64;
+                let swaps = this.timed_part(|p| &mut p.swaps, |this| this.swaps(&all))?;
                 let all: Vec<StagedBlock> =
                     all.into_iter().filter(|s| !swaps.iter().any(|(id, _)| *id == s.block.region)).collect();
                 let discards = managed_pages(&this.staged_runs(&all));
                 if !staged.is_empty() {
-                    let t = Instant::now();
-                    this.timed_copies(&stage, crate::seam::Direction::D2H, &staged, |this| {
-                        this.staging.copy(runs, true, &stage)
-                    })?;
-                    this.stats.move_parts.copies_out += t.elapsed().as_nanos() as u64;
+                    this.timed_part(
+                        |p| &mut p.copies_out,
+                        |this| {
+                            this.timed_copies(&stage, crate::seam::Direction::D2H, &staged, |this| {
+                                this.staging.copy(runs, true, &stage)
+                            })
+                        },
+                    )?;
                     this.log.stage.blocks += staged.len() as u64;
                 }
                 let staged = all;
@@ -110,11 +104,10 @@ impl CudaBackend {
                         .record_event(None)
                         .map_err(cuda_err("cuEventRecord", "staged eviction"))?,
                 );
-                let t = Instant::now();
-                for (id, buf) in swaps {
-                    this.swap_out(id, buf, &copied)?;
-                }
-                this.stats.move_parts.swaps += t.elapsed().as_nanos() as u64;
+                this.timed_part(
+                    |p| &mut p.swaps,
+                    |this| swaps.into_iter().try_for_each(|(id, buf)| this.swap_out(id, buf, &copied)),
+                )?;
                 if !staged.is_empty() {
                     let blocks: Vec<BlockId> = staged.iter().map(|s| s.block).collect();
                     this.pending_blocks.extend(blocks.iter().copied());

@@ -68,9 +68,7 @@ impl CudaBackend {
         keep: &FxHashSet<BlockId>,
     ) -> Result<()> {
         // Discards whose copies ended go first: on `h2d`, never beside what follows.
-        let t = Instant::now();
-        self.issue_discards(false)?;
-        self.stats.move_parts.discards += t.elapsed().as_nanos() as u64;
+        self.timed_part(|p| &mut p.discards, |this| this.issue_discards(false))?;
         let in_place = self.relocate_staged(ranges, explicit)?;
         let (mut blocks, mut need) = self.missing(ranges.iter().map(|r| (r.region, r.offset, r.len)));
         let left_out = explicit && self.leave_unsettled(&mut blocks, &mut need);
@@ -102,38 +100,47 @@ impl CudaBackend {
             // As for the repopulation below: on an idle stream the call would migrate or
             // populate on the spot, holding the host (50-360 us per 64 MiB of fresh pages on
             // the H200, `unimem probe`); queued behind a short kernel it returns at once.
-            let t = Instant::now();
-            self.kernels.touch_with_blocks(&self.streams.h2d, &[], 1, HOLD_NS, 1)?;
-            self.prefetch_pages(PageWork::Populate, self.streams.h2d.clone(), list)?;
-            self.stats.move_parts.populate += t.elapsed().as_nanos() as u64;
+            self.timed_part(
+                |p| &mut p.populate,
+                |this| {
+                    this.kernels.touch_with_blocks(&this.streams.h2d, &[], 1, HOLD_NS, 1)?;
+                    this.prefetch_pages(PageWork::Populate, this.streams.h2d.clone(), list)
+                },
+            )?;
         }
         if !repopulate.is_empty() {
             // On an idle stream the call does the repopulation on the spot, holding the host
             // (27 us per block on the H200); queued behind work still running it returns at
             // once and the driver does it when the stream gets there. A short kernel ahead of
             // it on `remap` frees the host (docs/decisions.md).
-            let t = Instant::now();
-            self.kernels.touch_with_blocks(&self.streams.remap, &[], 1, HOLD_NS, 1)?;
-            self.prefetch_pages(PageWork::Repopulate, self.streams.remap.clone(), repopulate)?;
-            let there = self
-                .streams
-                .remap
-                .record_event(None)
-                .map_err(cuda_err("cuEventRecord", "pages repopulated"))?;
-            self.streams
-                .h2d
-                .wait(&there)
-                .map_err(cuda_err("cuStreamWaitEvent", "copy in after repopulation"))?;
-            self.stats.move_parts.repopulate += t.elapsed().as_nanos() as u64;
+            self.timed_part(
+                |p| &mut p.repopulate,
+                |this| {
+                    this.kernels.touch_with_blocks(&this.streams.remap, &[], 1, HOLD_NS, 1)?;
+                    this.prefetch_pages(PageWork::Repopulate, this.streams.remap.clone(), repopulate)?;
+                    let there = this
+                        .streams
+                        .remap
+                        .record_event(None)
+                        .map_err(cuda_err("cuEventRecord", "pages repopulated"))?;
+                    this.streams
+                        .h2d
+                        .wait(&there)
+                        .map_err(cuda_err("cuStreamWaitEvent", "copy in after repopulation"))
+                },
+            )?;
         }
         if !staged.is_empty() {
-            let t = Instant::now();
-            let runs = self.staged_runs(&staged);
-            let h2d = self.streams.h2d.clone();
-            self.timed_copies(&h2d, crate::seam::Direction::H2D, &staged, |this| {
-                this.staging.copy(runs, false, &h2d)
-            })?;
-            self.stats.move_parts.copies_in += t.elapsed().as_nanos() as u64;
+            self.timed_part(
+                |p| &mut p.copies_in,
+                |this| {
+                    let runs = this.staged_runs(&staged);
+                    let h2d = this.streams.h2d.clone();
+                    this.timed_copies(&h2d, crate::seam::Direction::H2D, &staged, |this| {
+                        this.staging.copy(runs, false, &h2d)
+                    })
+                },
+            )?;
         }
         let event = Arc::new(
             self.streams.h2d.record_event(None).map_err(cuda_err("cuEventRecord", "prefetch done"))?,
