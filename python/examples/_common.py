@@ -157,7 +157,10 @@ def train(args, model_name, step_fn, extra=None):
             times.append((t1 - t0) * 1e3)
             if unimem is not None and args.step_stats:
                 now = unimem.stats()
-                steps_host.append(_per_step_ms(prev, now, 1))
+                one = _per_step_ms(prev, now, 1)
+                one["new_buffers"] = now["new_buffers"] - prev["new_buffers"]
+                one["staging_pinned_bytes"] = now["staging_pinned_bytes"]
+                steps_host.append(one)
                 prev = now
     out = {
         "model": model_name,
@@ -175,6 +178,7 @@ def train(args, model_name, step_fn, extra=None):
         out["budget_bytes"] = s["budget_bytes"]
         keys = ("h2d_bytes", "d2h_bytes", "evicted_bytes", "staged_out_bytes", "gpu_faults", "ops", "op_host_ns", "mode_host_ns", "live_regions")
         keys += ("mallocs", "malloc_host_ns", "frees", "free_host_ns", "runtime_host_ns", "policy_host_ns")
+        keys += ("staging_pinned_bytes",)
         out["unimem"] = {k: s[k] for k in keys}
         out["unimem"]["ops_per_step"] = s["ops"] / max(1, s["steps"])
         if warm is not None:

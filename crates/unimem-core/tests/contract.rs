@@ -305,6 +305,10 @@ fn staged_evictions_keep_data_through_prefetches_kernels_and_host_reads<B: Open>
     let timed_apart = b.kind() == unimem_core::seam::BackendKind::Cuda;
     assert_eq!(s.move_parts.copies_out > 0 && s.move_parts.slots > 0, timed_apart, "{s:?}");
     assert!(s.move_parts.copies_out <= s.host.stage_out, "{s:?}");
+    // Half the pool was pinned at set-up; the rest as the stage-outs took slots.
+    assert_eq!(s.move_parts.pinning > 0, timed_apart, "{s:?}");
+    assert_eq!(s.staging_pinned_bytes, if timed_apart { 1024 * B::MIB } else { 0 }, "{s:?}");
+    assert!(s.move_parts.slots + s.move_parts.pinning <= s.host.stage_out, "{s:?}");
     for i in 0..4 {
         let r = b.residency(ByteRange::whole(RegionId(i), size)).unwrap();
         assert_eq!(r.staged, size, "region {i}: {r:?}");
@@ -324,6 +328,8 @@ fn staged_evictions_keep_data_through_prefetches_kernels_and_host_reads<B: Open>
     let s = b.stats();
     assert_eq!(s.staged_in_bytes, 4 * size);
     assert_eq!(s.move_parts.copies_in > 0, timed_apart, "{s:?}");
+    // The prefetch repopulated behind a short kernel holding its stream.
+    assert_eq!(s.move_parts.holds > 0 && s.move_parts.repopulate > 0, timed_apart, "{s:?}");
     b.synchronize().unwrap();
     let mut events = Vec::new();
     b.drain_events(&mut events);

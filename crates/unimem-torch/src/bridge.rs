@@ -67,6 +67,8 @@ pub struct Stats {
     /// Bytes evictions copied into pinned staging memory (the policy's, and the room made for
     /// operators' outputs).
     pub staged_out_bytes: u64,
+    /// Pinned staging memory held now (pinned as evictions need it, kept until the end).
+    pub staging_pinned_bytes: u64,
     pub ops: u64,
     pub steps: u64,
     /// Host time of the bridge per declared operator (placement included), ns.
@@ -248,6 +250,7 @@ impl Bridge {
             gpu_faults: b.gpu_faults,
             evicted_bytes: b.evicted_bytes,
             staged_out_bytes: b.staged_out_bytes,
+            staging_pinned_bytes: b.staging_pinned_bytes,
             new_buffers: b.new_buffers,
             ops: c.ops.load(Ordering::Relaxed),
             steps: c.steps.load(Ordering::Relaxed),

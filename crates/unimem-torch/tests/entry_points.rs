@@ -130,7 +130,8 @@ fn a_training_step_through_the_entry_points_stays_within_the_budget_and_is_recor
     assert_eq!(engine["host_access"], 0, "{st}");
     // The simulator charges its calls whole: the parts a GPU times apart are there, at zero.
     let moves = st["runtime_move_host_ns"].as_object().unwrap();
-    assert_eq!(moves.len(), 9, "{st}");
+    assert_eq!(moves.len(), 11, "{st}");
+    assert_eq!(st["staging_pinned_bytes"], 0, "{st}");
     assert!(moves.values().all(|v| v == 0), "{st}");
     let busy: u64 = engine.as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum();
     assert!(busy >= st["policy_host_ns"].as_u64().unwrap(), "{st}");

@@ -516,6 +516,9 @@ pub struct BackendStats {
     pub host: HostTime,
     /// Of it, the parts of moving data that a GPU backend times apart.
     pub move_parts: MoveHostTime,
+    /// Pinned staging memory held now (it grows on demand and is kept until the backend
+    /// closes).
+    pub staging_pinned_bytes: u64,
 }
 
 /// Host time inside the calls that move data, by part, ns: which driver calls an eviction or a
@@ -528,14 +531,20 @@ pub struct MoveHostTime {
     pub discards: u64,
     /// Making room for data coming in (inside the calls that needed it).
     pub room: u64,
-    /// Taking staging slots for evictions (pinning more memory where none is free).
+    /// Taking staging slots for evictions (giving up clean copies where none is free).
     pub slots: u64,
+    /// Pinning more staging memory where no slot was free (`cuMemHostAlloc`, 64 MiB at a
+    /// time, while staging grows to what the program keeps off the device).
+    pub pinning: u64,
     /// Ordering evictions' copies after the kernels that used the data.
     pub order: u64,
     /// Swapping regions out whole into pooled buffers.
     pub swaps: u64,
     /// Enqueueing evictions' copies out.
     pub copies_out: u64,
+    /// Launching the short kernels that hold a stream ahead of a prefetch call, so that the
+    /// driver defers the call's page work rather than doing it inside the call.
+    pub holds: u64,
     /// Populating fresh pages and prefetching host-resident data on the device.
     pub populate: u64,
     /// Repopulating the discarded pages of staged data coming back.

@@ -44,6 +44,8 @@ pub struct StagingPool {
     in_use: u64,
     /// Pinning failed once (host memory is short): use what there is.
     exhausted: bool,
+    /// Host time spent pinning on demand (in `take`; `reserve` is set-up), ns.
+    pin_ns: u64,
 }
 
 // SAFETY: the chunks are plain pinned host memory owned by the pool; the backend that owns the
@@ -60,6 +62,7 @@ impl StagingPool {
             free: BTreeMap::new(),
             in_use: 0,
             exhausted: false,
+            pin_ns: 0,
         }
     }
 
@@ -76,6 +79,11 @@ impl StagingPool {
     /// Bytes pinned so far.
     pub fn pinned(&self) -> u64 {
         self.chunks.len() as u64 * CHUNK_BYTES
+    }
+
+    /// Host time spent pinning more memory as slots were taken, ns.
+    pub fn pin_ns(&self) -> u64 {
+        self.pin_ns
     }
 
     /// Pins `bytes` ahead of use (set-up, so that the first evictions do not pay for it).
@@ -116,8 +124,13 @@ impl StagingPool {
     /// Takes a free slot; `stream` (the one that will write it) first waits for any copy still
     /// reading it. `None` when the pool is full.
     pub fn take(&mut self, stream: &CudaStream) -> Result<Option<Slot>> {
-        if self.free.is_empty() && !self.grow()? {
-            return Ok(None);
+        if self.free.is_empty() {
+            let t0 = std::time::Instant::now();
+            let grown = self.grow();
+            self.pin_ns += t0.elapsed().as_nanos() as u64;
+            if !grown? {
+                return Ok(None);
+            }
         }
         let Some((slot, after)) = self.free.pop_first() else { return Ok(None) };
         if let Some(ev) = after {

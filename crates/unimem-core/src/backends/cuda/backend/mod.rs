@@ -247,14 +247,16 @@ impl StageLog {
     fn describe(&self, t: &crate::seam::MoveHostTime) -> String {
         let ms = |ns: u64| ns as f64 / 1e6;
         format!(
-            "stage-outs: {} calls, slots {:.1} ms, ordering {:.1} ms, swaps {:.1} ms, copies of {} blocks enqueued in {:.1} ms; discards issued {:.1} ms; restores: pages populated {:.1} ms, repopulated {:.1} ms, copies enqueued {:.1} ms",
+            "stage-outs: {} calls, slots {:.1} ms, pinning {:.1} ms, ordering {:.1} ms, swaps {:.1} ms, copies of {} blocks enqueued in {:.1} ms; discards issued {:.1} ms; restores: holding kernels launched {:.1} ms, pages populated {:.1} ms, repopulated {:.1} ms, copies enqueued {:.1} ms",
             self.calls,
             ms(t.slots),
+            ms(t.pinning),
             ms(t.order),
             ms(t.swaps),
             self.blocks,
             ms(t.copies_out),
             ms(t.discards),
+            ms(t.holds),
             ms(t.populate),
             ms(t.repopulate),
             ms(t.copies_in),
@@ -607,7 +609,7 @@ impl MemoryBackend for CudaBackend {
     }
 
     fn stats(&self) -> BackendStats {
-        self.budget.report(self.stats)
+        BackendStats { staging_pinned_bytes: self.staging.pinned(), ..self.budget.report(self.stats) }
     }
 
     fn events(&mut self) -> &mut Recorder {

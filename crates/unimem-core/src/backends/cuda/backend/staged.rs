@@ -60,7 +60,7 @@ impl CudaBackend {
                     });
                     slot
                 } else {
-                    let Some(slot) = this.timed_part(|p| &mut p.slots, |this| this.take_slot(key))? else {
+                    let Some(slot) = this.take_slot(key)? else {
                         this.log.stage_migrated_no_slot += len;
                         crate::seam::push_merged(&mut migrate, ByteRange { region: id, offset, len });
                         continue;
@@ -288,9 +288,21 @@ impl CudaBackend {
         }
     }
 
-    /// A free slot for staging block `key`, giving up the oldest clean copy (of another
-    /// block) where none is free.
+    /// A free slot for staging block `key` (see `free_slot`), its host time counted in the
+    /// data moves' `slots`, and what staging took to grow in their `pinning`.
     fn take_slot(&mut self, key: BlockId) -> Result<Option<Slot>> {
+        let (t0, pinned_ns) = (Instant::now(), self.staging.pin_ns());
+        let slot = self.free_slot(key);
+        let pin = self.staging.pin_ns() - pinned_ns;
+        let parts = &mut self.stats.move_parts;
+        parts.pinning += pin;
+        parts.slots += (t0.elapsed().as_nanos() as u64).saturating_sub(pin);
+        slot
+    }
+
+    /// A free slot for staging block `key`, giving up the oldest clean copy (of another
+    /// block) where none is free and staging cannot grow.
+    fn free_slot(&mut self, key: BlockId) -> Result<Option<Slot>> {
         let stage = self.streams.stage.clone();
         loop {
             if let Some(slot) = self.staging.take(&stage)? {

@@ -101,11 +101,12 @@ impl CudaBackend {
             // populate on the spot, holding the host (50-360 us per 64 MiB of fresh pages on
             // the H200, `unimem probe`); queued behind a short kernel it returns at once.
             self.timed_part(
+                |p| &mut p.holds,
+                |this| this.kernels.touch_with_blocks(&this.streams.h2d, &[], 1, HOLD_NS, 1),
+            )?;
+            self.timed_part(
                 |p| &mut p.populate,
-                |this| {
-                    this.kernels.touch_with_blocks(&this.streams.h2d, &[], 1, HOLD_NS, 1)?;
-                    this.prefetch_pages(PageWork::Populate, this.streams.h2d.clone(), list)
-                },
+                |this| this.prefetch_pages(PageWork::Populate, this.streams.h2d.clone(), list),
             )?;
         }
         if !repopulate.is_empty() {
@@ -114,9 +115,12 @@ impl CudaBackend {
             // once and the driver does it when the stream gets there. A short kernel ahead of
             // it on `remap` frees the host (docs/decisions.md).
             self.timed_part(
+                |p| &mut p.holds,
+                |this| this.kernels.touch_with_blocks(&this.streams.remap, &[], 1, HOLD_NS, 1),
+            )?;
+            self.timed_part(
                 |p| &mut p.repopulate,
                 |this| {
-                    this.kernels.touch_with_blocks(&this.streams.remap, &[], 1, HOLD_NS, 1)?;
                     this.prefetch_pages(PageWork::Repopulate, this.streams.remap.clone(), repopulate)?;
                     let there = this
                         .streams
