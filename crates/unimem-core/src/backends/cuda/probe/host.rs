@@ -153,8 +153,60 @@ pub(super) fn host_costs(c: &Ctx<'_>, n: &mut Notes, a: &ManagedBuffer) -> Resul
         "ns",
         None,
     );
+    pinning(c, n)?;
 
     Ok(HostCosts { launch_ns, queue_depth: depth, alloc_ns, alloc_per_gib })
+}
+
+/// Host time of pinning staging memory (`cuMemHostAlloc`, as `StagingPool` grows) by chunk
+/// size with the device idle, and of a 64 MiB chunk while a 50 ms kernel runs on another
+/// stream: whether pinning waits for the device. Not in the profile.
+fn pinning(c: &Ctx<'_>, n: &mut Notes) -> Result<()> {
+    let Ctx { dev, kernels, s2, .. } = *c;
+    dev.context().bind_to_thread().map_err(cuda_err("cuCtxSetCurrent", "pinning probe"))?;
+    let flags = sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP;
+    let pin = |bytes: u64| -> Result<(*mut std::ffi::c_void, u64)> {
+        let t0 = Instant::now();
+        // SAFETY: a plain allocation, freed below.
+        let p = unsafe { cudarc::driver::result::malloc_host(bytes as usize, flags) }
+            .map_err(cuda_err("cuMemHostAlloc", "pinning probe"))?;
+        Ok((p, t0.elapsed().as_nanos() as u64))
+    };
+    let unpin = |p: *mut std::ffi::c_void| -> Result<()> {
+        // SAFETY: allocated by `pin`, freed once, the device idle.
+        unsafe { cudarc::driver::result::free_host(p) }.map_err(cuda_err("cuMemFreeHost", "pinning probe"))
+    };
+    for (size, count, name) in [
+        (64u64 << 20, 4u32, "cuMemHostAlloc of 64 MiB, the device idle (host time)"),
+        (1 << 30, 1, "cuMemHostAlloc of 1 GiB, the device idle (host time)"),
+    ] {
+        let mut total = 0;
+        for _ in 0..count {
+            let (p, t) = pin(size)?;
+            total += t;
+            unpin(p)?;
+        }
+        let per = n.note(name, total as f64 / count as f64, "ns", None);
+        n.note("  its rate", size as f64 / per, "GB/s", None);
+    }
+    let kernel_ns = 50_000_000u64;
+    kernels.touch(s2, &[], 4096, kernel_ns)?;
+    let ran = s2.record_event(None).map_err(cuda_err("cuEventRecord", "pinning probe"))?;
+    let (p, t) = pin(64 << 20)?;
+    let waited = ran.is_complete();
+    s2.synchronize().map_err(cuda_err("cuStreamSynchronize", "pinning probe"))?;
+    unpin(p)?;
+    n.note(
+        if waited {
+            "cuMemHostAlloc of 64 MiB beside a 50 ms kernel (host time; it returned after the kernel)"
+        } else {
+            "cuMemHostAlloc of 64 MiB beside a 50 ms kernel (host time; the kernel still ran)"
+        },
+        t as f64,
+        "ns",
+        None,
+    );
+    Ok(())
 }
 
 /// Host time of one launch through [`super::CudaBackend`], each kernel reading and writing
