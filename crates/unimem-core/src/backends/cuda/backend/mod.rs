@@ -223,6 +223,10 @@ struct BackendLog {
     pool_hits: u64,
     /// Kernels that waited for a prefetch in flight.
     kernel_waits: u64,
+    /// Short kernels launched to hold an idle stream ahead of a prefetch call, and prefetch
+    /// calls that found their stream busy and needed none.
+    holds: u64,
+    holds_skipped: u64,
     /// Bytes the emulated driver evicted, by what needed the room.
     room_evicted: RoomEvicted,
     /// Bytes a staged eviction was asked for that were not on the device.
@@ -288,8 +292,9 @@ impl RoomEvicted {
 /// Kernel marks kept for stage-outs to wait on (`CudaBackend::kernel_marks`).
 const KERNEL_MARKS: usize = 4096;
 
-/// How long the kernel queued ahead of a repopulation runs, so that the driver finds the
-/// stream busy and defers the work instead of holding the host for it (see `bring_to_device`).
+/// How long the kernel queued ahead of a prefetch call on an idle stream runs, so that the
+/// driver finds the stream busy and defers the work instead of holding the host for it (see
+/// `bring_to_device` and `hold`).
 pub(super) const HOLD_NS: u64 = 20_000;
 
 /// A block whose only copy is in a staging slot.
@@ -501,7 +506,7 @@ impl Drop for CudaBackend {
             .map(|(op, ns)| format!("{op} {:.1} ms", ns as f64 / 1e6))
             .collect();
         tracing::info!(
-            "cuda backend host time: {}; set-up (off the clock) {:.1} ms; allocations: {} from the pool, {} new; {} restores relocated, {:.1} MB into pages on the device; {} regions swapped out, {} back; read-mostly advice dropped by moves {} times; {} pooled buffers shed ({:.1} MB); {} kernel waits for prefetches; {} prefetch ranges; emulated driver evictions {:.1} MB for prefetches, {:.1} MB for kernels, {:.1} MB for staged data kernels needed; {:.1} MB asked to stage were not on the device; stage-outs migrated {:.1} MB with a host copy or remote and {:.1} MB for want of a slot (staging {:.1} MB, {:.1} MB pinned); {} full synchronisations waited {:.1} ms, then freed {} retired buffers in {:.1} ms; {}",
+            "cuda backend host time: {}; set-up (off the clock) {:.1} ms; allocations: {} from the pool, {} new; {} restores relocated, {:.1} MB into pages on the device; {} regions swapped out, {} back; read-mostly advice dropped by moves {} times; {} pooled buffers shed ({:.1} MB); {} kernel waits for prefetches; {} prefetch ranges, {} streams held ahead of a call and {} busy already; emulated driver evictions {:.1} MB for prefetches, {:.1} MB for kernels, {:.1} MB for staged data kernels needed; {:.1} MB asked to stage were not on the device; stage-outs migrated {:.1} MB with a host copy or remote and {:.1} MB for want of a slot (staging {:.1} MB, {:.1} MB pinned); {} full synchronisations waited {:.1} ms, then freed {} retired buffers in {:.1} ms; {}",
             parts.join(", "),
             self.clock.excluded_ns() as f64 / 1e6,
             self.log.pool_hits,
@@ -515,6 +520,8 @@ impl Drop for CudaBackend {
             self.log.shed_bytes as f64 / 1e6,
             self.log.kernel_waits,
             self.stats.prefetch_ranges,
+            self.log.holds,
+            self.log.holds_skipped,
             self.log.room_evicted.prefetch as f64 / 1e6,
             self.log.room_evicted.kernel as f64 / 1e6,
             self.log.room_evicted.restore as f64 / 1e6,

@@ -2,6 +2,7 @@
 //! data is all staged relocated into pooled pages; and moves to the host.
 
 use super::*;
+use cudarc::driver::sys;
 
 impl CudaBackend {
     pub(super) fn prefetch_ranges(&mut self, ranges: &[ByteRange], to: Location) -> Result<()> {
@@ -99,11 +100,9 @@ impl CudaBackend {
         if !list.is_empty() {
             // As for the repopulation below: on an idle stream the call would migrate or
             // populate on the spot, holding the host (50-360 us per 64 MiB of fresh pages on
-            // the H200, `unimem probe`); queued behind a short kernel it returns at once.
-            self.timed_part(
-                |p| &mut p.holds,
-                |this| this.kernels.touch_with_blocks(&this.streams.h2d, &[], 1, HOLD_NS, 1),
-            )?;
+            // the H200, `unimem probe`); queued behind work (a short kernel where there is none)
+            // it returns at once.
+            self.hold(&self.streams.h2d.clone())?;
             self.timed_part(
                 |p| &mut p.populate,
                 |this| this.prefetch_pages(PageWork::Populate, this.streams.h2d.clone(), list),
@@ -113,11 +112,8 @@ impl CudaBackend {
             // On an idle stream the call does the repopulation on the spot, holding the host
             // (27 us per block on the H200); queued behind work still running it returns at
             // once and the driver does it when the stream gets there. A short kernel ahead of
-            // it on `remap` frees the host (docs/decisions.md).
-            self.timed_part(
-                |p| &mut p.holds,
-                |this| this.kernels.touch_with_blocks(&this.streams.remap, &[], 1, HOLD_NS, 1),
-            )?;
+            // it on an idle `remap` frees the host (docs/decisions.md).
+            self.hold(&self.streams.remap.clone())?;
             self.timed_part(
                 |p| &mut p.repopulate,
                 |this| {
@@ -181,6 +177,34 @@ impl CudaBackend {
             self.touch_block(id, b as usize);
         }
         Ok(())
+    }
+
+    /// Holds `stream` ahead of a prefetch call with a short kernel, so that the driver defers
+    /// the call's page work instead of doing it inside the call, unless work is queued on the
+    /// stream already: a call behind pending work is deferred anyway. A kernel launched onto a
+    /// stream far behind waited for it: GPT-2 at 50% through the bridge spent 128-357 ms a
+    /// step in these launches on an H100, and its steps took 0.91-0.93x the time without them
+    /// (docs/decisions.md, "Streams are held only when idle").
+    fn hold(&mut self, stream: &Arc<CudaStream>) -> Result<()> {
+        self.timed_part(
+            |p| &mut p.holds,
+            |this| {
+                // SAFETY: a live stream of the backend's context, current on this thread.
+                match unsafe { sys::cuStreamQuery(stream.cu_stream()) } {
+                    sys::CUresult::CUDA_ERROR_NOT_READY => {
+                        this.log.holds_skipped += 1;
+                        Ok(())
+                    }
+                    sys::CUresult::CUDA_SUCCESS => {
+                        this.log.holds += 1;
+                        this.kernels.touch_with_blocks(stream, &[], 1, HOLD_NS, 1)
+                    }
+                    e => Err(cuda_err("cuStreamQuery", "before a prefetch call")(
+                        cudarc::driver::DriverError(e),
+                    )),
+                }
+            },
+        )
     }
 
     /// The read-mostly advice of staged blocks about to be copied back into their own pages,
