@@ -25,8 +25,15 @@ pub const SLOT_BYTES: u64 = BLOCK_SIZE;
 /// Bytes pinned at a time.
 const CHUNK_BYTES: u64 = 64 << 20;
 
-/// A slot: (chunk, index in the chunk).
-pub type Slot = (u32, u32);
+/// A 2 MiB slot of one pinned chunk. Ordered by chunk, then index: the pool takes the lowest
+/// free slot, so that blocks staged together get neighbouring slots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Slot {
+    /// The chunk, in the order pinned.
+    pub chunk: u32,
+    /// The slot within the chunk.
+    pub index: u32,
+}
 
 struct Chunk {
     ptr: *mut u8,
@@ -107,7 +114,8 @@ impl StagingPool {
             Ok(ptr) => {
                 let c = self.chunks.len() as u32;
                 self.chunks.push(Chunk { ptr: ptr as *mut u8 });
-                self.free.extend((0..(bytes / SLOT_BYTES) as u32).map(|i| ((c, i), None)));
+                self.free
+                    .extend((0..(bytes / SLOT_BYTES) as u32).map(|index| (Slot { chunk: c, index }, None)));
                 Ok(true)
             }
             Err(e) => {
@@ -151,7 +159,7 @@ impl StagingPool {
     /// The host address of a slot.
     pub fn ptr(&self, slot: Slot) -> *mut u8 {
         // SAFETY: a slot lies inside its chunk.
-        unsafe { self.chunks[slot.0 as usize].ptr.add(slot.1 as usize * SLOT_BYTES as usize) }
+        unsafe { self.chunks[slot.chunk as usize].ptr.add(slot.index as usize * SLOT_BYTES as usize) }
     }
 }
 
@@ -172,32 +180,51 @@ impl Drop for StagingPool {
     }
 }
 
-/// One block's copy: the allocation it belongs to (any key: copies never span two), its
-/// device address, its slot and its bytes.
-pub type Run = (u64, u64, Slot, u64);
+/// One block's staging copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Run {
+    /// The allocation it belongs to (any key: a copy never spans two).
+    pub alloc: u64,
+    /// Its device address.
+    pub dptr: u64,
+    /// The slot it is copied to or from.
+    pub slot: Slot,
+    /// Its bytes: a slot a block (less for a region's last), several slots once merged.
+    pub bytes: u64,
+}
+
+impl Run {
+    /// Whether `next` continues this run on both sides: the same allocation and pinned chunk,
+    /// the next addresses and slots, this run being whole slots.
+    fn continued_by(&self, next: &Run) -> bool {
+        self.alloc == next.alloc
+            && self.dptr + self.bytes == next.dptr
+            && self.slot.chunk == next.slot.chunk
+            && self.slot.index as u64 + self.bytes / SLOT_BYTES == next.slot.index as u64
+            && self.bytes % SLOT_BYTES == 0
+    }
+}
+
+/// `runs` in address order, those contiguous on both sides merged: a copy must lie in one
+/// allocation on each side.
+fn merged(mut runs: Vec<Run>) -> Vec<Run> {
+    runs.sort_unstable_by_key(|r| (r.alloc, r.dptr));
+    let mut merged: Vec<Run> = Vec::with_capacity(runs.len());
+    for r in runs {
+        match merged.last_mut() {
+            Some(m) if m.continued_by(&r) => m.bytes += r.bytes,
+            _ => merged.push(r),
+        }
+    }
+    merged
+}
 
 impl StagingPool {
     /// Copies runs between managed memory and their slots on `stream`, merging runs contiguous
-    /// on both sides (same allocation, same pinned chunk) into one call each: a copy must lie
-    /// in one allocation on each side. `to_host`: device -> slots, else slots -> device.
-    pub fn copy(&self, mut runs: Vec<Run>, to_host: bool, stream: &CudaStream) -> Result<()> {
-        runs.sort_unstable_by_key(|r| (r.0, r.1));
-        let mut merged: Vec<Run> = Vec::with_capacity(runs.len());
-        for r in runs {
-            match merged.last_mut() {
-                Some(m)
-                    if m.0 == r.0
-                        && m.1 + m.3 == r.1
-                        && m.2 .0 == r.2 .0
-                        && m.2 .1 as u64 + m.3 / SLOT_BYTES == r.2 .1 as u64
-                        && m.3 % SLOT_BYTES == 0 =>
-                {
-                    m.3 += r.3
-                }
-                _ => merged.push(r),
-            }
-        }
-        for (_, dptr, slot, bytes) in merged {
+    /// on both sides (same allocation, same pinned chunk) into one call each. `to_host`:
+    /// device -> slots, else slots -> device.
+    pub fn copy(&self, runs: Vec<Run>, to_host: bool, stream: &CudaStream) -> Result<()> {
+        for Run { dptr, slot, bytes, .. } in merged(runs) {
             let hptr = self.ptr(slot);
             // SAFETY: the caller passes device ranges of live managed buffers and slots it
             // holds (the runs stay inside one chunk); the stream orders the copy after the work
@@ -213,5 +240,48 @@ impl StagingPool {
             res.result().map_err(cuda_err(call, format!("{bytes} bytes of staged data")))?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(alloc: u64, dptr: u64, chunk: u32, index: u32, bytes: u64) -> Run {
+        Run { alloc, dptr, slot: Slot { chunk, index }, bytes }
+    }
+
+    /// Runs merge only where both sides continue: the same allocation, the next device
+    /// addresses, the next slots of the same chunk, after whole slots.
+    #[test]
+    fn runs_merge_where_both_sides_continue() {
+        let b = SLOT_BYTES;
+        let runs = vec![
+            run(1, 3 * b, 0, 3, b),
+            run(1, b, 0, 1, b),
+            run(1, 2 * b, 0, 2, b),
+            run(1, 4 * b, 1, 0, b),         // next address, another chunk
+            run(1, 5 * b, 1, 2, b),         // next address, not the next slot
+            run(2, 6 * b, 1, 3, b / 2),     // another allocation
+            run(2, 6 * b + b / 2, 1, 4, b), // after a part of a slot
+        ];
+        assert_eq!(
+            merged(runs),
+            vec![
+                run(1, b, 0, 1, 3 * b),
+                run(1, 4 * b, 1, 0, b),
+                run(1, 5 * b, 1, 2, b),
+                run(2, 6 * b, 1, 3, b / 2),
+                run(2, 6 * b + b / 2, 1, 4, b),
+            ]
+        );
+        assert!(merged(Vec::new()).is_empty());
+    }
+
+    /// Slots are taken lowest first: by chunk, then index.
+    #[test]
+    fn slots_order_by_chunk_then_index() {
+        assert!(Slot { chunk: 0, index: 31 } < Slot { chunk: 1, index: 0 });
+        assert!(Slot { chunk: 1, index: 0 } < Slot { chunk: 1, index: 1 });
     }
 }

@@ -173,7 +173,12 @@ impl CudaBackend {
             .iter()
             .map(|&StagedBlock { block: BlockId { region: id, block: b }, slot }| {
                 let r = &self.regions[&id];
-                (id.0, r.buf.ptr() + b as u64 * BLOCK_SIZE, slot, r.block_bytes(b as usize))
+                Run {
+                    alloc: id.0,
+                    dptr: r.buf.ptr() + b as u64 * BLOCK_SIZE,
+                    slot,
+                    bytes: r.block_bytes(b as usize),
+                }
             })
             .collect()
     }
@@ -324,5 +329,5 @@ impl CudaBackend {
 /// The managed pages of staging runs, as (address, bytes) ranges merged where they continue
 /// each other within one allocation.
 fn managed_pages(runs: &[Run]) -> Vec<(u64, u64)> {
-    coalesce(runs.iter().map(|r| (RegionId(r.0), r.1, r.3)).collect())
+    coalesce(runs.iter().map(|r| (RegionId(r.alloc), r.dptr, r.bytes)).collect())
 }

@@ -49,14 +49,19 @@ impl<'a> StagingProbe<'a> {
         self.slots
             .iter()
             .enumerate()
-            .map(|(i, &slot)| (buf.ptr(), buf.ptr() + i as u64 * SLOT_BYTES, slot, SLOT_BYTES))
+            .map(|(i, &slot)| Run {
+                alloc: buf.ptr(),
+                dptr: buf.ptr() + i as u64 * SLOT_BYTES,
+                slot,
+                bytes: SLOT_BYTES,
+            })
             .collect()
     }
 
     /// `buf`'s blocks as (address, bytes) ranges, one per 2 MiB block, as the backend's
     /// restores go.
     pub fn pieces_of(&self, buf: &ManagedBuffer) -> Vec<(u64, u64)> {
-        self.runs_of(buf).iter().map(|r| (r.1, r.3)).collect()
+        self.runs_of(buf).iter().map(|r| (r.dptr, r.bytes)).collect()
     }
 
     /// A staged eviction of `buf` on `st`: copied into the slots, its pages discarded.
@@ -176,7 +181,7 @@ pub(super) fn stage_out_and_back(
         }
         let whole = [(a.ptr(), bytes)];
         let copy_kernel = || -> Result<()> {
-            for (_, dptr, slot, len) in st.runs_of(a) {
+            for Run { dptr, slot, bytes: len, .. } in st.runs_of(a) {
                 kernels.copy(s, dptr, pool.ptr(slot) as u64, len, sms * 2)?;
             }
             Ok(())
@@ -302,7 +307,7 @@ pub(super) fn relocation(st: &StagingProbe<'_>, n: &mut Notes, a: &mut ManagedBu
     let into_other: Vec<Run> = st
         .runs_of(a)
         .into_iter()
-        .map(|(_, d, slot, len)| (other.ptr(), d - a.ptr() + other.ptr(), slot, len))
+        .map(|r| Run { alloc: other.ptr(), dptr: r.dptr - a.ptr() + other.ptr(), ..r })
         .collect();
     let t = timed(s, || pool.copy(into_other, false, s))?;
     let relocated = n.note(
@@ -325,7 +330,7 @@ pub(super) fn back_to_host(st: &StagingProbe<'_>, n: &mut Notes, a: &mut Managed
     // Back to the host, two ways: a CPU copy into the discarded pages, and populating them on
     // the host first (discard and prefetch to the host) then the CPU copy.
     let cpu_copy = |a: &mut ManagedBuffer, pool: &StagingPool| {
-        for (_, dptr, slot, len) in st.runs_of(a) {
+        for Run { dptr, slot, bytes: len, .. } in st.runs_of(a) {
             let (at, hptr) = ((dptr - a.ptr()) as usize, pool.ptr(slot));
             // SAFETY: the streams are idle; each slot holds `len` bytes of the buffer.
             unsafe {
@@ -414,7 +419,12 @@ pub(super) fn beside_the_other_way(
     let runs_e: Vec<Run> = slots_e
         .iter()
         .enumerate()
-        .map(|(i, &slot)| (e.ptr(), e.ptr() + i as u64 * SLOT_BYTES, slot, SLOT_BYTES))
+        .map(|(i, &slot)| Run {
+            alloc: e.ptr(),
+            dptr: e.ptr() + i as u64 * SLOT_BYTES,
+            slot,
+            bytes: SLOT_BYTES,
+        })
         .collect();
     // `discard`: the stage-out discards the pages it copied (as the backend's does).
     let beside_with = |discard: bool, incoming: &dyn Fn() -> Result<()>| {
@@ -438,7 +448,7 @@ pub(super) fn beside_the_other_way(
     place(a, Location::DEVICE, s)?;
     st.stage_out(a, s)?;
     let t_both = beside(&|| {
-        for (_, dptr, slot, len) in st.runs_of(a) {
+        for Run { dptr, slot, bytes: len, .. } in st.runs_of(a) {
             kernels.copy(s, dptr, pool.ptr(slot) as u64, len, sms * 2)?;
         }
         Ok(())
@@ -549,7 +559,12 @@ pub(super) fn copy_engines_both_ways(
         slots
             .iter()
             .enumerate()
-            .map(|(i, &slot)| (base, base + i as u64 * SLOT_BYTES, slot, SLOT_BYTES))
+            .map(|(i, &slot)| Run {
+                alloc: base,
+                dptr: base + i as u64 * SLOT_BYTES,
+                slot,
+                bytes: SLOT_BYTES,
+            })
             .collect()
     };
     let t = copies_both_ways(&plain_runs(plain.0, &st.slots), &plain_runs(plain.0 + bytes, &o.slots))?;
