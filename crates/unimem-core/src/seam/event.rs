@@ -542,8 +542,9 @@ pub struct MoveHostTime {
     pub swaps: u64,
     /// Enqueueing evictions' copies out.
     pub copies_out: u64,
-    /// Launching the short kernels that hold a stream ahead of a prefetch call, so that the
-    /// driver defers the call's page work rather than doing it inside the call.
+    /// Holding an idle stream ahead of a prefetch call with a short kernel (asking whether it
+    /// is idle included), so that the driver defers the call's page work rather than doing it
+    /// inside the call.
     pub holds: u64,
     /// Populating fresh pages and prefetching host-resident data on the device.
     pub populate: u64,
