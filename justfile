@@ -89,3 +89,8 @@ torch-wheel:
 torch-test:
     cargo build -p unimem-torch
     UNIMEM_TORCH_LIB=target/debug/libunimem_torch.so python3 -m unittest discover -s python/tests -v
+
+# Each timed step of the PyTorch examples' runs (JSON lines from `--mode unimem --step-stats`):
+# `just step-table RUNS.jsonl --model gpt2`
+step-table FILE *ARGS:
+    python3 python/examples/step_table.py {{FILE}} {{ARGS}}
