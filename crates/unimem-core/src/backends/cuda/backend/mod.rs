@@ -539,8 +539,6 @@ impl Drop for CudaBackend {
     }
 }
 
-impl CudaBackend {}
-
 impl MemoryBackend for CudaBackend {
     fn info(&self) -> &BackendInfo {
         &self.info
