@@ -1,4 +1,4 @@
-//! The probe's host-time rows: launches, the launch queue, allocations and frees.
+//! The probe's host-time rows: launches, the launch queue, allocations and frees, pinning.
 
 use super::*;
 

@@ -3,9 +3,10 @@
 //! most in all). The rows, in the order they run (first-touch population first, before the
 //! other rows leave their buffers and the driver's state behind, as a replay starts in a process
 //! of its own): `population.rs`, `managed.rs` (faults, prefetches, duplex, advice, remote
-//! access, discards), `staging.rs` (staged evictions and their ways back), `host.rs` (launches
-//! and allocations), `vmm.rs` (virtual memory management and copies both ways at once, the
-//! candidates for moving data at the link's rate); `measure.rs` has how each is timed.
+//! access, discards), `staging.rs` (staged evictions and their ways back), `host.rs` (launches,
+//! allocations and pinned memory), `vmm.rs` (virtual memory management and copies both ways at
+//! once, the candidates for moving data at the link's rate); `measure.rs` has how each is
+//! timed.
 
 mod beside;
 mod host;
