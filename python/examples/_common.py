@@ -30,7 +30,8 @@ def parse_args(default_batch, default_steps=8):
     p.add_argument(
         "--step-stats",
         action="store_true",
-        help="unimem mode: the library's host time of each timed step too (stats() after each, outside the timing)",
+        help="unimem mode: the library's host time of each timed step too (stats() after each, outside the timing;"
+        " it synchronises the device, which also frees the buffers the pool retired)",
     )
     return p.parse_args()
 
