@@ -328,7 +328,8 @@ fn staged_evictions_keep_data_through_prefetches_kernels_and_host_reads<B: Open>
     let s = b.stats();
     assert_eq!(s.staged_in_bytes, 4 * size);
     assert_eq!(s.move_parts.copies_in > 0, timed_apart, "{s:?}");
-    // The prefetch repopulated behind a short kernel holding its stream.
+    // The prefetch repopulated; its stream was held first where idle (the holds' time counts
+    // asking whether it was).
     assert_eq!(s.move_parts.holds > 0 && s.move_parts.repopulate > 0, timed_apart, "{s:?}");
     b.synchronize().unwrap();
     let mut events = Vec::new();

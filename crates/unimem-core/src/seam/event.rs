@@ -517,7 +517,9 @@ pub struct BackendStats {
     /// Of it, the parts of moving data that a GPU backend times apart.
     pub move_parts: MoveHostTime,
     /// Pinned staging memory held now (it grows on demand and is kept until the backend
-    /// closes).
+    /// closes). Counted by the CUDA backend's managed memory; zero where a backend has no
+    /// staging pool (the simulator models its staging without pinning any, and the blocks'
+    /// host memory is their placement, not staging).
     pub staging_pinned_bytes: u64,
 }
 
