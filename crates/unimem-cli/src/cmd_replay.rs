@@ -88,6 +88,14 @@ impl Sizes<'_> {
         let slack = self.slab.saturating_sub(self.packed);
         (capacity.saturating_sub(slack) as f64 * self.block_share) as u64
     }
+
+    /// The same with `replay.arena_whole_blocks`: less the slab's chunks at their peak, which
+    /// hold the regions under 2 MiB and stay on the device. The policy counts those regions as
+    /// nothing and larger ones in whole blocks, as the arena holds them
+    /// ([`unimem_core::policy::Policy::hold_whole_blocks`]), so no share is needed.
+    pub fn planning_whole_blocks(&self, capacity: u64) -> u64 {
+        capacity.saturating_sub(self.slab)
+    }
 }
 
 impl<'a> Sizes<'a> {
@@ -153,11 +161,16 @@ pub fn replay_one(
     )?;
     let mut backend = backends::open(&spec)?;
     // The device arena holds regions in whole blocks: the policy plans for the bytes that fit.
+    let whole_blocks = spec.memory == MemoryKind::Device && config.replay.arena_whole_blocks;
     let planning = match spec.memory {
+        MemoryKind::Device if whole_blocks => sizes.planning_whole_blocks(backend.device_capacity()),
         MemoryKind::Device => sizes.planning(backend.device_capacity()),
         MemoryKind::Managed | MemoryKind::Vmm => backend.device_capacity(),
     };
     let mut policy_impl = policy::make_replay_policy(policy, planning, config, &spec.cost);
+    if whole_blocks {
+        policy_impl.hold_whole_blocks(sizes.slab);
+    }
     let reader = open()?;
     let (consumed, total) = reader.progress();
     tracing::info!(trace = reader.file(), %policy, budget_bytes, backend = %backend.describe(), "replay starts");
@@ -385,5 +398,6 @@ mod tests {
             "the chunk's unfilled half, then three quarters of the rest"
         );
         assert_eq!(block_share(&TraceStats::default()), 1.0);
+        assert_eq!(sizes.planning_whole_blocks(5 << 20), 3 << 20, "whole blocks: the slab left out");
     }
 }

@@ -182,6 +182,11 @@ pub struct ReplayConfig {
     /// recorded on a GPU) is issued no sooner than its host time after the kernel before, as
     /// the program issued them; false: as fast as the replay's host allows.
     pub program_host_time: bool,
+    /// In the device arena, the placing policy counts each region's 2 MiB blocks whole (its
+    /// last one too) and leaves the regions under 2 MiB, whose chunks stay on the device, out
+    /// of its account; false: it counts pages and plans for the trace's peak live bytes over
+    /// the same data in whole blocks, a share of the budget.
+    pub arena_whole_blocks: bool,
 }
 
 /// A placement the advisor may use besides migrating data.
@@ -383,6 +388,7 @@ impl Default for Config {
                 oracle_keep_loops: true,
                 clairvoyant_advisor: false,
                 program_host_time: true,
+                arena_whole_blocks: false,
             },
             advisor: AdvisorConfig::default(),
             telemetry: TelemetryConfig::default(),

@@ -143,7 +143,7 @@ impl<K: Copy + Eq + Hash + Ord> StepKernels<K> {
         self.kernel(
             dur_ns,
             accesses.iter().filter_map(|a| {
-                let bytes = crate::seam::page_round(sizes.get(&a.region).copied().unwrap_or(0));
+                let bytes = sizes.held(sizes.get(a.region));
                 key(a.region).map(|k| (k, bytes, a.mode.writes()))
             }),
         );

@@ -60,6 +60,13 @@ pub trait Policy: Send {
         true
     }
 
+    /// The device holds each region of 2 MiB or more in whole 2 MiB blocks, its last one too,
+    /// and packs smaller ones in `packed_chunks` bytes of chunks that stay on the device (the
+    /// device arena), where a placing policy would count pages: it plans with the blocks' bytes
+    /// and leaves the small regions out of its account (its capacity excludes their chunks),
+    /// so that it, not the emulated driver, makes the room the rounding takes.
+    fn hold_whole_blocks(&mut self, _packed_chunks: u64) {}
+
     /// Turns on recording of the policy's own events (hints with reasons, forecast scores).
     fn record_events(&mut self, _on: bool) {}
 

@@ -152,7 +152,7 @@ impl Oracle {
             lookahead: lookahead.max(1),
             budget,
             min_prefetch_bytes,
-            sizes: HashMap::default(),
+            sizes: Sizes::default(),
             allocated: HashSet::default(),
             uses: HashMap::default(),
             freed: HashSet::default(),
@@ -324,12 +324,12 @@ impl Oracle {
     /// Forgets a freed region.
     fn forget(&mut self, id: RegionId) {
         self.kept.remove(&id);
-        let blocks = self.sizes.get(&id).copied().unwrap_or(0).div_ceil(BLOCK_SIZE);
+        let blocks = self.sizes.get(id).div_ceil(BLOCK_SIZE);
         for b in 0..blocks as u32 {
             self.remove_resident(Unit { region: id, block: b });
             self.uses.remove(&Unit { region: id, block: b });
         }
-        self.sizes.remove(&id);
+        self.sizes.remove(id);
         self.freed.remove(&id);
         self.allocated.remove(&id);
     }
@@ -450,6 +450,10 @@ impl Policy for Oracle {
         "oracle"
     }
 
+    fn hold_whole_blocks(&mut self, _packed_chunks: u64) {
+        self.sizes.hold_whole_blocks();
+    }
+
     fn lookahead(&self) -> usize {
         self.lookahead
     }
@@ -465,7 +469,7 @@ impl Policy for Oracle {
             Op::Free { region } => {
                 let id = *region;
                 self.freed.insert(id);
-                let blocks = self.sizes.get(&id).copied().unwrap_or(0).div_ceil(BLOCK_SIZE);
+                let blocks = self.sizes.get(id).div_ceil(BLOCK_SIZE);
                 for b in 0..blocks as u32 {
                     self.rekey(Unit { region: id, block: b });
                 }

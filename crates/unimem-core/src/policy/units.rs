@@ -11,18 +11,83 @@ use crate::seam::{page_round, ByteRange, BLOCK_SIZE};
 /// A unit of placement: a 2 MiB block of a region.
 pub type Unit = crate::seam::BlockId;
 
-/// Sizes of the live regions a policy knows.
-pub(super) type Sizes = FxHashMap<RegionId, u64>;
+/// Sizes of the live regions a policy knows, and how the device holds them.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Sizes {
+    bytes: FxHashMap<RegionId, u64>,
+    /// The device holds a region of 2 MiB or more in whole 2 MiB blocks, its last one too, and
+    /// packs smaller ones in chunks that stay on the device, planned for apart (the device
+    /// arena): those count as nothing. Otherwise it holds pages (managed memory).
+    whole_blocks: bool,
+}
 
-/// Bytes `unit` occupies on the device (page-rounded; the last block of a region is partial).
+impl Sizes {
+    /// Counts each region's blocks as the device arena holds them (see `whole_blocks`).
+    pub fn hold_whole_blocks(&mut self) {
+        self.whole_blocks = true;
+    }
+
+    /// Region `id`'s size (0 if unknown).
+    pub fn get(&self, id: RegionId) -> u64 {
+        self.bytes.get(&id).copied().unwrap_or(0)
+    }
+
+    pub fn contains(&self, id: RegionId) -> bool {
+        self.bytes.contains_key(&id)
+    }
+
+    pub fn insert(&mut self, id: RegionId, bytes: u64) {
+        self.bytes.insert(id, bytes);
+    }
+
+    /// Forgets region `id`, returning its size (0 if unknown).
+    pub fn remove(&mut self, id: RegionId) -> u64 {
+        self.bytes.remove(&id).unwrap_or(0)
+    }
+
+    /// The live regions and their sizes.
+    pub fn iter(&self) -> impl Iterator<Item = (RegionId, u64)> + '_ {
+        self.bytes.iter().map(|(&id, &bytes)| (id, bytes))
+    }
+
+    /// Bytes a region of `size` takes on the device, whole: in whole blocks where the device
+    /// holds them so, else in pages. (A small region in the arena's chunks counts its pages
+    /// here: the keep model weighs what a step keeps by the bytes, and keeping these costs no
+    /// room the plan has.)
+    pub fn held(&self, size: u64) -> u64 {
+        if self.whole_blocks && size >= BLOCK_SIZE {
+            size.div_ceil(BLOCK_SIZE) * BLOCK_SIZE
+        } else {
+            page_round(size)
+        }
+    }
+}
+
+#[cfg(test)]
+impl FromIterator<(RegionId, u64)> for Sizes {
+    fn from_iter<I: IntoIterator<Item = (RegionId, u64)>>(iter: I) -> Self {
+        Self { bytes: iter.into_iter().collect(), whole_blocks: false }
+    }
+}
+
+/// Bytes `unit` occupies on the device: page-rounded, where a region's last block is partial,
+/// unless the device holds whole blocks ([`Sizes::hold_whole_blocks`]: 2 MiB, and nothing for
+/// a region under 2 MiB).
 pub(super) fn unit_bytes(sizes: &Sizes, Unit { region: id, block: b }: Unit) -> u64 {
-    let size = sizes.get(&id).copied().unwrap_or(0);
-    page_round(size.saturating_sub(b as u64 * BLOCK_SIZE).min(BLOCK_SIZE))
+    let size = sizes.get(id);
+    let lo = b as u64 * BLOCK_SIZE;
+    if lo >= size {
+        return 0;
+    }
+    if sizes.whole_blocks {
+        return if size >= BLOCK_SIZE { BLOCK_SIZE } else { 0 };
+    }
+    page_round((size - lo).min(BLOCK_SIZE))
 }
 
 /// The byte range of `unit` (empty if the region is unknown).
 pub(super) fn unit_range(sizes: &Sizes, Unit { region: id, block: b }: Unit) -> ByteRange {
-    let size = sizes.get(&id).copied().unwrap_or(0);
+    let size = sizes.get(id);
     let lo = b as u64 * BLOCK_SIZE;
     ByteRange { region: id, offset: lo, len: size.min(lo + BLOCK_SIZE).saturating_sub(lo) }
 }
@@ -38,7 +103,7 @@ pub(super) fn add_units(
     writes_only: bool,
     out: &mut Vec<(Unit, bool)>,
 ) {
-    let size = sizes.get(&id).copied().unwrap_or(0);
+    let size = sizes.get(id);
     let end = offset.saturating_add(len).min(size);
     if end <= offset {
         return;
@@ -104,7 +169,7 @@ pub(super) fn fetch_needed(
 /// Blocks of a newly allocated region that are on the device already (memory recycled from
 /// the pool).
 pub(super) fn pooled_blocks(sizes: &Sizes, hints: &Hints<'_>, id: RegionId) -> Result<Vec<u32>> {
-    hints.device_blocks(id, sizes.get(&id).copied().unwrap_or(0))
+    hints.device_blocks(id, sizes.get(id))
 }
 
 #[cfg(test)]
@@ -124,6 +189,7 @@ mod tests {
         assert_eq!(out, vec![(Unit::new(RegionId(1), 0), true), (Unit::new(RegionId(1), 1), false)]);
         // The last block is partial: 1 MiB.
         assert_eq!(unit_bytes(&sizes, Unit { region: RegionId(1), block: 2 }), MIB);
+        assert_eq!(unit_bytes(&sizes, Unit { region: RegionId(1), block: 3 }), 0, "past the end");
         let ranges = coalesce(
             &sizes,
             vec![
@@ -134,6 +200,18 @@ mod tests {
             ],
         );
         assert_eq!(ranges, vec![ByteRange { region: RegionId(1), offset: 0, len: 5 * MIB }]);
+        // In the device arena the last block is whole, and a small region lives in the slab.
+        let mut arena: Sizes = [(RegionId(1), 5 * MIB), (RegionId(2), MIB)].into_iter().collect();
+        arena.hold_whole_blocks();
+        assert_eq!(unit_bytes(&arena, Unit { region: RegionId(1), block: 2 }), 2 * MIB);
+        assert_eq!(unit_bytes(&arena, Unit { region: RegionId(1), block: 3 }), 0, "past the end");
+        assert_eq!(unit_bytes(&arena, Unit { region: RegionId(2), block: 0 }), 0);
+        assert_eq!(
+            (arena.held(5 * MIB), arena.held(MIB), sizes.held(5 * MIB + 1)),
+            (6 * MIB, MIB, 5 * MIB + 4096),
+            "the keep model's bytes: a small region's pages"
+        );
+        assert_eq!(unit_range(&arena, Unit { region: RegionId(1), block: 2 }).len, MIB, "the data's range");
         let mut none = Vec::new();
         add_units(&sizes, RegionId(9), 0, 10, false, &mut none);
         assert!(none.is_empty(), "unknown regions have no units");

@@ -48,13 +48,13 @@ impl Advisor {
         if self.kernel < self.next_adopt {
             return Ok(());
         }
-        let account = self.resident.bytes();
+        let account = self.resident.bytes() + self.outside_account;
         let slack = (self.settings.budget / 32).max(8 << 20);
         if hints.resident_bytes() <= account + slack {
             return Ok(());
         }
         self.next_adopt = self.kernel + ADOPT_EVERY;
-        for (&id, &bytes) in &self.sizes {
+        for (id, bytes) in self.sizes.iter() {
             for b in 0..bytes.div_ceil(BLOCK_SIZE) as u32 {
                 let u = Unit { region: id, block: b };
                 if !self.resident.contains_key(&u)

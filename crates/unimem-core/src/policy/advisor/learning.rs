@@ -102,7 +102,7 @@ impl Advisor {
                 self.freed_keys.retain(|_, k| k.1 >= horizon);
             }
         }
-        let blocks = self.sizes.remove(&id).unwrap_or(0).div_ceil(BLOCK_SIZE);
+        let blocks = self.sizes.remove(id).div_ceil(BLOCK_SIZE);
         for b in 0..blocks as u32 {
             self.resident.remove(&Unit { region: id, block: b });
             self.read_mostly.remove(&Unit { region: id, block: b });
@@ -142,7 +142,7 @@ impl Advisor {
                 ) => (region, offset, bytes, false),
                 _ => continue,
             };
-            if !self.sizes.contains_key(&region) || (on_device && self.declared.contains(&region)) {
+            if !self.sizes.contains(region) || (on_device && self.declared.contains(&region)) {
                 continue;
             }
             units.clear();

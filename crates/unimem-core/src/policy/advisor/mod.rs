@@ -143,6 +143,9 @@ pub struct Advisor {
     driver_dropped_observed: u64,
     /// The next kernel at which the account may adopt residency it does not know of.
     next_adopt: u64,
+    /// Device bytes the backend holds outside the account (the arena's chunks of small
+    /// regions, [`Policy::hold_whole_blocks`]).
+    outside_account: u64,
     kernel: u64,
     predictions: Vec<Prediction>,
     /// Scratch for `before_kernel`: the uses of the kernel about to run and of the forecast.
@@ -272,7 +275,7 @@ impl Advisor {
             identity: Identity::new(),
             predictor: Tournament::standard(),
             planner: Planner::new(),
-            sizes: FxHashMap::default(),
+            sizes: Sizes::default(),
             by_key: FxHashMap::default(),
             resident: Residency::with_movable_from(movable_from),
             read_mostly: FxHashSet::default(),
@@ -285,6 +288,7 @@ impl Advisor {
             driver_dropped_seen: 0,
             driver_dropped_observed: 0,
             next_adopt: 0,
+            outside_account: 0,
             kernel: 0,
             predictions: Vec::new(),
             uses: (Vec::new(), Vec::new()),
@@ -336,6 +340,11 @@ impl Policy for Advisor {
         } else {
             "advisor"
         }
+    }
+
+    fn hold_whole_blocks(&mut self, packed_chunks: u64) {
+        self.sizes.hold_whole_blocks();
+        self.outside_account = packed_chunks;
     }
 
     fn record_events(&mut self, on: bool) {
