@@ -50,10 +50,10 @@ impl Sizes {
         self.bytes.iter().map(|(&id, &bytes)| (id, bytes))
     }
 
-    /// Bytes a region of `size` takes on the device, whole: in whole blocks where the device
-    /// holds them so, else in pages. (A small region in the arena's chunks counts its pages
-    /// here: the keep model weighs what a step keeps by the bytes, and keeping these costs no
-    /// room the plan has.)
+    /// Bytes a region of `size` takes on the device, as the keep model weighs it: in whole
+    /// blocks where the device holds them so, else in pages. A small region counts its pages
+    /// either way (weighed as nothing, the arena's small regions flipped that model's choice on
+    /// the transformer at 75%: `docs/decisions.md`).
     pub fn held(&self, size: u64) -> u64 {
         if self.whole_blocks && size >= BLOCK_SIZE {
             size.div_ceil(BLOCK_SIZE) * BLOCK_SIZE
