@@ -194,6 +194,17 @@ pub struct Run {
 }
 
 impl Run {
+    /// One whole-slot run per slot of `slots`, at consecutive 2 MiB blocks from `base` of one
+    /// allocation.
+    pub fn per_slot(base: u64, slots: &[Slot]) -> Vec<Run> {
+        let at = |i: usize| base + i as u64 * SLOT_BYTES;
+        slots
+            .iter()
+            .enumerate()
+            .map(|(i, &slot)| Run { alloc: base, dptr: at(i), slot, bytes: SLOT_BYTES })
+            .collect()
+    }
+
     /// Whether `next` continues this run on both sides: the same allocation and pinned chunk,
     /// the next addresses and slots, this run being whole slots.
     fn continued_by(&self, next: &Run) -> bool {
@@ -276,6 +287,19 @@ mod tests {
             ]
         );
         assert!(merged(Vec::new()).is_empty());
+    }
+
+    /// Whole-slot runs of one allocation, block after block; those on neighbouring slots merge.
+    #[test]
+    fn per_slot_runs_follow_the_blocks() {
+        let b = SLOT_BYTES;
+        let slots = [Slot { chunk: 0, index: 4 }, Slot { chunk: 0, index: 5 }, Slot { chunk: 2, index: 0 }];
+        let runs = Run::per_slot(10 * b, &slots);
+        assert_eq!(
+            runs,
+            vec![run(10 * b, 10 * b, 0, 4, b), run(10 * b, 11 * b, 0, 5, b), run(10 * b, 12 * b, 2, 0, b)]
+        );
+        assert_eq!(merged(runs), vec![run(10 * b, 10 * b, 0, 4, 2 * b), run(10 * b, 12 * b, 2, 0, b)]);
     }
 
     /// Slots are taken lowest first: by chunk, then index.

@@ -46,16 +46,7 @@ impl<'a> StagingProbe<'a> {
 
     /// The copies between `buf`'s blocks and the slots, one per block.
     pub fn runs_of(&self, buf: &ManagedBuffer) -> Vec<Run> {
-        self.slots
-            .iter()
-            .enumerate()
-            .map(|(i, &slot)| Run {
-                alloc: buf.ptr(),
-                dptr: buf.ptr() + i as u64 * SLOT_BYTES,
-                slot,
-                bytes: SLOT_BYTES,
-            })
-            .collect()
+        Run::per_slot(buf.ptr(), &self.slots)
     }
 
     /// `buf`'s blocks as (address, bytes) ranges, one per 2 MiB block, as the backend's
@@ -416,16 +407,7 @@ pub(super) fn beside_the_other_way(
     for _ in 0..bytes / SLOT_BYTES {
         slots_e.push(pool_e.take(s2)?.ok_or_else(|| Error::Allocation { bytes, reason: "staging".into() })?);
     }
-    let runs_e: Vec<Run> = slots_e
-        .iter()
-        .enumerate()
-        .map(|(i, &slot)| Run {
-            alloc: e.ptr(),
-            dptr: e.ptr() + i as u64 * SLOT_BYTES,
-            slot,
-            bytes: SLOT_BYTES,
-        })
-        .collect();
+    let runs_e = Run::per_slot(e.ptr(), &slots_e);
     // `discard`: the stage-out discards the pages it copied (as the backend's does).
     let beside_with = |discard: bool, incoming: &dyn Fn() -> Result<()>| {
         timed(s, || {
@@ -553,21 +535,9 @@ pub(super) fn copy_engines_both_ways(
     sync(s)?;
     check(a, "copies into resident pages beside copies out")?;
     let plain = DeviceMemory::alloc(2 * bytes)?;
-    // One 2 MiB run per slot, at consecutive blocks from `base` (the first half of `plain`
-    // for the copies in, the second for the copies out).
-    let plain_runs = |base: u64, slots: &[Slot]| -> Vec<Run> {
-        slots
-            .iter()
-            .enumerate()
-            .map(|(i, &slot)| Run {
-                alloc: base,
-                dptr: base + i as u64 * SLOT_BYTES,
-                slot,
-                bytes: SLOT_BYTES,
-            })
-            .collect()
-    };
-    let t = copies_both_ways(&plain_runs(plain.0, &st.slots), &plain_runs(plain.0 + bytes, &o.slots))?;
+    // The first half of `plain` for the copies in, the second for the copies out.
+    let (runs_in, runs_out) = (Run::per_slot(plain.0, &st.slots), Run::per_slot(plain.0 + bytes, &o.slots));
+    let t = copies_both_ways(&runs_in, &runs_out)?;
     n.note("  the same with plain device memory (cuMemAlloc)", t, "x", None);
     sync(s)?;
     drop(plain);
