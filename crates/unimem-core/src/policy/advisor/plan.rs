@@ -22,7 +22,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::residency::Residency;
 use crate::region::RegionId;
-use pass::{Future, Pass};
+use pass::{Future, FutureUse, Pass};
 
 mod pass;
 
@@ -304,8 +304,8 @@ fn bring_forecast<I: Iterator<Item = (Unit, u64)>>(
     let ForecastSets { protect, guard, planned, between } = sets;
     let input = pass.input;
     let next_after = |unit: Unit, j: u64| -> u64 {
-        match future.of(unit).iter().find(|u| u.1 > j) {
-            Some(&(_, at, false)) => at,
+        match future.of(unit).iter().find(|u| u.at > j) {
+            Some(&FutureUse { at, dead: false, .. }) => at,
             _ => NEVER, // not predicted again, or overwritten first: dead until then
         }
     };
@@ -389,8 +389,8 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
 pub struct Planner {
     /// Uses at or after the kernel about to run, by kernel (then unit).
     by_kernel: Vec<UnitUse>,
-    /// The same uses grouped by unit, soonest first: (unit, kernel, certain overwrite).
-    uses: Vec<(Unit, u64, bool)>,
+    /// The same uses grouped by unit, soonest first, one per kernel.
+    uses: Vec<FutureUse>,
     /// Where each unit's uses sit in `uses`: (start, count).
     future: FxHashMap<Unit, (u32, u32)>,
     /// Units this plan brings to the device, and resident units it evicts.
@@ -409,11 +409,7 @@ pub struct Planner {
 }
 
 /// A unit's uses (from [`Planner::future`]) in the grouped list.
-fn uses_of<'u>(
-    future: &FxHashMap<Unit, (u32, u32)>,
-    uses: &'u [(Unit, u64, bool)],
-    unit: Unit,
-) -> &'u [(Unit, u64, bool)] {
+fn uses_of<'u>(future: &FxHashMap<Unit, (u32, u32)>, uses: &'u [FutureUse], unit: Unit) -> &'u [FutureUse] {
     future.get(&unit).map_or(&[], |&(start, n)| &uses[start as usize..(start + n) as usize])
 }
 
@@ -478,12 +474,23 @@ impl Planner {
         }
         uses.clear();
         // A predicted overwrite does not prove the data dead: count it as a plain use.
-        uses.extend(by_kernel.iter().map(|u| (u.unit, u.at, u.overwrite && u.certain)));
-        // Stable: each unit's uses stay in kernel order.
-        uses.sort_by_key(|u| u.0);
+        uses.extend(by_kernel.iter().map(|u| FutureUse {
+            unit: u.unit,
+            at: u.at,
+            dead: u.overwrite && u.certain,
+        }));
+        // Stable, so each unit's uses stay in kernel order (the forecast's kernels are sorted
+        // runs, which a stable sort merges), then one use per kernel: its data is dead only if
+        // every access overwrites it, whatever their order.
+        uses.sort_by_key(|u| u.unit);
+        uses.dedup_by(|next, kept| {
+            let same = next.unit == kept.unit && next.at == kept.at;
+            kept.dead &= !same || next.dead;
+            same
+        });
         future.clear();
         for (i, u) in uses.iter().enumerate() {
-            future.entry(u.0).or_insert((i as u32, 0)).1 += 1;
+            future.entry(u.unit).or_insert((i as u32, 0)).1 += 1;
         }
         let future = Future { uses, index: future };
         protect.clear();

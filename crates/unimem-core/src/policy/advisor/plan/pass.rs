@@ -10,16 +10,26 @@ use super::{
     priority, record_eviction, too_small_to_move, too_soon, uses_of, Plan, PlanInput, Priority, Unit, Victims,
 };
 
-/// The future uses a plan ranks victims by: grouped by unit, soonest first (unit, kernel,
-/// certain overwrite), and where each unit's uses sit in that list (start, count).
+/// One kernel's use of a unit in a plan's forecast, as victims are ranked by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct FutureUse {
+    pub(super) unit: Unit,
+    /// The kernel.
+    pub(super) at: u64,
+    /// Every access of the kernel to the unit is a certain overwrite: its data is dead before.
+    pub(super) dead: bool,
+}
+
+/// The future uses a plan ranks victims by: grouped by unit, soonest first, one per kernel,
+/// and where each unit's uses sit in that list (start, count).
 #[derive(Clone, Copy)]
 pub(super) struct Future<'p> {
-    pub(super) uses: &'p [(Unit, u64, bool)],
+    pub(super) uses: &'p [FutureUse],
     pub(super) index: &'p FxHashMap<Unit, (u32, u32)>,
 }
 
 impl<'p> Future<'p> {
-    pub(super) fn of(&self, unit: Unit) -> &'p [(Unit, u64, bool)] {
+    pub(super) fn of(&self, unit: Unit) -> &'p [FutureUse] {
         uses_of(self.index, self.uses, unit)
     }
 
@@ -104,7 +114,7 @@ impl<'p, 'a, I: Iterator<Item = (Unit, u64)>> Pass<'p, 'a, I> {
         let base = self.input.resident;
         for (&u, &(start, _)) in self.future.index {
             if let Some((_, last)) = base.get(&u) {
-                let (_, at, dead) = self.future.uses[start as usize];
+                let FutureUse { at, dead, .. } = self.future.uses[start as usize];
                 self.victims
                     .push((priority(Some(&(at, dead)), last, self.input.kept.contains(&u.region)), u));
             }
@@ -112,7 +122,7 @@ impl<'p, 'a, I: Iterator<Item = (Unit, u64)>> Pass<'p, 'a, I> {
         // What the plan brought in before its first eviction ranks with the rest (a unit it
         // fetched for a certain overwrite is dead until then, and first).
         for (&u, &(_, last)) in self.added.iter() {
-            let first = self.future.of(u).first().map(|&(_, at, dead)| (at, dead));
+            let first = self.future.of(u).first().map(|f| (f.at, f.dead));
             self.victims.push((priority(first.as_ref(), last, self.input.kept.contains(&u.region)), u));
         }
         self.built = true;

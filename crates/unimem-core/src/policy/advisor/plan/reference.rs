@@ -27,8 +27,14 @@ fn reference_plan(input: &PlanInput<'_>) -> Plan {
     let mut by_kernel: Vec<UnitUse> = input.predicted.iter().copied().filter(|u| u.at >= input.now).collect();
     by_kernel.sort_by(|a, b| a.at.cmp(&b.at).then(a.unit.cmp(&b.unit)));
     for u in &by_kernel {
-        // A predicted overwrite does not prove the data dead: count it as a plain use.
-        future.entry(u.unit).or_default().push((u.at, u.overwrite && u.certain));
+        // A predicted overwrite does not prove the data dead: count it as a plain use. A
+        // kernel's accesses to one unit are one use, dead only if each of them overwrites it.
+        let dead = u.overwrite && u.certain;
+        let uses = future.entry(u.unit).or_default();
+        match uses.last_mut() {
+            Some(last) if last.0 == u.at => last.1 &= dead,
+            _ => uses.push((u.at, dead)),
+        }
     }
     let next_after = |unit: Unit, j: u64| -> u64 {
         match future.get(&unit).and_then(|v| v.iter().find(|(at, _)| *at > j)) {

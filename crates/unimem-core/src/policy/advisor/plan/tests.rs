@@ -110,6 +110,18 @@ fn dead_and_unpredicted_data_goes_first() {
 }
 
 #[test]
+fn a_kernel_that_reads_what_it_overwrites_needs_the_data() {
+    // As above, but kernel 12 also reads 1: its data is live, in whichever order the two
+    // accesses come, so it is moved out rather than dropped.
+    let dead = UnitUse { overwrite: true, writes: true, certain: true, ..use_(1, 12) };
+    for predicted in [[dead, use_(1, 12), use_(4, 11)], [use_(1, 12), dead, use_(4, 11)]] {
+        let p = run(10, &[use_(3, 10)], &predicted, &[1, 2, 4], 3);
+        assert!(p.discard.is_empty(), "{p:?}");
+        assert!(p.evict.iter().all(|(u, _)| *u != unit(4)), "the soonest needed stays: {p:?}");
+    }
+}
+
+#[test]
 fn unpredicted_data_is_evicted_early_only_within_the_reach() {
     // As above with a reach of 1 kernel: 1's rewrite at 12 is 2 kernels ahead, so the
     // unpredicted 2 is not evicted for it yet (it is needed beyond the forecast, if at all,
