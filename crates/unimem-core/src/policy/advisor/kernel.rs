@@ -25,10 +25,23 @@ impl Advisor {
             self.record_forecast_score(now, acc);
         }
         let reserve = self.forecast(now, &mut predicted);
-        let (evicted_before, written_last_step) = self.placement_candidates(&units, &predicted);
+        self.note_writes(&units);
         self.reconcile(hints)?;
         let remote_now: FxHashSet<Unit> = self.remote.keys().copied().collect();
         let sizes = &self.sizes;
+        let (identity, born, step) = (&self.identity, &self.born, self.step);
+        let (evicted, written) = (&self.evicted_before_reuse, &self.written_last_step);
+        // The candidates for a placement: units that were evicted before their reuse last
+        // time, of regions that outlive a step. Setting up a placement holds the host
+        // (read-mostly ~70 ms per GiB on the H200), so it pays only where it serves many
+        // evictions: data kept across steps (weights), not per-step temporaries (activations),
+        // which are evicted once at most. Of those, the ones written last step are not worth
+        // duplicating. Asked only of the few units a plan places, not of the whole forecast.
+        let known = |u: Unit| identity.key(u.region).map(|k| (k, u.block));
+        let evicted_before = |u: Unit| {
+            born.get(&u.region).is_some_and(|&b| b < step) && known(u).is_some_and(|k| evicted.contains(&k))
+        };
+        let written_last_step = |u: Unit| known(u).is_some_and(|k| written.contains(&k));
         let plan = self.planner.plan(&PlanInput {
             now,
             current: &current,
@@ -156,41 +169,14 @@ impl Advisor {
         reserve
     }
 
-    /// Units (of this kernel and the forecast) that were evicted before their reuse last time,
-    /// of regions that outlive a step: the candidates for a placement; and of those, the ones
-    /// written last step (by step-stable identity), not worth duplicating. Setting up a
-    /// placement holds the host (read-mostly ~70 ms per GiB on the H200), so it pays only where
-    /// it serves many evictions: data kept across steps (weights), not per-step temporaries
-    /// (activations), which are evicted once at most. Notes what this kernel writes.
-    pub(super) fn placement_candidates(
-        &mut self,
-        units: &[(Unit, bool, bool)],
-        predicted: &[UnitUse],
-    ) -> (FxHashSet<Unit>, FxHashSet<Unit>) {
-        let long_lived = |id: RegionId| self.born.get(&id).is_some_and(|&b| b < self.step);
-        let evicted_before: FxHashSet<Unit> = units
-            .iter()
-            .map(|u| u.0)
-            .chain(predicted.iter().map(|u| u.unit))
-            .filter(|u| long_lived(u.region))
-            .filter(|u| {
-                self.identity.key(u.region).is_some_and(|k| self.evicted_before_reuse.contains(&(k, u.block)))
-            })
-            .collect();
-        let written_last_step: FxHashSet<Unit> = evicted_before
-            .iter()
-            .copied()
-            .filter(|u| {
-                self.identity.key(u.region).is_some_and(|k| self.written_last_step.contains(&(k, u.block)))
-            })
-            .collect();
+    /// Notes what this kernel writes, by step-stable identity (for the next step's placements).
+    pub(super) fn note_writes(&mut self, units: &[(Unit, bool, bool)]) {
         // Only programs with steps: without markers the set would grow without end.
         for &(u, _, writes) in units.iter().filter(|_| self.step > 0) {
             if let (true, Some(key)) = (writes, self.identity.key(u.region)) {
                 self.written_this_step.insert((key, u.block));
             }
         }
-        (evicted_before, written_last_step)
     }
 
     /// Scores the forecast made for kernel `now` (at the previous kernel) against its accesses.

@@ -153,12 +153,13 @@ pub struct PlanInput<'a> {
     /// Units that were evicted before their reuse the last time (by step-stable identity):
     /// the only ones worth a placement, since on the H200 both cost more up front than a plain
     /// migration (setting read-mostly holds the host ~90 ms per GiB) and pay back only at
-    /// eviction.
-    pub evicted_before_reuse: &'a FxHashSet<Unit>,
+    /// eviction. Asked only of units the kernel about to run or the forecast uses.
+    pub evicted_before_reuse: &'a dyn Fn(Unit) -> bool,
     /// Units the program wrote in its last step: a duplicate of one would be collapsed again
     /// before that write comes round, and unsetting read-mostly on duplicated data holds the
-    /// host too (`advise_unset_read_mostly_ns_per_gib`), so they are not duplicated.
-    pub written_last_step: &'a FxHashSet<Unit>,
+    /// host too (`advise_unset_read_mostly_ns_per_gib`), so they are not duplicated. Asked
+    /// only of units that `evicted_before_reuse` holds.
+    pub written_last_step: &'a dyn Fn(Unit) -> bool,
     /// Placements allowed.
     pub placements: Placements,
     /// Regions the step keeps ([`crate::policy::keep`]): their units are evicted after every
@@ -258,7 +259,7 @@ fn place_current(
             && u.certain
             && !is_resident(&u.unit)
             && !input.remote.contains(&u.unit)
-            && input.evicted_before_reuse.contains(&u.unit)
+            && (input.evicted_before_reuse)(u.unit)
             && planned.insert(u.unit)
         {
             out.remote.push((u.unit, Reason::EvictedBeforeReuse));
@@ -572,8 +573,8 @@ fn with_duplicates(mut out: Plan, input: &PlanInput<'_>) -> Plan {
     for unit in incoming {
         if !written.contains(&unit)
             && !input.read_mostly.contains(&unit)
-            && input.evicted_before_reuse.contains(&unit)
-            && !input.written_last_step.contains(&unit)
+            && (input.evicted_before_reuse)(unit)
+            && !(input.written_last_step)(unit)
             && seen.insert(unit)
         {
             out.duplicate.push((unit, Reason::ReadOnly));

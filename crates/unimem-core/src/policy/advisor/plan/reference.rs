@@ -302,8 +302,8 @@ fn both(c: &Case, planner: &mut Planner) -> (Plan, Plan) {
         early_reach: c.early_reach,
         read_mostly: &read_mostly,
         remote: &remote,
-        evicted_before_reuse: &evicted_before,
-        written_last_step: &written_last,
+        evicted_before_reuse: &|u| evicted_before.contains(&u),
+        written_last_step: &|u| written_last.contains(&u),
         placements: Placements { discard: c.placements.0, duplicate: c.placements.1, remote: c.placements.2 },
         kept: &kept,
     };

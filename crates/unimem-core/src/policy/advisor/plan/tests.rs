@@ -39,8 +39,8 @@ fn run_reaching(
         early_reach,
         read_mostly: &FxHashSet::default(),
         remote: &FxHashSet::default(),
-        evicted_before_reuse: &FxHashSet::default(),
-        written_last_step: &FxHashSet::default(),
+        evicted_before_reuse: &|_| false,
+        written_last_step: &|_| false,
         placements: Placements { duplicate: false, ..Placements::default() },
         kept: &FxHashSet::default(),
     })
@@ -65,8 +65,8 @@ fn small_units_are_not_evicted() {
         early_reach: u64::MAX,
         read_mostly: &FxHashSet::default(),
         remote: &FxHashSet::default(),
-        evicted_before_reuse: &FxHashSet::default(),
-        written_last_step: &FxHashSet::default(),
+        evicted_before_reuse: &|_| false,
+        written_last_step: &|_| false,
         placements: Placements::default(),
         kept: &FxHashSet::default(),
     });
@@ -184,8 +184,8 @@ fn without_predictions_the_least_recently_used_goes() {
         early_reach: u64::MAX,
         read_mostly: &FxHashSet::default(),
         remote: &FxHashSet::default(),
-        evicted_before_reuse: &FxHashSet::default(),
-        written_last_step: &FxHashSet::default(),
+        evicted_before_reuse: &|_| false,
+        written_last_step: &|_| false,
         placements: Placements::default(),
         kept: &FxHashSet::default(),
     });
@@ -210,8 +210,8 @@ fn room_is_kept_for_regions_not_allocated_yet() {
         early_reach: u64::MAX,
         read_mostly: &FxHashSet::default(),
         remote: &FxHashSet::default(),
-        evicted_before_reuse: &FxHashSet::default(),
-        written_last_step: &FxHashSet::default(),
+        evicted_before_reuse: &|_| false,
+        written_last_step: &|_| false,
         placements: Placements::default(),
         kept: &FxHashSet::default(),
     });
@@ -233,6 +233,7 @@ fn placed(
 ) -> Plan {
     let resident: Residency = resident.iter().enumerate().map(|(i, &r)| (unit(r), (MB2, i as u64))).collect();
     let set = |v: &[u64]| v.iter().map(|&r| unit(r)).collect::<FxHashSet<_>>();
+    let evicted = set(evicted_before_reuse);
     plan(&PlanInput {
         now: 10,
         current,
@@ -245,8 +246,8 @@ fn placed(
         early_reach: u64::MAX,
         read_mostly: &set(read_mostly),
         remote: &FxHashSet::default(),
-        evicted_before_reuse: &set(evicted_before_reuse),
-        written_last_step: &FxHashSet::default(),
+        evicted_before_reuse: &|u| evicted.contains(&u),
+        written_last_step: &|_| false,
         placements: Placements::default(),
         kept: &FxHashSet::default(),
     })
