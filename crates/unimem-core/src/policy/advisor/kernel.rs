@@ -3,6 +3,15 @@
 
 use super::*;
 
+/// A live region's prediction, ranked for the order the forecast lists its units in.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Ranked {
+    at: u64,
+    region: RegionId,
+    /// Its index in the advisor's predictions.
+    prediction: usize,
+}
+
 impl Advisor {
     pub(super) fn before_kernel(&mut self, acc: &[RangeAccess], hints: &mut Hints<'_>) -> Result<()> {
         let now = self.kernel;
@@ -139,18 +148,28 @@ impl Advisor {
         let mut reserve = Vec::new();
         let mut unborn: FxHashSet<RegionKey> = FxHashSet::default();
         let window = self.settings.remote_window;
-        for p in
-            self.predictions.iter().filter(|p| p.confidence >= self.settings.min_confidence && p.at > now)
-        {
-            let Some(&id) = self.by_key.get(&p.key) else {
+        // The live regions' predictions by kernel, then region (stable: one region's keep
+        // their order), so that each kernel's units come sorted as the planner takes them:
+        // sorting a kernel's few predictions costs less than sorting its units.
+        let mut order = std::mem::take(&mut self.forecast_order);
+        order.clear();
+        let min = self.settings.min_confidence;
+        for (i, p) in self.predictions.iter().enumerate().filter(|(_, p)| p.confidence >= min && p.at > now) {
+            match self.by_key.get(&p.key) {
+                Some(&region) => order.push(Ranked { at: p.at, region, prediction: i }),
                 // A region not allocated yet: it will need room by its first predicted use.
-                if unborn.insert(p.key) {
-                    reserve.push((p.at, page_round(p.offset + p.len)));
+                None => {
+                    if unborn.insert(p.key) {
+                        reserve.push((p.at, page_round(p.offset + p.len)));
+                    }
                 }
-                continue;
-            };
+            }
+        }
+        order.sort_by_key(|r| (r.at, r.region));
+        for r in &order {
+            let p = &self.predictions[r.prediction];
             scratch.clear();
-            add_units(&self.sizes, id, p.offset, p.len, !p.mode.reads(), &mut scratch);
+            add_units(&self.sizes, r.region, p.offset, p.len, !p.mode.reads(), &mut scratch);
             for &(unit, overwrite) in &scratch {
                 // Uses inside a remote window are served where the data is.
                 if self.remote.get(&unit).is_some_and(|&w| p.at <= w + window) {
@@ -166,6 +185,7 @@ impl Advisor {
                 });
             }
         }
+        self.forecast_order = order;
         reserve
     }
 

@@ -148,6 +148,8 @@ pub struct Advisor {
     outside_account: u64,
     kernel: u64,
     predictions: Vec<Prediction>,
+    /// The forecast's order of the live regions' predictions (kept between kernels).
+    forecast_order: Vec<kernel::Ranked>,
     /// Scratch for `before_kernel`: the uses of the kernel about to run and of the forecast.
     uses: (Vec<UnitUse>, Vec<UnitUse>),
     hints: HintBytes,
@@ -291,6 +293,7 @@ impl Advisor {
             outside_account: 0,
             kernel: 0,
             predictions: Vec::new(),
+            forecast_order: Vec::new(),
             uses: (Vec::new(), Vec::new()),
             hints: HintBytes::default(),
             declared: FxHashSet::default(),
