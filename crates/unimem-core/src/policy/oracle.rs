@@ -22,13 +22,14 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use super::keep::{Runs, StepKernels};
 use super::units::Unit;
-use super::units::{add_units, coalesce, fetch_needed, merge_units, pooled_blocks, unit_bytes, Sizes};
+use super::units::{
+    add_units, coalesce, fetch_needed, merge_units, pooled_blocks, region_units, unit_bytes, Sizes,
+};
 use super::{Hints, Policy};
 use crate::access::RangeAccess;
 use crate::error::Result;
 use crate::op::Op;
 use crate::region::RegionId;
-use crate::seam::BLOCK_SIZE;
 
 /// Eviction priority; the largest key is evicted first. (class, next use index).
 type Key = (u8, u64);
@@ -324,10 +325,9 @@ impl Oracle {
     /// Forgets a freed region.
     fn forget(&mut self, id: RegionId) {
         self.kept.remove(&id);
-        let blocks = self.sizes.get(id).div_ceil(BLOCK_SIZE);
-        for b in 0..blocks as u32 {
-            self.remove_resident(Unit { region: id, block: b });
-            self.uses.remove(&Unit { region: id, block: b });
+        for u in region_units(id, self.sizes.get(id)) {
+            self.remove_resident(u);
+            self.uses.remove(&u);
         }
         self.sizes.remove(id);
         self.freed.remove(&id);
@@ -469,9 +469,8 @@ impl Policy for Oracle {
             Op::Free { region } => {
                 let id = *region;
                 self.freed.insert(id);
-                let blocks = self.sizes.get(id).div_ceil(BLOCK_SIZE);
-                for b in 0..blocks as u32 {
-                    self.rekey(Unit { region: id, block: b });
+                for u in region_units(id, self.sizes.get(id)) {
+                    self.rekey(u);
                 }
             }
             Op::Kernel { accesses, .. } => {
@@ -522,9 +521,8 @@ impl Policy for Oracle {
             self.add_resident(Unit { region: id, block: b });
         }
         // The scan skipped this region while it did not exist: rewind to its first use.
-        let blocks = bytes.div_ceil(BLOCK_SIZE) as u32;
-        let first = (0..blocks)
-            .filter_map(|b| self.uses.get(&Unit { region: id, block: b }).and_then(|q| q.front()))
+        let first = region_units(id, bytes)
+            .filter_map(|u| self.uses.get(&u).and_then(|q| q.front()))
             .map(|u| u.index)
             .min();
         if let Some(first) = first {

@@ -70,6 +70,11 @@ impl FromIterator<(RegionId, u64)> for Sizes {
     }
 }
 
+/// The units of a region of `bytes`, block by block.
+pub(super) fn region_units(id: RegionId, bytes: u64) -> impl Iterator<Item = Unit> {
+    (0..bytes.div_ceil(BLOCK_SIZE) as u32).map(move |block| Unit { region: id, block })
+}
+
 /// Bytes `unit` occupies on the device: page-rounded, where a region's last block is partial,
 /// unless the device holds whole blocks ([`Sizes::hold_whole_blocks`]: 2 MiB, and nothing for
 /// a region under 2 MiB).

@@ -55,8 +55,7 @@ impl Advisor {
         }
         self.next_adopt = self.kernel + ADOPT_EVERY;
         for (id, bytes) in self.sizes.iter() {
-            for b in 0..bytes.div_ceil(BLOCK_SIZE) as u32 {
-                let u = Unit { region: id, block: b };
+            for u in region_units(id, bytes) {
                 if !self.resident.contains_key(&u)
                     && hints.residency(unit_range(&self.sizes, u))?.on_device() > 0
                 {

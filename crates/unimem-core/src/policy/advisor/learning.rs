@@ -102,11 +102,10 @@ impl Advisor {
                 self.freed_keys.retain(|_, k| k.1 >= horizon);
             }
         }
-        let blocks = self.sizes.remove(id).div_ceil(BLOCK_SIZE);
-        for b in 0..blocks as u32 {
-            self.resident.remove(&Unit { region: id, block: b });
-            self.read_mostly.remove(&Unit { region: id, block: b });
-            self.remote.remove(&Unit { region: id, block: b });
+        for u in region_units(id, self.sizes.remove(id)) {
+            self.resident.remove(&u);
+            self.read_mostly.remove(&u);
+            self.remote.remove(&u);
         }
         self.born.remove(&id);
         self.kept.remove(&id);

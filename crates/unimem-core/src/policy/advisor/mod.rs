@@ -29,7 +29,8 @@ pub use residency::Residency;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::units::{
-    add_units, coalesce, fetch_needed, merge_units, pooled_blocks, unit_bytes, unit_range, Sizes,
+    add_units, coalesce, fetch_needed, merge_units, pooled_blocks, region_units, unit_bytes, unit_range,
+    Sizes,
 };
 use super::{Hints, Policy};
 use crate::access::RangeAccess;
@@ -38,7 +39,7 @@ use crate::cost::CostModel;
 use crate::error::Result;
 use crate::op::Op;
 use crate::region::RegionId;
-use crate::seam::{page_round, Advice, Location, BLOCK_SIZE};
+use crate::seam::{page_round, Advice, Location};
 
 /// Hints the advisor issued, by kind, in bytes (for reports).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
