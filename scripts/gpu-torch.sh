@@ -14,7 +14,7 @@ OUT=$(mktemp -d)
 STEP_S=${STEP_S:-240}
 mkdir -p "$DEST"
 trap 'tar czf "$DEST/torch.tgz" -C "$OUT" .' EXIT
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/unimem_torch-*.whl || exit 1
+python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/unimem_torch-*.whl || exit 1
 export PYTHONPATH=/tmp/site UNIMEM_TORCH_LIB=/tmp/site/unimem_torch/libunimem_torch.so PYTHONUNBUFFERED=1
 run() {
     timeout "$STEP_S" "$@" || echo "step failed or cut off (rc $?): $*" | tee -a "$OUT/failed.txt"
