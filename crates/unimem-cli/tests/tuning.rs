@@ -190,3 +190,17 @@ fn the_telemetry_summary_peak_is_the_replays() {
         assert!(text.lines().all(|l| l.chars().count() <= 100), "wider than 100 columns:\n{text}");
     }
 }
+
+/// Where the device arena's whole blocks outgrow the budget a placing policy counts in pages,
+/// the emulated driver evicts on its own (ResNet at 25%); both placing policies follow it,
+/// so that no kernel faults on data its policy believed resident.
+#[test]
+fn placing_policies_follow_the_drivers_evictions() {
+    let t = sample("resnet50-train.jsonl.gz");
+    for policy in ["oracle", "advisor"] {
+        let run = replay(&t, "25%", policy);
+        assert_eq!(run["memory"], "device", "{run}");
+        assert!(run["placement"]["staged"].as_u64().unwrap() > 0, "{policy}: evictions at 25%");
+        assert_eq!(run["gpu_faults"], 0, "{policy} at 25%: {run}");
+    }
+}

@@ -9,7 +9,8 @@
 //! - leaves units smaller than the cost model's break-even size to faults, which are cheaper
 //!   for them than a prefetch call;
 //! - asks the backend where a unit is before moving it, so memory recycled from the pool
-//!   (already on the device) is neither fetched nor made room for twice;
+//!   (already on the device) is neither fetched nor made room for twice, and drops from its
+//!   account what the backend's driver evicted on its own;
 //! - keeps, in each step whose read-only data does not fit, the share of every kernel's read-only
 //!   regions that [`super::keep`] chooses: they are evicted after every other unit and never to
 //!   fetch ahead, so the rest streams through every kernel instead of whole layers in turn.
@@ -23,7 +24,8 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use super::keep::{Runs, StepKernels};
 use super::units::Unit;
 use super::units::{
-    add_units, coalesce, fetch_needed, merge_units, pooled_blocks, region_units, unit_bytes, Sizes,
+    add_units, coalesce, fetch_needed, merge_units, pooled_blocks, region_units, stale_units, unit_bytes,
+    Sizes,
 };
 use super::{Hints, Policy};
 use crate::access::RangeAccess;
@@ -86,6 +88,8 @@ pub struct Oracle {
     started: bool,
     /// Whether the window has shown an operation yet.
     recorded: bool,
+    /// The backend's `driver_dropped_bytes` when the account was last checked against it.
+    driver_dropped_seen: u64,
 }
 
 /// A step's kernels as the window shows them, for choosing what it keeps.
@@ -168,6 +172,7 @@ impl Oracle {
             kept: HashSet::default(),
             started: false,
             recorded: false,
+            driver_dropped_seen: 0,
         }
     }
 
@@ -210,6 +215,26 @@ impl Oracle {
         self.order.remove(&(key, unit));
         self.used -= self.unit_bytes(unit);
         Some(key)
+    }
+
+    /// Drops from the account the units the backend no longer has on the device, when its
+    /// driver has taken data off on its own since the last look (the emulated driver does where
+    /// the arena's whole blocks outgrow the budget the account counts in pages): a unit wrongly
+    /// believed resident is never fetched, and its kernel faults it in.
+    fn reconcile(&mut self, hints: &Hints<'_>) -> Result<()> {
+        let dropped = hints.driver_dropped_bytes();
+        if dropped <= self.driver_dropped_seen {
+            return Ok(());
+        }
+        let missing = dropped - self.driver_dropped_seen;
+        self.driver_dropped_seen = dropped;
+        // Looked for from the order's end: what is needed last, as the driver's least recently
+        // used data mostly is.
+        let stale = stale_units(&self.sizes, hints, self.order.iter().rev().map(|&(_, u)| u), missing)?;
+        for u in stale {
+            self.remove_resident(u);
+        }
+        Ok(())
     }
 
     /// Counts `unit` as on the device and decides how it gets there: nothing if the backend has
@@ -499,6 +524,7 @@ impl Policy for Oracle {
                 if self.keep_loops.is_some() && !self.started {
                     self.start_step(None);
                 }
+                self.reconcile(hints)?;
                 if let Some(units) = self.advance_to(index) {
                     let mut moves = Moves::default();
                     let protect = self.demand(&units, hints, &mut moves)?;

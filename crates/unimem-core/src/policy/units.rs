@@ -171,6 +171,29 @@ pub(super) fn fetch_needed(
     Ok(Some(overwrite && res.host + res.staged > 0))
 }
 
+/// Of `candidates` (units a policy counts as resident, in the order the driver most likely
+/// evicted them), those the backend no longer has on the device, until they add up to
+/// `missing` bytes (the bytes its driver took off on its own since the policy last looked),
+/// else all of them: the stale part of the policy's account.
+pub(super) fn stale_units(
+    sizes: &Sizes,
+    hints: &Hints<'_>,
+    candidates: impl Iterator<Item = Unit>,
+    missing: u64,
+) -> Result<Vec<Unit>> {
+    let (mut stale, mut found) = (Vec::new(), 0u64);
+    for u in candidates {
+        if hints.residency(unit_range(sizes, u))?.on_device() == 0 {
+            stale.push(u);
+            found += unit_bytes(sizes, u);
+            if found >= missing {
+                break;
+            }
+        }
+    }
+    Ok(stale)
+}
+
 /// Blocks of a newly allocated region that are on the device already (memory recycled from
 /// the pool).
 pub(super) fn pooled_blocks(sizes: &Sizes, hints: &Hints<'_>, id: RegionId) -> Result<Vec<u32>> {

@@ -22,16 +22,7 @@ impl Advisor {
             return Ok(());
         }
         let missing = unseen - observed;
-        let (mut stale, mut found) = (Vec::new(), 0u64);
-        for (u, _) in self.resident.by_age() {
-            if hints.residency(unit_range(&self.sizes, u))?.on_device() == 0 {
-                stale.push(u);
-                found += unit_bytes(&self.sizes, u);
-                if found >= missing {
-                    break;
-                }
-            }
-        }
+        let stale = stale_units(&self.sizes, hints, self.resident.by_age().map(|(u, _)| u), missing)?;
         for u in stale {
             self.resident.remove(&u);
         }

@@ -29,8 +29,8 @@ pub use residency::Residency;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::units::{
-    add_units, coalesce, fetch_needed, merge_units, pooled_blocks, region_units, unit_bytes, unit_range,
-    Sizes,
+    add_units, coalesce, fetch_needed, merge_units, pooled_blocks, region_units, stale_units, unit_bytes,
+    unit_range, Sizes,
 };
 use super::{Hints, Policy};
 use crate::access::RangeAccess;
