@@ -60,7 +60,7 @@ struct JsonPlan<'a> {
     over_bound: Option<f64>,
     /// The trace's peak live bytes (page-rounded): 100%.
     peak_live_bytes: u64,
-    /// The smallest budget that runs the trace (its largest kernel's bytes).
+    /// The smallest budget that runs the trace (what its largest kernel holds at once).
     min_budget_bytes: u64,
     /// Every replay, by budget.
     curve: &'a [CurvePoint],
@@ -86,7 +86,7 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
     let open = || input.reader();
     let mut program = unimem_core::bound::Program::new();
     let stats = TraceStats::compute_with(open()?, |event| program.observe(&event.clone().into()))?;
-    let spec = SearchSpec::new(stats.peak_live_page_bytes, stats.largest_kernel.bytes, args.max_slowdown)?;
+    let spec = SearchSpec::new(stats.peak_live_page_bytes, stats.smallest_budget(), args.max_slowdown)?;
     let rate = unimem_core::backends::cost_model(&config)?.link_rate_gbps;
     let mut planned = Vec::new();
     for policy in policies {

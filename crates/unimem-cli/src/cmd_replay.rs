@@ -106,17 +106,19 @@ impl<'a> Sizes<'a> {
     pub fn of(budget: Budget, stats: &'a TraceStats) -> (Self, Option<String>) {
         let asked = resolve_budget(budget, stats);
         let k = &stats.largest_kernel;
-        let (budget_bytes, warning) = if asked < k.bytes {
+        let least = stats.smallest_budget();
+        let (budget_bytes, warning) = if asked < least {
             let warning = format!(
                 "budget {budget} ({}) is smaller than the {} that kernel `{}` (line {}) touches at once: \
-                 replaying at {}, the smallest budget that holds every kernel's data",
+                 replaying at {}, the smallest budget that holds every kernel's data (in the device \
+                 arena's whole blocks, with its chunks of small regions)",
                 Bytes(asked),
                 Bytes(k.bytes),
                 k.name,
                 k.line,
-                Bytes(k.bytes)
+                Bytes(least)
             );
-            (k.bytes, Some(warning))
+            (least, Some(warning))
         } else {
             (asked, None)
         };

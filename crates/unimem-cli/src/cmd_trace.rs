@@ -78,6 +78,7 @@ pub fn run(cmd: &Command) -> Result<()> {
                 ("bytes read", Bytes(s.bytes_read).to_string()),
                 ("bytes written", Bytes(s.bytes_written).to_string()),
                 ("largest kernel", Bytes(s.max_kernel_bytes).to_string()),
+                ("smallest budget (one kernel's data)", Bytes(s.smallest_budget()).to_string()),
                 ("accessed regions", s.accessed_regions.to_string()),
                 ("accesses per region", format!("{:.2}", s.accesses_per_region)),
                 ("reuse factor", format!("{:.2}", s.reuse_factor)),

@@ -386,3 +386,27 @@ fn each_policy_runs_once() {
         json_lines(&o).iter().map(|r| r["policy"].as_str().unwrap().to_string()).collect();
     assert_eq!(policies, ["none", "advisor"]);
 }
+
+/// A budget smaller than one kernel's data is raised, with a warning naming the kernel, to what
+/// holds it as the device arena does (whole blocks, and the chunk of its small region), so that
+/// every policy's footprint stays within the budget it reports.
+#[test]
+fn a_budget_below_one_kernels_data_is_raised_to_what_holds_it() {
+    let d = tmp("raised");
+    let kernel = "{\"ev\":\"kernel\",\"name\":\"big\",\"dur_ns\":1000,\"acc\":[[1,0,1048576,\"rw\"],[1,4194304,1048576,\"rw\"],[2,0,4096,\"rw\"]]}\n";
+    let t = trace(
+        &d,
+        "k.jsonl",
+        &format!(
+            "{{\"ev\":\"alloc\",\"id\":1,\"bytes\":5242880}}\n{{\"ev\":\"alloc\",\"id\":2,\"bytes\":4096}}\n{kernel}{kernel}"
+        ),
+    );
+    let o = unimem(&["replay", &t, "--budget", "1MiB", "--policy", "none,oracle,advisor", "--json"]);
+    assert!(stderr(&o).contains("kernel `big`") && stderr(&o).contains("touches at once"), "{}", stderr(&o));
+    for run in json_lines(&o) {
+        assert_eq!(run["budget_bytes"], 6 << 20, "two blocks and the small region's chunk: {run}");
+        let (peak, budget) =
+            (run["peak_footprint_bytes"].as_u64().unwrap(), run["budget_bytes"].as_u64().unwrap());
+        assert!(peak <= budget, "{}: footprint {peak} over the budget {budget}", run["policy"]);
+    }
+}

@@ -47,6 +47,38 @@ pub struct KernelFootprint {
     pub bytes: u64,
 }
 
+/// The whole blocks that accesses to regions of a block or more cover (`size` gives a region's
+/// bytes): what the device arena holds for them, regions under a block being in its slab.
+fn block_footprint_bytes(acc: &[super::TraceAccess], size: impl Fn(u64) -> u64) -> u64 {
+    let accesses = acc.iter().filter(|a| !packs(size(a.id)));
+    covered_units(accesses, BLOCK_SIZE).saturating_mul(BLOCK_SIZE)
+}
+
+/// How many `unit`-sized pieces of their regions the accesses cover (each counted once).
+fn covered_units<'a>(acc: impl Iterator<Item = &'a super::TraceAccess>, unit: u64) -> u64 {
+    let mut spans: Vec<(u64, u64, u64)> = acc
+        .filter(|a| a.len > 0)
+        .map(|a| (a.id, a.offset / unit, (a.offset + a.len).div_ceil(unit)))
+        .collect();
+    spans.sort_unstable();
+    let mut units = 0u64;
+    let mut open: Option<(u64, u64, u64)> = None;
+    for (id, first, end) in spans {
+        match &mut open {
+            Some((oid, _, oend)) if *oid == id && first <= *oend => *oend = (*oend).max(end),
+            _ => {
+                if let Some((_, f, e)) = open.replace((id, first, end)) {
+                    units = units.saturating_add(e - f);
+                }
+            }
+        }
+    }
+    if let Some((_, f, e)) = open {
+        units = units.saturating_add(e - f);
+    }
+    units
+}
+
 /// What a trace contains.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct TraceStats {
@@ -92,6 +124,10 @@ pub struct TraceStats {
     /// kernel's data fits on the device at once (a smaller one makes that kernel fault and
     /// evict its own data).
     pub largest_kernel: KernelFootprint,
+    /// The most one kernel holds on the device as the device arena holds data: the whole
+    /// 2 MiB blocks its accesses to regions of a block or more cover, with the slab's chunks at
+    /// their peak (the regions under a block, which stay on the device).
+    pub largest_kernel_arena_bytes: u64,
     /// Regions that some event accesses.
     pub accessed_regions: u64,
     /// Accesses per accessed region, on average.
@@ -109,31 +145,17 @@ pub struct TraceStats {
 /// Bytes of device memory a kernel needs at once: the pages its accesses cover, each page once
 /// however many accesses overlap it.
 pub fn footprint_bytes(acc: &[super::TraceAccess]) -> u64 {
-    let mut spans: Vec<(u64, u64, u64)> = acc
-        .iter()
-        .filter(|a| a.len > 0)
-        .map(|a| (a.id, a.offset / PAGE_SIZE, (a.offset + a.len).div_ceil(PAGE_SIZE)))
-        .collect();
-    spans.sort_unstable();
-    let mut pages = 0u64;
-    let mut open: Option<(u64, u64, u64)> = None;
-    for (id, first, end) in spans {
-        match &mut open {
-            Some((oid, _, oend)) if *oid == id && first <= *oend => *oend = (*oend).max(end),
-            _ => {
-                if let Some((_, f, e)) = open.replace((id, first, end)) {
-                    pages = pages.saturating_add(e - f);
-                }
-            }
-        }
-    }
-    if let Some((_, f, e)) = open {
-        pages = pages.saturating_add(e - f);
-    }
-    pages.saturating_mul(PAGE_SIZE)
+    covered_units(acc.iter(), PAGE_SIZE).saturating_mul(PAGE_SIZE)
 }
 
 impl TraceStats {
+    /// The smallest budget that holds every kernel's data at once, in pages and as the device
+    /// arena holds it: a smaller one makes a kernel evict its own data, which no backend
+    /// emulates.
+    pub fn smallest_budget(&self) -> u64 {
+        self.largest_kernel.bytes.max(self.largest_kernel_arena_bytes)
+    }
+
     /// Reads the whole trace once. A sum that would not fit its counter is an error naming the
     /// line where it overflows, never a wrapped number.
     pub fn compute(reader: TraceReader) -> Result<Self> {
@@ -194,6 +216,8 @@ impl TraceStats {
                         .try_fold(0u64, |sum, a| add(sum, a.len, "access lengths of one kernel"))?;
                     s.max_kernel_bytes = s.max_kernel_bytes.max(declared);
                     let footprint = footprint_bytes(acc);
+                    let in_blocks = block_footprint_bytes(acc, |id| regions.get(&id).map_or(0, |r| r.0));
+                    s.largest_kernel_arena_bytes = s.largest_kernel_arena_bytes.max(in_blocks);
                     if footprint > s.largest_kernel.bytes {
                         s.largest_kernel =
                             KernelFootprint { name: name.to_string(), line: reader.line(), bytes: footprint };
@@ -230,6 +254,7 @@ impl TraceStats {
         s.reuse_factor =
             if accessed_region_bytes == 0 { 0.0 } else { accessed as f64 / accessed_region_bytes as f64 };
         s.slab_bytes = slab.bytes();
+        s.largest_kernel_arena_bytes = s.largest_kernel_arena_bytes.saturating_add(s.slab_bytes);
         Ok(s)
     }
 }
@@ -237,7 +262,7 @@ impl TraceStats {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::{TraceEvent, TraceHeader, TraceWriter};
+    use crate::trace::{TraceAccess, TraceEvent, TraceHeader, TraceWriter};
 
     /// Live bytes as the device arena holds them: whole 2 MiB blocks, smaller regions as the
     /// power of two that holds them; a freed region leaves the count.
@@ -258,5 +283,34 @@ mod tests {
         assert_eq!(s.peak_live_packed_bytes, 131_072 + (1 << 20));
         assert_eq!(s.slab_bytes, 2 * BLOCK_SIZE, "a chunk for each class");
         assert_eq!(s.peak_live_page_bytes, (3 << 20) + 102_400);
+    }
+
+    /// The smallest budget holds the largest kernel as the arena holds it: the whole blocks it
+    /// touches of regions of a block or more, and the slab's chunks, beyond the pages it covers.
+    #[test]
+    fn the_smallest_budget_holds_the_largest_kernel_in_whole_blocks() {
+        let mut w = TraceWriter::new(Vec::new(), false, "mem", &TraceHeader::new("test")).unwrap();
+        let access = |id, offset, len| TraceAccess { id, offset, len, mode: crate::access::AccessMode::Read };
+        let events = [
+            TraceEvent::Alloc { id: 1, bytes: 5 << 20, name: None },
+            TraceEvent::Alloc { id: 2, bytes: 4096, name: None },
+            TraceEvent::Kernel {
+                name: "k".into(),
+                dur_ns: 1,
+                host_ns: None,
+                // 1 MiB at each end of a 5 MiB region, and a small region: 2 MiB + 4 KiB of
+                // pages, two blocks and the small region's chunk in the arena.
+                acc: vec![access(1, 0, 1 << 20), access(1, 4 << 20, 1 << 20), access(2, 0, 4096)],
+            },
+        ];
+        for e in &events {
+            w.write(e).unwrap();
+        }
+        let bytes: &'static [u8] = Box::leak(w.finish().unwrap().into_boxed_slice());
+        let s = TraceStats::compute(TraceReader::from_bytes("mem", bytes).unwrap()).unwrap();
+        assert_eq!(s.largest_kernel.bytes, (2 << 20) + 4096);
+        assert_eq!(s.slab_bytes, BLOCK_SIZE);
+        assert_eq!(s.largest_kernel_arena_bytes, 2 * BLOCK_SIZE + BLOCK_SIZE);
+        assert_eq!(s.smallest_budget(), 3 * BLOCK_SIZE);
     }
 }
