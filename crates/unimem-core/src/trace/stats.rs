@@ -124,10 +124,10 @@ pub struct TraceStats {
     /// kernel's data fits on the device at once (a smaller one makes that kernel fault and
     /// evict its own data).
     pub largest_kernel: KernelFootprint,
-    /// The most one kernel holds on the device as the device arena holds data: the whole
-    /// 2 MiB blocks its accesses to regions of a block or more cover, with the slab's chunks at
-    /// their peak (the regions under a block, which stay on the device).
-    pub largest_kernel_arena_bytes: u64,
+    /// The most whole 2 MiB blocks one kernel's accesses cover of regions of a block or more:
+    /// what the device arena holds for them (the regions under a block are in its slab, which
+    /// stays on the device: `slab_bytes`).
+    pub largest_kernel_block_bytes: u64,
     /// Regions that some event accesses.
     pub accessed_regions: u64,
     /// Accesses per accessed region, on average.
@@ -150,10 +150,10 @@ pub fn footprint_bytes(acc: &[super::TraceAccess]) -> u64 {
 
 impl TraceStats {
     /// The smallest budget that holds every kernel's data at once, in pages and as the device
-    /// arena holds it: a smaller one makes a kernel evict its own data, which no backend
-    /// emulates.
+    /// arena holds it (whole blocks, and the slab's chunks at their peak): a smaller one makes a
+    /// kernel evict its own data, which no backend emulates.
     pub fn smallest_budget(&self) -> u64 {
-        self.largest_kernel.bytes.max(self.largest_kernel_arena_bytes)
+        self.largest_kernel.bytes.max(self.largest_kernel_block_bytes.saturating_add(self.slab_bytes))
     }
 
     /// Reads the whole trace once. A sum that would not fit its counter is an error naming the
@@ -217,7 +217,7 @@ impl TraceStats {
                     s.max_kernel_bytes = s.max_kernel_bytes.max(declared);
                     let footprint = footprint_bytes(acc);
                     let in_blocks = block_footprint_bytes(acc, |id| regions.get(&id).map_or(0, |r| r.0));
-                    s.largest_kernel_arena_bytes = s.largest_kernel_arena_bytes.max(in_blocks);
+                    s.largest_kernel_block_bytes = s.largest_kernel_block_bytes.max(in_blocks);
                     if footprint > s.largest_kernel.bytes {
                         s.largest_kernel =
                             KernelFootprint { name: name.to_string(), line: reader.line(), bytes: footprint };
@@ -254,7 +254,6 @@ impl TraceStats {
         s.reuse_factor =
             if accessed_region_bytes == 0 { 0.0 } else { accessed as f64 / accessed_region_bytes as f64 };
         s.slab_bytes = slab.bytes();
-        s.largest_kernel_arena_bytes = s.largest_kernel_arena_bytes.saturating_add(s.slab_bytes);
         Ok(s)
     }
 }
@@ -310,7 +309,7 @@ mod tests {
         let s = TraceStats::compute(TraceReader::from_bytes("mem", bytes).unwrap()).unwrap();
         assert_eq!(s.largest_kernel.bytes, (2 << 20) + 4096);
         assert_eq!(s.slab_bytes, BLOCK_SIZE);
-        assert_eq!(s.largest_kernel_arena_bytes, 2 * BLOCK_SIZE + BLOCK_SIZE);
+        assert_eq!(s.largest_kernel_block_bytes, 2 * BLOCK_SIZE);
         assert_eq!(s.smallest_budget(), 3 * BLOCK_SIZE);
     }
 }
