@@ -42,8 +42,9 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
     let mut table = output::report_table(false);
     let mut in_arena = false;
     for trace in &TRACES {
-        let mut program = unimem_core::bound::Program::new();
-        let stats = TraceStats::compute_with(trace.reader()?, |e| program.observe(&e.clone().into()))?;
+        let mut program =
+            unimem_core::bound::Program::new().held_to_host_time(config.replay.program_host_time);
+        let stats = TraceStats::compute_with(trace.reader()?, |e| program.observe_event(e))?;
         println!(
             "{}: {};\n    peak live {}, {} kernels, compute floor {}",
             trace.name,

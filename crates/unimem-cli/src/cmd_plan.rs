@@ -84,8 +84,8 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
         None => None,
     };
     let open = || input.reader();
-    let mut program = unimem_core::bound::Program::new();
-    let stats = TraceStats::compute_with(open()?, |event| program.observe(&event.clone().into()))?;
+    let mut program = unimem_core::bound::Program::new().held_to_host_time(config.replay.program_host_time);
+    let stats = TraceStats::compute_with(open()?, |event| program.observe_event(event))?;
     let spec = SearchSpec::new(stats.peak_live_page_bytes, stats.smallest_budget(), args.max_slowdown)?;
     let rate = unimem_core::backends::cost_model(&config)?.link_rate_gbps;
     let mut planned = Vec::new();

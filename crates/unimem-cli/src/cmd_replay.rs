@@ -285,12 +285,12 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
     // A first streaming pass finds the peak live bytes a percent budget refers to, and checks
     // the whole trace before any replay starts.
     // The same pass records the program for the link-limit bound.
-    let mut program = unimem_core::bound::Program::new();
+    let mut program = unimem_core::bound::Program::new().held_to_host_time(config.replay.program_host_time);
     let stats = {
         let reader = open()?;
         let (consumed, total) = reader.progress();
         let _progress = output::Progress::start(consumed, total, args.json, "checking");
-        TraceStats::compute_with(reader, |event| program.observe(&event.clone().into()))?
+        TraceStats::compute_with(reader, |event| program.observe_event(event))?
     };
     let (sizes, warning) = Sizes::of(budget, &stats);
     let bound = program.bound(sizes.budget, backends::cost_model(&config)?.link_rate_gbps);
@@ -352,8 +352,13 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
             println!("{line}");
         }
         if stats.program_host_ns > 0 {
+            let floor = format!(
+                "each kernel issued no sooner than its host time after the one before: with every byte \
+                 resident it runs in {} (the program floor, which the bounds include)",
+                unimem_core::units::Nanos(bound.program_floor_ns)
+            );
             let held = if config.replay.program_host_time {
-                "each kernel issued no sooner than its host time after the one before"
+                floor.as_str()
             } else {
                 "not held to it (replay.program_host_time = false)"
             };

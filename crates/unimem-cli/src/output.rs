@@ -34,6 +34,9 @@ struct JsonRun<'a> {
     /// What the command warned of (a budget raised or capped).
     warnings: &'a [String],
     over_floor: f64,
+    /// The time with every byte resident, the kernels held to the program's host time
+    /// between them where the replay holds them (`unimem_core::bound::LinkBound`).
+    program_floor_ns: Option<u64>,
     /// The link-limit bound (`unimem_core::bound`) and the run's time over it.
     bound_ns: Option<u64>,
     bound_h2d_bytes: Option<u64>,
@@ -58,6 +61,7 @@ pub fn print_report_json(
         budget: budget_spec,
         warnings,
         over_floor: report.over_floor(),
+        program_floor_ns: report.bound.map(|b| b.program_floor_ns),
         bound_ns: report.bound.map(|b| b.bound_ns),
         bound_h2d_bytes: report.bound.map(|b| b.h2d_bytes),
         bound_d2h_bytes: report.bound.map(|b| b.d2h_bytes),

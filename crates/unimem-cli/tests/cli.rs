@@ -49,6 +49,7 @@ fn replay_json_has_the_documented_keys() {
             "peak_footprint_bytes",
             "steps",
             "over_floor",
+            "program_floor_ns",
             "bound_ns",
             "bound_h2d_bytes",
             "bound_d2h_bytes",
@@ -60,9 +61,11 @@ fn replay_json_has_the_documented_keys() {
         }
         assert_eq!(run["policy"], policy);
         assert_eq!(run["backend"], "sim");
-        // The bound lies between the floor and every policy's time.
+        // The bound lies between the floor and every policy's time; a trace without the
+        // program's host times has its compute floor as its program floor.
         let (bound, floor) = (run["bound_ns"].as_u64().unwrap(), run["compute_floor_ns"].as_u64().unwrap());
         assert!(floor <= bound && bound <= run["time_ns"].as_u64().unwrap(), "{run}");
+        assert_eq!(run["program_floor_ns"].as_u64(), Some(floor));
         let x = run["over_bound"].as_f64().unwrap();
         assert!((x - run["time_ns"].as_f64().unwrap() / bound as f64).abs() < 1e-9);
         assert!(run["peak_resident_bytes"].as_u64() <= run["budget_bytes"].as_u64());
@@ -73,6 +76,36 @@ fn replay_json_has_the_documented_keys() {
         assert_eq!(prefetch > 0, policy == "oracle", "only the oracle prefetches: {host}");
     }
     assert!(runs[1]["time_ns"].as_u64() < runs[0]["time_ns"].as_u64(), "oracle beats none");
+}
+
+/// A program whose host issued its kernels more slowly than they ran: its replay is held to
+/// that pace, and so are its floor and bounds; with `replay.program_host_time` off, neither.
+#[test]
+fn a_host_bound_programs_bound_is_its_own_pace() {
+    let d = tmp("paced");
+    let path = d.join("paced.jsonl");
+    let mut text = String::from("{\"format\":\"unimem-trace\",\"version\":1,\"source\":\"test\"}\n");
+    text += "{\"ev\":\"alloc\",\"id\":1,\"bytes\":4194304}\n";
+    for i in 0..10 {
+        let host = if i == 0 { String::new() } else { ",\"host_ns\":3000000".into() };
+        text += &format!(
+            "{{\"ev\":\"kernel\",\"name\":\"k\",\"dur_ns\":1000000{host},\"acc\":[[1,0,4194304,\"rw\"]]}}\n"
+        );
+    }
+    write(&path, text.as_bytes());
+    let run = |env: &[(&str, &str)]| -> serde_json::Value {
+        let o = unimem_env(&["replay", path.to_str().unwrap(), "--policy", "oracle", "--json"], env);
+        assert!(o.status.success(), "{}", stderr(&o));
+        serde_json::from_str(stdout(&o).trim()).unwrap()
+    };
+    let held = run(&[]);
+    let n = |r: &serde_json::Value, k: &str| r[k].as_u64().unwrap();
+    // Issued 3 ms apart: the last starts at 27 ms and ends at 28.
+    assert_eq!((n(&held, "compute_floor_ns"), n(&held, "program_floor_ns")), (10_000_000, 28_000_000));
+    assert_eq!(n(&held, "bound_ns"), 28_000_000, "{held}");
+    assert!(n(&held, "time_ns") >= 28_000_000, "{held}");
+    let free = run(&[("UNIMEM_REPLAY_PROGRAM_HOST_TIME", "false")]);
+    assert_eq!((n(&free, "program_floor_ns"), n(&free, "bound_ns")), (10_000_000, 10_000_000), "{free}");
 }
 
 #[test]

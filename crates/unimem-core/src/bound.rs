@@ -10,7 +10,10 @@
 //! everything else that comes in is copied. A host access needs the device's newer data on
 //! the host (a copy out), and a host write makes the device copy stale.
 //!
-//! bound = max(compute floor, bytes in / rate, bytes out / rate). It is a yardstick, not a
+//! bound = max(program floor, bytes in / rate, bytes out / rate), where the program floor is
+//! the compute floor (the kernels back to back) or, for a program held to its own host time
+//! between kernels ([`Program::held_to_host_time`]), the kernels issued no sooner than that
+//! after each other. It is a yardstick, not a
 //! proof of optimality: Belady minimises misses for equal sizes, not bytes for mixed sizes;
 //! moving parts of regions can move less; and dependencies can keep a real schedule from
 //! overlapping everything. The phase bound ([`phase`]) counts that last part: the traffic the
@@ -22,6 +25,7 @@ use rustc_hash::FxHashMap;
 
 use crate::op::Op;
 use crate::region::RegionId;
+use crate::trace::TraceEvent;
 
 /// No further use.
 const NEVER: u32 = u32::MAX;
@@ -75,6 +79,13 @@ pub struct Program {
     /// Dense index of each live trace region.
     index: FxHashMap<RegionId, u32>,
     compute_floor_ns: u64,
+    /// Kernels are issued no sooner than their recorded host time after the one before.
+    held_to_host_time: bool,
+    /// The program's host time before its next kernel ([`Program::observe_event`]).
+    next_host_ns: u64,
+    /// When the latest kernel was issued, and when it ended, with every byte resident.
+    issue_ns: u64,
+    program_floor_ns: u64,
     /// The phase bound's segments, worked out at the first bound asked for.
     phase: std::sync::OnceLock<phase::Segments>,
 }
@@ -88,10 +99,15 @@ pub struct LinkBound {
     pub d2h_bytes: u64,
     /// The sum of kernel durations.
     pub compute_floor_ns: u64,
-    /// max(compute floor, bytes in / rate, bytes out / rate).
+    /// The time with every byte resident: the compute floor, or for a program held to its
+    /// host time between kernels, its kernels each issued no sooner than that after the one
+    /// before and run in order (at least the compute floor and the program's host time).
+    pub program_floor_ns: u64,
+    /// max(program floor, bytes in / rate, bytes out / rate).
     pub bound_ns: u64,
     /// The phase bound ([`phase`]): the most that the order of the program's uses forces
-    /// on the link at this budget, a segment of the program at a time.
+    /// on the link at this budget, a segment of the program at a time (at least the program
+    /// floor).
     pub phase_ns: u64,
 }
 
@@ -99,6 +115,25 @@ impl Program {
     /// An empty program.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The same program, its kernels held to the host time the trace recorded between them
+    /// (`host_ns`), as a replay with `replay.program_host_time` holds them: its floor is then
+    /// the program's own pace where that is slower than its kernels.
+    pub fn held_to_host_time(mut self, on: bool) -> Self {
+        self.held_to_host_time = on;
+        self
+    }
+
+    /// Adds the next event of a trace: its operation, and for a kernel the program's host
+    /// time before it where the program is held to it.
+    pub fn observe_event(&mut self, event: &TraceEvent) {
+        if let TraceEvent::Kernel { host_ns: Some(ns), .. } = event {
+            if self.held_to_host_time {
+                self.next_host_ns = *ns;
+            }
+        }
+        self.observe(&Op::from(event.clone()));
     }
 
     /// Adds the next operation.
@@ -147,6 +182,9 @@ impl Program {
                 let end = self.uses.len() as u32;
                 if let Op::Kernel { dur_ns, .. } = op {
                     self.compute_floor_ns = self.compute_floor_ns.saturating_add(*dur_ns);
+                    // Issued its host time after the kernel before, run once that one ended.
+                    self.issue_ns = self.issue_ns.saturating_add(std::mem::take(&mut self.next_host_ns));
+                    self.program_floor_ns = self.program_floor_ns.max(self.issue_ns).saturating_add(*dur_ns);
                     self.steps.push(Step::Kernel { start, end, dur_ns: *dur_ns });
                 } else {
                     self.steps.push(Step::Host { start, end });
@@ -160,12 +198,15 @@ impl Program {
     pub fn bound(&self, budget: u64, rate_gbps: f64) -> LinkBound {
         let (h2d_bytes, d2h_bytes) = self.traffic(budget);
         let ns = |bytes: u64| (bytes as f64 / rate_gbps).ceil() as u64;
+        let floor = self.program_floor_ns;
+        let phase = self.phase.get_or_init(|| phase::Segments::of(self)).bound_ns(budget, rate_gbps);
         LinkBound {
             h2d_bytes,
             d2h_bytes,
             compute_floor_ns: self.compute_floor_ns,
-            bound_ns: self.compute_floor_ns.max(ns(h2d_bytes)).max(ns(d2h_bytes)),
-            phase_ns: self.phase.get_or_init(|| phase::Segments::of(self)).bound_ns(budget, rate_gbps),
+            program_floor_ns: floor,
+            bound_ns: floor.max(ns(h2d_bytes)).max(ns(d2h_bytes)),
+            phase_ns: phase.max(floor),
         }
     }
 

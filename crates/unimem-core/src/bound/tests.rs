@@ -40,6 +40,36 @@ fn at_full_budget_only_pre_existing_data_moves() {
     assert_eq!(b.bound_ns, 6_000_000, "2 ms of copies hide under 6 ms of compute");
 }
 
+/// A program held to its host time between kernels runs no faster than that pace: its floor
+/// is the kernels each issued that long after the one before, once the one before has ended.
+#[test]
+fn a_program_held_to_its_host_time_has_that_pace_as_its_floor() {
+    let events = |host: [Option<u64>; 3]| -> Vec<TraceEvent> {
+        let mut ev = vec![TraceEvent::Alloc { id: 1, bytes: 10 * MB, name: None }];
+        let acc = vec![crate::trace::TraceAccess { id: 1, offset: 0, len: 10 * MB, mode: RW }];
+        ev.extend(host.map(|host_ns| TraceEvent::Kernel {
+            name: "k".into(),
+            dur_ns: 1_000_000,
+            host_ns,
+            acc: acc.clone(),
+        }));
+        ev
+    };
+    let floor = |held: bool, host| {
+        let mut p = Program::new().held_to_host_time(held);
+        events(host).iter().for_each(|e| p.observe_event(e));
+        p.bound(10 * MB, 50.0)
+    };
+    // Issued at 0, 3 and 3.5 ms: the third waits for the second, which ends at 4 ms.
+    let b = floor(true, [None, Some(3_000_000), Some(500_000)]);
+    assert_eq!((b.compute_floor_ns, b.program_floor_ns), (3_000_000, 5_000_000));
+    assert_eq!((b.bound_ns, b.phase_ns), (5_000_000, 5_000_000), "both bounds include the pace");
+    // Not held (or no host times): the kernels back to back.
+    let b = floor(false, [None, Some(3_000_000), Some(500_000)]);
+    assert_eq!((b.program_floor_ns, b.bound_ns), (3_000_000, 3_000_000));
+    assert_eq!(floor(true, [None; 3]).program_floor_ns, 3_000_000);
+}
+
 /// Two read-only regions alternating in a budget for one: each comes in for every use and is
 /// dropped, never copied out (its host copy is valid).
 #[test]
@@ -201,10 +231,12 @@ mod against_the_simulator {
     /// profile's link rate.
     fn replay_and_bound(events: &[TraceEvent], policy: PolicyName, budget: u64) -> (u64, LinkBound) {
         let mut w = TraceWriter::new(Vec::new(), false, "mem", &TraceHeader::new("p")).unwrap();
-        let mut program = Program::new();
+        // A replay holds kernels to the program's host time (`Options::default`), as does
+        // the bound's program floor.
+        let mut program = Program::new().held_to_host_time(true);
         for e in events {
             w.write(e).unwrap();
-            program.observe(&Op::from(e.clone()));
+            program.observe_event(e);
         }
         let bytes: &'static [u8] = Box::leak(w.finish().unwrap().into_boxed_slice());
         let cost = CostModel::h200();
@@ -225,8 +257,9 @@ mod against_the_simulator {
             budget_pct in 20u64..100,
             pattern in 0usize..6,
             policy in prop_oneof![Just(PolicyName::Oracle), Just(PolicyName::Advisor), Just(PolicyName::None)],
+            host_scale in 0u64..4,
         ) {
-            let events: Vec<TraceEvent> = if pattern == 5 {
+            let mut events: Vec<TraceEvent> = if pattern == 5 {
                 training(&sizes.iter().map(|s| s * MB).collect::<Vec<_>>(), 3)
             } else {
                 let patterns = [Pattern::Streaming, Pattern::Strided, Pattern::Alternating, Pattern::Graph, Pattern::Random];
@@ -241,6 +274,12 @@ mod against_the_simulator {
                 };
                 Synth::new(spec).collect()
             };
+            // The program's host time between kernels, up to 3x their 20 us where it is held.
+            for (i, e) in events.iter_mut().enumerate() {
+                if let TraceEvent::Kernel { host_ns, .. } = e {
+                    *host_ns = (host_scale > 0).then_some((i as u64 * 7919) % 20_000 * host_scale);
+                }
+            }
             let peak: u64 = if pattern == 5 { 8 * MB + sizes.iter().sum::<u64>() * MB } else { 16 * (4 << 20) + (1 << 20) };
             let budget = peak * budget_pct / 100;
             let (time_ns, bound) = replay_and_bound(&events, policy, budget);
