@@ -6,7 +6,8 @@
 # `unimem telemetry summarize` the device's idle time (gaps between one kernel's end and the
 # next one's start when the host had not issued it yet), the kernels' stalls on data, and the
 # part of those stalls with no copy on the link.
-# Usage: bash scripts/gpu-idle.sh [out.jsonl] [path/to/unimem]   (BACKEND=sim to try it here)
+# Usage: bash scripts/gpu-idle.sh [out.jsonl] [path/to/unimem]   (BACKEND=sim to try it here;
+#   BUDGETS and POLICIES replace the budgets and policies, e.g. BUDGETS="100% 50%")
 set -euo pipefail
 out=${1:-${OUT:-/tmp}/gpu-idle.jsonl}
 exe=${2:-.gpu/bin/unimem}
@@ -15,8 +16,8 @@ export UNIMEM_TELEMETRY_CUPTI=false
 log=$(mktemp -d)
 : > "$out"
 for t in resnet50-train transformer-decode; do
-  for b in 50% 25%; do
-    for p in none advisor; do
+  for b in ${BUDGETS:-50% 25%}; do
+    for p in ${POLICIES:-none advisor}; do
       "$exe" replay "traces/$t.jsonl.gz" --backend "${BACKEND:-cuda}" --budget "$b" --policy "$p" --json \
         --telemetry "$log/t.jsonl" > "$log/r.json"
       "$exe" telemetry summarize "$log/t.jsonl" --json > "$log/s.json"

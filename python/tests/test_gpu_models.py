@@ -24,9 +24,10 @@ PROGRAM = r"""
 import json, sys
 sys.path.insert(0, %(root)r)
 family, mode, budget, steps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+record = sys.argv[5] if len(sys.argv) > 5 else None
 if mode == "unimem":
     import unimem_torch
-    unimem_torch.enable(budget=budget)
+    unimem_torch.enable(budget=budget, record=record)
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -122,6 +123,8 @@ for i in range(steps):
     losses.append(loss.item())
     if mode == "unimem":
         unimem_torch.step()
+if record:
+    unimem_torch.stop_recording()
 out = {"losses": losses}
 if family.endswith("_compiled"):
     import torch._dynamo.utils
@@ -136,9 +139,9 @@ print(json.dumps(out))
 FAMILIES = ("vit", "unet3d", "lstm", "embedding_bag")
 
 
-def run(family, mode, budget="100%", steps=6):
+def run(family, mode, budget="100%", steps=6, record=None):
     env = dict(os.environ, CUBLAS_WORKSPACE_CONFIG=":4096:8")
-    return run_program(PROGRAM, [family, mode, budget, steps], env=env)
+    return run_program(PROGRAM, [family, mode, budget, steps] + ([record] if record else []), env=env)
 
 
 @unittest.skipUnless(HAVE_GPU, "needs PyTorch with a CUDA device")
@@ -174,4 +177,13 @@ class OtherProgramsOnTheGpu(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    # `python3 test_gpu_models.py record FAMILY PATH`: the family's trace v1, recorded under
+    # unimem at a budget of its base peak (every byte fits: the program's own host time), for
+    # `unimem replay` at other budgets; prints the base peak and the recording run's line.
+    if len(sys.argv) == 4 and sys.argv[1] == "record":
+        family, path = sys.argv[2], sys.argv[3]
+        base = run(family, "base")
+        got = run(family, "unimem", budget=str(base["peak"]), record=path)
+        print(json.dumps({"family": family, "base_peak": base["peak"], "base": base["losses"], "unimem": got["losses"], "trace": path}), flush=True)
+    else:
+        unittest.main()
