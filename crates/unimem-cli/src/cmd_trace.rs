@@ -75,6 +75,9 @@ pub fn run(cmd: &Command) -> Result<()> {
                 ("steps", s.steps.to_string()),
                 ("compute floor", Nanos(s.compute_floor_ns).to_string()),
                 ("program host time", Nanos(s.program_host_ns).to_string()),
+                // The kernels at the program's pace with every byte resident: above the compute
+                // floor where the host was slower than its kernels.
+                ("program floor (at its host's pace)", Nanos(s.program_floor_ns).to_string()),
                 ("bytes read", Bytes(s.bytes_read).to_string()),
                 ("bytes written", Bytes(s.bytes_written).to_string()),
                 ("largest kernel", Bytes(s.max_kernel_bytes).to_string()),

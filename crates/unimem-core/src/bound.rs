@@ -25,7 +25,7 @@ use rustc_hash::FxHashMap;
 
 use crate::op::Op;
 use crate::region::RegionId;
-use crate::trace::TraceEvent;
+use crate::trace::{ProgramFloor, TraceEvent};
 
 /// No further use.
 const NEVER: u32 = u32::MAX;
@@ -83,9 +83,8 @@ pub struct Program {
     held_to_host_time: bool,
     /// The program's host time before its next kernel ([`Program::observe_event`]).
     next_host_ns: u64,
-    /// When the latest kernel was issued, and when it ended, with every byte resident.
-    issue_ns: u64,
-    program_floor_ns: u64,
+    /// Its kernels with every byte resident, at its pace where held to it.
+    pace: ProgramFloor,
     /// The phase bound's segments, worked out at the first bound asked for.
     phase: std::sync::OnceLock<phase::Segments>,
 }
@@ -182,9 +181,7 @@ impl Program {
                 let end = self.uses.len() as u32;
                 if let Op::Kernel { dur_ns, .. } = op {
                     self.compute_floor_ns = self.compute_floor_ns.saturating_add(*dur_ns);
-                    // Issued its host time after the kernel before, run once that one ended.
-                    self.issue_ns = self.issue_ns.saturating_add(std::mem::take(&mut self.next_host_ns));
-                    self.program_floor_ns = self.program_floor_ns.max(self.issue_ns).saturating_add(*dur_ns);
+                    self.pace.kernel(std::mem::take(&mut self.next_host_ns), *dur_ns);
                     self.steps.push(Step::Kernel { start, end, dur_ns: *dur_ns });
                 } else {
                     self.steps.push(Step::Host { start, end });
@@ -198,7 +195,7 @@ impl Program {
     pub fn bound(&self, budget: u64, rate_gbps: f64) -> LinkBound {
         let (h2d_bytes, d2h_bytes) = self.traffic(budget);
         let ns = |bytes: u64| (bytes as f64 / rate_gbps).ceil() as u64;
-        let floor = self.program_floor_ns;
+        let floor = self.pace.ns();
         let phase = self.phase.get_or_init(|| phase::Segments::of(self)).bound_ns(budget, rate_gbps);
         LinkBound {
             h2d_bytes,

@@ -13,5 +13,5 @@ pub use event::{TraceAccess, TraceEvent, TraceHeader};
 pub use gzip::Decompressed;
 pub use reader::{TraceReader, MAX_LINE_BYTES, MAX_LIVE_BYTES, MAX_REGION_BYTES, MAX_TRACE_NS};
 pub use record::{KernelTimes, TraceRecording};
-pub use stats::{footprint_bytes, KernelFootprint, RegionIds, TraceStats};
+pub use stats::{footprint_bytes, KernelFootprint, ProgramFloor, RegionIds, TraceStats};
 pub use writer::TraceWriter;

@@ -28,6 +28,29 @@ fn packed_round(bytes: u64) -> u64 {
     }
 }
 
+/// A program's time with every byte resident at its own pace: each kernel issued no sooner than
+/// its host time (a trace's `host_ns`) after the one before, as a replay holds it
+/// (`replay.program_host_time`), and run once the one before has ended. With no host times it
+/// is the sum of the kernels' times.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProgramFloor {
+    issue_ns: u64,
+    end_ns: u64,
+}
+
+impl ProgramFloor {
+    /// The next kernel: issued `host_ns` after the one before, running `dur_ns`.
+    pub fn kernel(&mut self, host_ns: u64, dur_ns: u64) {
+        self.issue_ns = self.issue_ns.saturating_add(host_ns);
+        self.end_ns = self.end_ns.max(self.issue_ns).saturating_add(dur_ns);
+    }
+
+    /// When the latest kernel ends.
+    pub fn ns(&self) -> u64 {
+        self.end_ns
+    }
+}
+
 /// A set of region ids (trace ids).
 pub type RegionIds = HashSet<u64>;
 
@@ -114,6 +137,9 @@ pub struct TraceStats {
     pub compute_floor_ns: u64,
     /// Sum of kernel `host_ns`: the program's own host time, where the trace measured it.
     pub program_host_ns: u64,
+    /// The time with all data resident at the program's own pace ([`ProgramFloor`]): the
+    /// compute floor where the trace has no host times or the host kept ahead of the kernels.
+    pub program_floor_ns: u64,
     /// Bytes read by kernels and the host (sum of access lengths with r or rw).
     pub bytes_read: u64,
     /// Bytes written (sum of access lengths with w or rw).
@@ -168,6 +194,7 @@ impl TraceStats {
         let mut s = TraceStats::default();
         let (mut live, mut live_pages, mut live_blocks, mut live_packed) = (0u64, 0u64, 0u64, 0u64);
         let mut slab = SlabDemand::default();
+        let mut pace = ProgramFloor::default();
         // Live regions only (size, touched yet?): memory stays bounded by what is live.
         let mut regions: HashMap<u64, (u64, bool)> = HashMap::default();
         let mut accessed_region_bytes = 0u64;
@@ -211,6 +238,7 @@ impl TraceStats {
                     // The reader keeps the kernel and host times below 2^62 ns.
                     s.compute_floor_ns += dur_ns;
                     s.program_host_ns += host_ns.unwrap_or(0);
+                    pace.kernel(host_ns.unwrap_or(0), *dur_ns);
                     let declared = acc
                         .iter()
                         .try_fold(0u64, |sum, a| add(sum, a.len, "access lengths of one kernel"))?;
@@ -254,6 +282,7 @@ impl TraceStats {
         s.reuse_factor =
             if accessed_region_bytes == 0 { 0.0 } else { accessed as f64 / accessed_region_bytes as f64 };
         s.slab_bytes = slab.bytes();
+        s.program_floor_ns = pace.ns();
         Ok(s)
     }
 }
@@ -311,5 +340,29 @@ mod tests {
         assert_eq!(s.slab_bytes, BLOCK_SIZE);
         assert_eq!(s.largest_kernel_block_bytes, 2 * BLOCK_SIZE);
         assert_eq!(s.smallest_budget(), 3 * BLOCK_SIZE);
+    }
+
+    /// The program floor is its kernels at its host's pace: a kernel waits for its host time
+    /// after the one before is issued, and for the one before to end.
+    #[test]
+    fn the_program_floor_is_the_kernels_at_their_hosts_pace() {
+        let mut w = TraceWriter::new(Vec::new(), false, "mem", &TraceHeader::new("test")).unwrap();
+        let kernel =
+            |dur_ns, host_ns| TraceEvent::Kernel { name: "k".into(), dur_ns, host_ns, acc: Vec::new() };
+        // Issued at 0, 5 and 6 ms, running 2, 3 and 1 ms: the third waits for the second, to 8.
+        for e in
+            [kernel(2_000_000, None), kernel(3_000_000, Some(5_000_000)), kernel(1_000_000, Some(1_000_000))]
+        {
+            w.write(&e).unwrap();
+        }
+        let bytes: &'static [u8] = Box::leak(w.finish().unwrap().into_boxed_slice());
+        let s = TraceStats::compute(TraceReader::from_bytes("mem", bytes).unwrap()).unwrap();
+        assert_eq!(
+            (s.compute_floor_ns, s.program_host_ns, s.program_floor_ns),
+            (6_000_000, 6_000_000, 9_000_000)
+        );
+        let mut alone = ProgramFloor::default();
+        [(0, 2), (0, 3)].iter().for_each(|&(h, d)| alone.kernel(h, d));
+        assert_eq!(alone.ns(), 5, "no host times: the kernels back to back");
     }
 }
