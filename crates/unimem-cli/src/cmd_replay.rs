@@ -352,15 +352,14 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
             println!("{line}");
         }
         if stats.program_host_ns > 0 {
-            let floor = format!(
-                "each kernel issued no sooner than its host time after the one before: with every byte \
-                 resident it runs in {} (the program floor, which the bounds include)",
-                unimem_core::units::Nanos(bound.program_floor_ns)
-            );
             let held = if config.replay.program_host_time {
-                floor.as_str()
+                format!(
+                    "each kernel issued no sooner than its host time after the one before: with every \
+                     byte resident it runs in {} (the program floor, which the bounds include)",
+                    unimem_core::units::Nanos(bound.program_floor_ns)
+                )
             } else {
-                "not held to it (replay.program_host_time = false)"
+                "not held to it (replay.program_host_time = false)".to_string()
             };
             println!(
                 "the program's recorded host time between its kernels: {}; {held}",
