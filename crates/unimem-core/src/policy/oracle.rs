@@ -1,7 +1,8 @@
 //! `oracle`: the clairvoyant reference every real policy is measured against. It reads the
 //! trace's future (a bounded window) and, on 2 MiB units of each region:
-//! - evicts the unit whose next use is farthest (Belady), discarding instead of copying back
-//!   when the data is dead (freed, or wholly overwritten before it is read again);
+//! - evicts the unit whose next use is farthest (Belady), and of units next used by the same
+//!   kernel the one idle longest, discarding instead of copying back when the data is dead
+//!   (freed, or wholly overwritten before it is read again);
 //! - prefetches each kernel's data just in time and, for the next few kernels, as early as
 //!   the Belady schedule allows: room is first reserved for everything the kernels in between
 //!   bring in, and a victim is taken early only if Belady would evict that same unit by the
@@ -33,8 +34,19 @@ use crate::error::Result;
 use crate::op::Op;
 use crate::region::RegionId;
 
-/// Eviction priority; the largest key is evicted first. (class, next use index).
-type Key = (u8, u64);
+/// Eviction priority; the largest key is evicted first: by class, then farthest next use
+/// (Belady), then, among units next used by the same kernel, the one idle longest. Any of
+/// those ties costs the same transfers, but a unit the last kernels touched is still in their
+/// hands: its copy out waits for them (and a kernel that needs the room waits with it), while
+/// one idle since long ago moves at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Key {
+    class: u8,
+    /// The kernel index of the next use (`NEVER` if none in the window).
+    next: u64,
+    /// `u64::MAX` less the kernel index of the last use (`u64::MAX` if not used yet).
+    idle: u64,
+}
 /// Needed again, in a region the step keeps ([`super::keep`]).
 const CLASS_KEPT: u8 = 0;
 const CLASS_NEEDED: u8 = 1;
@@ -69,6 +81,8 @@ pub struct Oracle {
     freed: HashSet<RegionId>,
     resident: HashMap<Unit, Key>,
     order: BTreeSet<(Key, Unit)>,
+    /// The kernel that last used each unit (for [`Key::idle`]).
+    last_use: HashMap<Unit, u64>,
     used: u64,
     kernels: VecDeque<(u64, Vec<(Unit, bool)>)>,
     /// Every window kernel before this index has all its prefetchable units resident.
@@ -163,6 +177,7 @@ impl Oracle {
             freed: HashSet::default(),
             resident: HashMap::default(),
             order: BTreeSet::new(),
+            last_use: HashMap::default(),
             used: 0,
             kernels: VecDeque::new(),
             cursor: 0,
@@ -181,13 +196,15 @@ impl Oracle {
     }
 
     fn key(&self, unit: Unit) -> Key {
-        match self.uses.get(&unit).and_then(|q| q.front()) {
+        let (class, next) = match self.uses.get(&unit).and_then(|q| q.front()) {
             Some(u) if u.overwrite => (CLASS_DEAD, u.index),
             Some(u) if self.kept.contains(&unit.region) => (CLASS_KEPT, u.index),
             Some(u) => (CLASS_NEEDED, u.index),
             None if self.freed.contains(&unit.region) => (CLASS_DEAD, NEVER),
             None => (CLASS_BEYOND_WINDOW, NEVER),
-        }
+        };
+        let idle = u64::MAX - self.last_use.get(&unit).map_or(0, |&k| k + 1);
+        Key { class, next, idle }
     }
 
     fn rekey(&mut self, unit: Unit) {
@@ -279,27 +296,29 @@ impl Oracle {
             // driver evicts it if it ever must (dead ones are dropped for free).
             let worth = |(key, u): &&(Key, Unit)| {
                 !protect.contains(u)
-                    && (key.0 == CLASS_DEAD || self.unit_bytes(*u) >= self.min_prefetch_bytes)
+                    && (key.class == CLASS_DEAD || self.unit_bytes(*u) >= self.min_prefetch_bytes)
             };
             let Some(&(key, unit)) = self.order.iter().rev().find(worth) else {
                 return false;
             };
             // Kept data never makes room ahead of time: that is what keeps it.
-            if key.0 == CLASS_KEPT && early.is_some() {
+            if key.class == CLASS_KEPT && early.is_some() {
                 return false;
             }
             // Early, even dead data that is rewritten before j keeps its place: it would need
             // room again before j, which displaces something else.
-            if key.0 != CLASS_BEYOND_WINDOW && early.is_some_and(|(j, rival)| key.1 <= j || key.1 <= rival) {
+            if key.class != CLASS_BEYOND_WINDOW
+                && early.is_some_and(|(j, rival)| key.next <= j || key.next <= rival)
+            {
                 return false;
             }
             self.remove_resident(unit);
-            if key.0 == CLASS_DEAD {
+            if key.class == CLASS_DEAD {
                 moves.discard.push(unit);
             } else {
                 moves.to_host.push(unit);
-                if key.0 <= CLASS_NEEDED {
-                    self.cursor = self.cursor.min(key.1);
+                if key.class <= CLASS_NEEDED {
+                    self.cursor = self.cursor.min(key.next);
                 }
             }
         }
@@ -353,6 +372,7 @@ impl Oracle {
         for u in region_units(id, self.sizes.get(id)) {
             self.remove_resident(u);
             self.uses.remove(&u);
+            self.last_use.remove(&u);
         }
         self.sizes.remove(id);
         self.freed.remove(&id);
@@ -366,6 +386,7 @@ impl Oracle {
         debug_assert_eq!(k, index);
         self.cursor = self.cursor.max(index + 1);
         for &(unit, _) in &units {
+            self.last_use.insert(unit, index);
             if let Some(q) = self.uses.get_mut(&unit) {
                 while q.front().is_some_and(|u| u.index <= index) {
                     q.pop_front();
@@ -562,6 +583,34 @@ impl Policy for Oracle {
 mod tests {
     use super::*;
     use crate::access::{AccessMode, RangeAccess};
+
+    #[test]
+    fn of_units_next_used_together_the_one_idle_longest_makes_room() {
+        // Regions 1 and 2 are both next read by kernel 4: Belady is indifferent between them,
+        // but 2 was written by the kernel just before, whose end its copy out would wait for.
+        const MIB2: u64 = 2 << 20;
+        let mut oracle = Oracle::new(2 * MIB2, 64, 0, None);
+        let access = |r: u64, mode| RangeAccess { region: RegionId(r), offset: 0, len: MIB2, mode };
+        let kernel = |accesses| Op::Kernel { name: "k".into(), dur_ns: 1000, accesses };
+        for r in 1..=3 {
+            oracle.on_future(0, &Op::Alloc { region: RegionId(r), bytes: MIB2, name: None });
+        }
+        oracle.on_future(1, &kernel(vec![access(1, AccessMode::Write)]));
+        oracle.on_future(2, &kernel(vec![access(2, AccessMode::Write)]));
+        oracle.on_future(3, &kernel(vec![access(3, AccessMode::Write)]));
+        oracle.on_future(4, &kernel(vec![access(1, AccessMode::Read), access(2, AccessMode::Read)]));
+        for k in 1..=2 {
+            for (unit, _) in oracle.advance_to(k).unwrap() {
+                oracle.add_resident(unit);
+            }
+        }
+        let units = oracle.advance_to(3).unwrap();
+        let protect: HashSet<Unit> = units.iter().map(|(u, _)| *u).collect();
+        let mut moves = Moves::default();
+        assert!(oracle.evict_for(MIB2, &protect, None, &mut moves));
+        assert_eq!(moves.to_host, vec![Unit { region: RegionId(1), block: 0 }]);
+        assert!(moves.discard.is_empty());
+    }
 
     #[test]
     fn a_trace_without_steps_is_recorded_once_and_not_past_its_start() {
