@@ -92,11 +92,16 @@ pub fn run(cmd: &Command) -> Result<()> {
             if !t.page_work.is_empty() {
                 println!("the driver's page work on the device:");
                 for (kind, w) in &t.page_work {
+                    // Work that took no time (the simulator's profile may make it free) has
+                    // no rate to show.
+                    let rate = match w.ns {
+                        0 => String::new(),
+                        ns => format!(" ({:.1} GB/s)", w.bytes as f64 / ns as f64),
+                    };
                     println!(
-                        "  {kind} {} in {} ({:.1} GB/s), {} of it beside copies on the link",
+                        "  {kind} {} in {}{rate}, {} of it beside copies on the link",
                         Bytes(w.bytes),
                         Nanos(w.ns),
-                        w.bytes as f64 / w.ns.max(1) as f64,
                         Nanos(w.beside_copies_ns)
                     );
                 }

@@ -395,6 +395,27 @@ fn telemetry_logs_are_written_summarised_exported_and_plotted() {
             && out.lines().any(|l| l.contains("kv") && l.contains("3.00 ms")),
         "{out}"
     );
+    // Page work that took no time (a profile can make it free) is shown without a rate.
+    let free = d.join("free.jsonl");
+    write(
+        &free,
+        concat!(
+            r#"{"schema":"unimem-telemetry","version":7,"source":"sim"}"#,
+            "\n",
+            r#"{"kind":"page_work","work":"repopulate","bytes":1048576,"start_ns":5,"end_ns":5}"#,
+            "\n",
+            r#"{"kind":"page_work","work":"populate","bytes":1000000,"start_ns":0,"end_ns":1000000}"#,
+            "\n",
+        )
+        .as_bytes(),
+    );
+    let o = unimem(&["telemetry", "summarize", free.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let line =
+        |work: &str| out.lines().find(|l| l.trim_start().starts_with(work)).unwrap_or_default().to_string();
+    assert!(line("repopulate").contains("in 0 ns, ") && !line("repopulate").contains("GB/s"), "{out}");
+    assert!(line("populate 976").contains("(1.0 GB/s)"), "{out}");
     // A bad log: a clear error with the file and line, no panic.
     let bad = d.join("bad.jsonl");
     write(&bad, b"{\"schema\":\"unimem-telemetry\",\"version\":1}\n");
