@@ -273,27 +273,47 @@ impl CostModel {
         Ok(model)
     }
 
+    /// Every rate of the profile, by its key.
+    fn rates_mut(&mut self) -> [(&'static str, &mut f64); 16] {
+        [
+            ("gpu_fault_rate_gbps", &mut self.gpu_fault_rate_gbps),
+            ("cpu_fault_rate_gbps", &mut self.cpu_fault_rate_gbps),
+            ("prefetch_h2d_rate_gbps", &mut self.prefetch_h2d_rate_gbps),
+            ("prefetch_d2h_rate_gbps", &mut self.prefetch_d2h_rate_gbps),
+            ("prefetch_populate_rate_gbps", &mut self.prefetch_populate_rate_gbps),
+            ("populate_beside_stage_out_rate_gbps", &mut self.populate_beside_stage_out_rate_gbps),
+            ("evict_d2h_rate_gbps", &mut self.evict_d2h_rate_gbps),
+            ("duplicate_drop_rate_gbps", &mut self.duplicate_drop_rate_gbps),
+            ("duplicate_prefetch_rate_gbps", &mut self.duplicate_prefetch_rate_gbps),
+            ("remote_rate_gbps", &mut self.remote_rate_gbps),
+            ("discard_rate_gbps", &mut self.discard_rate_gbps),
+            ("stage_d2h_rate_gbps", &mut self.stage_d2h_rate_gbps),
+            ("stage_h2d_rate_gbps", &mut self.stage_h2d_rate_gbps),
+            ("stage_host_rate_gbps", &mut self.stage_host_rate_gbps),
+            ("stage_h2d_resident_rate_gbps", &mut self.stage_h2d_resident_rate_gbps),
+            ("link_rate_gbps", &mut self.link_rate_gbps),
+        ]
+    }
+
+    /// Brings measured rates within what a profile may hold (0.001 to 100000 GB/s): a step the
+    /// device did in next to no time (a discard of pages nothing holds) measures as a rate past
+    /// any bound, and means "free" either way. Returns the keys it changed, with what was
+    /// measured; a rate that is not a number is left for [`CostModel::validate`] to refuse.
+    pub fn clamp_measured_rates(&mut self) -> Vec<(&'static str, f64)> {
+        let mut changed = Vec::new();
+        for (key, v) in self.rates_mut() {
+            if v.is_finite() && !(MIN_RATE_GBPS..=MAX_RATE_GBPS).contains(v) {
+                changed.push((key, *v));
+                *v = v.clamp(MIN_RATE_GBPS, MAX_RATE_GBPS);
+            }
+        }
+        changed
+    }
+
     /// Checks every rate is positive and finite and the fault unit is a sane power of two.
     pub fn validate(&self, origin: &str) -> Result<()> {
-        let rates = [
-            ("gpu_fault_rate_gbps", self.gpu_fault_rate_gbps),
-            ("cpu_fault_rate_gbps", self.cpu_fault_rate_gbps),
-            ("prefetch_h2d_rate_gbps", self.prefetch_h2d_rate_gbps),
-            ("prefetch_d2h_rate_gbps", self.prefetch_d2h_rate_gbps),
-            ("prefetch_populate_rate_gbps", self.prefetch_populate_rate_gbps),
-            ("populate_beside_stage_out_rate_gbps", self.populate_beside_stage_out_rate_gbps),
-            ("evict_d2h_rate_gbps", self.evict_d2h_rate_gbps),
-            ("duplicate_drop_rate_gbps", self.duplicate_drop_rate_gbps),
-            ("duplicate_prefetch_rate_gbps", self.duplicate_prefetch_rate_gbps),
-            ("remote_rate_gbps", self.remote_rate_gbps),
-            ("discard_rate_gbps", self.discard_rate_gbps),
-            ("stage_d2h_rate_gbps", self.stage_d2h_rate_gbps),
-            ("stage_h2d_rate_gbps", self.stage_h2d_rate_gbps),
-            ("stage_host_rate_gbps", self.stage_host_rate_gbps),
-            ("stage_h2d_resident_rate_gbps", self.stage_h2d_resident_rate_gbps),
-            ("link_rate_gbps", self.link_rate_gbps),
-        ];
-        for (key, v) in rates {
+        let mut copy = self.clone();
+        for (key, &mut v) in copy.rates_mut() {
             if !(v.is_finite() && (MIN_RATE_GBPS..=MAX_RATE_GBPS).contains(&v)) {
                 return Err(Error::config(
                     key,
@@ -485,6 +505,31 @@ mod tests {
         let t = m.prefetch_call_ns + CostModel::transfer_ns(2 << 20, m.prefetch_h2d_rate_gbps);
         let rate = (2u64 << 20) as f64 / t as f64;
         assert!((rate - 18.5).abs() / 18.5 < 0.1, "{rate}");
+    }
+
+    #[test]
+    fn measured_rates_past_the_bounds_are_kept_at_them_and_nothing_else_changes() {
+        // A discard of pages nothing held, timed at 17 us for 2 GiB on an H100.
+        let mut m =
+            CostModel { discard_rate_gbps: 126_382.04, cpu_fault_rate_gbps: 0.0001, ..CostModel::h200() };
+        assert!(m.validate("probe").is_err());
+        let changed = m.clamp_measured_rates();
+        assert_eq!(changed, vec![("cpu_fault_rate_gbps", 0.0001), ("discard_rate_gbps", 126_382.04)]);
+        assert_eq!((m.discard_rate_gbps, m.cpu_fault_rate_gbps), (MAX_RATE_GBPS, MIN_RATE_GBPS));
+        m.validate("probe").unwrap();
+        assert_eq!(
+            CostModel {
+                discard_rate_gbps: MAX_RATE_GBPS,
+                cpu_fault_rate_gbps: MIN_RATE_GBPS,
+                ..CostModel::h200()
+            },
+            m
+        );
+        // What is not a rate at all stays refused.
+        let mut bad = CostModel { link_rate_gbps: f64::NAN, ..CostModel::h200() };
+        assert!(bad.clamp_measured_rates().is_empty());
+        let e = bad.validate("probe").unwrap_err().to_string();
+        assert!(e.contains("link_rate_gbps") && e.contains("probe"), "{e}");
     }
 
     #[test]

@@ -175,7 +175,7 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
 
     let (major, minor) = dev.capabilities().compute_capability;
     let unit_transfer = default.fault_unit_bytes as f64 / faults.replay;
-    let profile = CostModel {
+    let mut profile = CostModel {
         name: format!("{} (sm_{major}{minor}, unimem probe)", dev.capabilities().name),
         device_memory_bytes: dev.capabilities().total_bytes,
         host_memory_bytes: super::backend::host_memory_bytes().unwrap_or(default.host_memory_bytes),
@@ -220,6 +220,9 @@ pub fn run(dev: &CudaDevice, bytes: u64) -> Result<ProbeReport> {
         // rate (a bound takes the best the link has done).
         link_rate_gbps: stage.d2h.max(stage.h2d_resident),
     };
+    for (key, measured) in profile.clamp_measured_rates() {
+        tracing::warn!(key, measured, "a measured rate past what a profile holds: kept at the nearest bound");
+    }
     profile.validate("probe")?;
     Ok(ProbeReport {
         capabilities: dev.capabilities().clone(),
