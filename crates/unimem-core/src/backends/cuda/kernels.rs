@@ -10,11 +10,15 @@ use super::{cuda_err, CudaDevice};
 use crate::access::AccessMode;
 use crate::error::{Error, Result};
 
-/// Ranges one touch launch takes; longer lists are split over several launches.
-pub const MAX_TOUCH_RANGES: usize = 16;
+/// Ranges one touch launch takes; longer lists are split over several launches. An arena
+/// kernel's data is a range per 2 MiB block where blocks are not adjacent on the device
+/// (ResNet-50's kernels average 52), and each launch costs the host a driver call and the
+/// device a kernel's start, so a launch takes many: 64 make a 1,296-byte argument block, well
+/// within the 4 KiB every CUDA device takes.
+pub const MAX_TOUCH_RANGES: usize = 64;
 
+/// The kernels' source, after `#define MAXR` ([`MAX_TOUCH_RANGES`]).
 const SOURCE: &str = r#"
-#define MAXR 16
 struct Ranges {
     unsigned long long ptr[MAXR];
     unsigned long long len[MAXR];
@@ -34,15 +38,20 @@ __device__ __forceinline__ unsigned long long now_ns() {
 // block spins for `spin_ns`: with the data resident the kernel takes about `spin_ns`, and time
 // lost to faults during the touches adds on top. A write stores the byte it read back, so the
 // page is written (dirty, on the device) but its data is unchanged: tensors' host-executed
-// kernels rely on the touch leaving their inputs intact.
+// kernels rely on the touch leaving their inputs intact. The threads split evenly over the
+// ranges, so that every range is touched at once: a thread walking the ranges one after
+// another waits for each of its volatile loads in turn (a memory latency per range).
 extern "C" __global__ void touch(Ranges r, unsigned long long sink) {
     unsigned int acc = 0;
     unsigned long long tid = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
     unsigned long long nth = (unsigned long long)gridDim.x * blockDim.x;
-    for (unsigned int i = 0; i < r.n; ++i) {
+    unsigned long long lanes = r.n ? nth / r.n : 0;  // threads per range
+    if (lanes == 0) lanes = 1;                        // fewer threads than ranges: one each
+    for (unsigned long long t = tid; r.n && t < lanes * r.n; t += nth) {
+        unsigned int i = (unsigned int)(t % r.n);
         unsigned long long items = (r.len[i] + r.stride - 1) / r.stride;
         volatile unsigned char* base = (volatile unsigned char*)r.ptr[i];
-        for (unsigned long long k = tid; k < items; k += nth) {
+        for (unsigned long long k = t / r.n; k < items; k += lanes) {
             unsigned char v = base[k * r.stride];
             acc += v;
             if (r.mode[i] & 2) base[k * r.stride] = v;
@@ -121,6 +130,9 @@ struct TouchArgs {
 // SAFETY: plain old data with the C layout the kernel declares.
 unsafe impl DeviceRepr for TouchArgs {}
 
+// A kernel's arguments must fit in 4 KiB on every device (the scratch word's 8 bytes too).
+const _: () = assert!(std::mem::size_of::<TouchArgs>() + 8 <= 4096);
+
 /// The loaded kernels and an 8-byte scratch word for their results.
 #[derive(Debug)]
 pub struct Kernels {
@@ -148,7 +160,8 @@ impl Kernels {
             options: vec![format!("--gpu-architecture=compute_{major}{minor}")],
             ..Default::default()
         };
-        let ptx = compile_ptx_with_opts(SOURCE, opts)
+        let source = format!("#define MAXR {MAX_TOUCH_RANGES}\n{SOURCE}");
+        let ptx = compile_ptx_with_opts(source, opts)
             .map_err(|e| Error::cuda("nvrtcCompileProgram", format!("{e:?}")))?;
         let ctx = dev.context().clone();
         let module = ctx.load_module(ptx).map_err(cuda_err("cuModuleLoadData", "unimem kernels"))?;
