@@ -52,7 +52,7 @@ for f in files:
 env = dict(os.environ, UNIMEM_SIM_PROFILE=profile)
 if measured:
     env["UNIMEM_SIM_POLICY_TIME"] = "measured"
-print("| trace | budget | policy | real (H200) | sim | sim / real | real vs none | sim vs none |")
+print("| trace | budget | policy | real (GPU) | sim | sim / real | real vs none | sim vs none |")
 print("|---|---|---|---|---|---|---|---|")
 for (trace, budget) in sorted({(t, b) for (t, b, _) in real}, key=lambda k: (k[0], -float(k[1].rstrip('%')))):
     policies = [p for p in ["none", "oracle", "advisor"] if (trace, budget, p) in real]
