@@ -23,6 +23,10 @@ pub enum Command {
         /// Regions shown in the table (all in JSON).
         #[arg(long, default_value_t = 20)]
         top: usize,
+        /// Show the table however wide its region names make it (by default it fits 100
+        /// columns, and long names wrap).
+        #[arg(long)]
+        wide: bool,
     },
     /// Export to a Chrome trace (open in Perfetto or chrome://tracing).
     Export {
@@ -49,7 +53,7 @@ fn read(path: &std::path::Path) -> Result<Log> {
 
 pub fn run(cmd: &Command) -> Result<()> {
     match cmd {
-        Command::Summarize { log: path, json, top } => {
+        Command::Summarize { log: path, json, top, wide } => {
             let log = read(path)?;
             if log.end == LogEnd::Truncated {
                 eprintln!(
@@ -147,7 +151,7 @@ pub fn run(cmd: &Command) -> Result<()> {
             if driver_thrashing {
                 columns.extend(["thrashing", "throttled", "mapped remotely"]);
             }
-            let mut table = output::Table::new(columns);
+            let mut table = output::Table::new(columns).text(&["name"]);
             let ranked = s.by_cost();
             for (id, r) in ranked.iter().take(*top) {
                 let mut row = vec![
@@ -170,9 +174,12 @@ pub fn run(cmd: &Command) -> Result<()> {
                 }
                 table.row(row);
             }
-            println!("{}", table.render());
+            println!("{}", table.render_with(*wide));
             if ranked.len() > *top {
                 println!("({} more regions; --top N or --json for all)", ranked.len() - top);
+            }
+            if !*wide {
+                println!("(--wide for whole region names)");
             }
             Ok(())
         }

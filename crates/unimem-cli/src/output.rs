@@ -80,19 +80,29 @@ pub fn print_report_json(
 /// it whole, and a narrower terminal wraps cells rather than lines.
 pub const MAX_WIDTH: u16 = 100;
 
-/// A plain-text table (drawn by `comfy-table`, sized to the terminal): the first column left-
-/// aligned, the rest right-aligned; columns marked wide-only are left out unless asked for.
+/// A plain-text table (drawn by `comfy-table`, sized to the terminal): the first column shown
+/// and those marked text left-aligned, the rest (numbers) right-aligned; columns marked
+/// wide-only are left out unless asked for.
 pub struct Table {
     header: Vec<&'static str>,
     wide_only: Vec<bool>,
+    text: Vec<bool>,
     rows: Vec<Vec<String>>,
 }
 
 impl Table {
     /// A table with these column titles, all shown by default.
     pub fn new(header: Vec<&'static str>) -> Self {
-        let wide_only = vec![false; header.len()];
-        Self { header, wide_only, rows: Vec::new() }
+        let (wide_only, text) = (vec![false; header.len()], vec![false; header.len()]);
+        Self { header, wide_only, text, rows: Vec::new() }
+    }
+
+    /// Marks the columns titled `titles` as text, aligned left like the first one shown.
+    pub fn text(mut self, titles: &[&str]) -> Self {
+        for (h, t) in self.header.iter().zip(&mut self.text) {
+            *t |= titles.contains(h);
+        }
+        self
     }
 
     /// Marks the columns titled `titles` as shown only when rendered wide ([`Table::render_with`]).
@@ -124,8 +134,9 @@ impl Table {
         for r in &self.rows {
             t.add_row(shown.iter().map(|&i| r.get(i).map_or("", String::as_str)));
         }
-        for (n, column) in t.column_iter_mut().enumerate() {
-            column.set_cell_alignment(if n == 0 { CellAlignment::Left } else { CellAlignment::Right });
+        for (n, (&i, column)) in shown.iter().zip(t.column_iter_mut()).enumerate() {
+            let left = n == 0 || self.text[i];
+            column.set_cell_alignment(if left { CellAlignment::Left } else { CellAlignment::Right });
             column.set_padding((0, 2));
         }
         if !wide {

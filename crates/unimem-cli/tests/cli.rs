@@ -416,6 +416,33 @@ fn telemetry_logs_are_written_summarised_exported_and_plotted() {
         |work: &str| out.lines().find(|l| l.trim_start().starts_with(work)).unwrap_or_default().to_string();
     assert!(line("repopulate").contains("in 0 ns, ") && !line("repopulate").contains("GB/s"), "{out}");
     assert!(line("populate 976").contains("(1.0 GB/s)"), "{out}");
+    // A long region name wraps in the default width; `--wide` shows it whole, left-aligned.
+    let named = d.join("named.jsonl");
+    write(
+        &named,
+        concat!(
+            r#"{"schema":"unimem-telemetry","version":7,"source":"sim"}"#,
+            "\n",
+            r#"{"kind":"region","region":7,"bytes":2097152,"name":"aten.embedding_dense_backward.default","address":1099511627776}"#,
+            "\n",
+            r#"{"kind":"migration","region":7,"offset":0,"bytes":2097152,"dir":"h2d","cause":"prefetch","start_ns":0,"end_ns":40000}"#,
+            "\n",
+        )
+        .as_bytes(),
+    );
+    let name = "aten.embedding_dense_backward.default";
+    let o = unimem(&["telemetry", "summarize", named.to_str().unwrap()]);
+    assert!(
+        o.status.success() && !stdout(&o).contains(name) && stdout(&o).contains("--wide"),
+        "{}",
+        stdout(&o)
+    );
+    let o = unimem(&["telemetry", "summarize", named.to_str().unwrap(), "--wide"]);
+    assert!(
+        stdout(&o).lines().any(|l| l.starts_with("7") && l.contains(&format!(" {name} "))),
+        "{}",
+        stdout(&o)
+    );
     // A bad log: a clear error with the file and line, no panic.
     let bad = d.join("bad.jsonl");
     write(&bad, b"{\"schema\":\"unimem-telemetry\",\"version\":1}\n");
