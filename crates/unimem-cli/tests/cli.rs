@@ -369,21 +369,15 @@ fn telemetry_logs_are_written_summarised_exported_and_plotted() {
     assert!(o.status.success() && std::fs::read_to_string(&plot).unwrap().starts_with("<svg"));
     // A log with the driver's thrashing reports (as CUPTI gives them) gets their columns.
     let driver = d.join("driver.jsonl");
-    write(
+    write_lines(
         &driver,
-        concat!(
+        &[
             r#"{"schema":"unimem-telemetry","version":4,"source":"cupti"}"#,
-            "\n",
             r#"{"kind":"region","region":1,"bytes":4194304,"name":"kv","address":1099511627776}"#,
-            "\n",
             r#"{"kind":"thrashing","region":1,"offset":0,"bytes":65536,"by":"cpu","at_ns":10}"#,
-            "\n",
             r#"{"kind":"throttling","region":1,"offset":0,"by":"gpu","start_ns":20,"end_ns":3000020}"#,
-            "\n",
             r#"{"kind":"remote_map","region":1,"offset":0,"bytes":4096,"cause":"thrashing","at_ns":40}"#,
-            "\n",
-        )
-        .as_bytes(),
+        ],
     );
     let o = unimem(&["telemetry", "summarize", driver.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -397,17 +391,13 @@ fn telemetry_logs_are_written_summarised_exported_and_plotted() {
     );
     // Page work that took no time (a profile can make it free) is shown without a rate.
     let free = d.join("free.jsonl");
-    write(
+    write_lines(
         &free,
-        concat!(
+        &[
             r#"{"schema":"unimem-telemetry","version":7,"source":"sim"}"#,
-            "\n",
             r#"{"kind":"page_work","work":"repopulate","bytes":1048576,"start_ns":5,"end_ns":5}"#,
-            "\n",
             r#"{"kind":"page_work","work":"populate","bytes":1000000,"start_ns":0,"end_ns":1000000}"#,
-            "\n",
-        )
-        .as_bytes(),
+        ],
     );
     let o = unimem(&["telemetry", "summarize", free.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -418,17 +408,13 @@ fn telemetry_logs_are_written_summarised_exported_and_plotted() {
     assert!(line("populate 976").contains("(1.0 GB/s)"), "{out}");
     // A long region name wraps in the default width; `--wide` shows it whole, left-aligned.
     let named = d.join("named.jsonl");
-    write(
+    write_lines(
         &named,
-        concat!(
+        &[
             r#"{"schema":"unimem-telemetry","version":7,"source":"sim"}"#,
-            "\n",
             r#"{"kind":"region","region":7,"bytes":2097152,"name":"aten.embedding_dense_backward.default","address":1099511627776}"#,
-            "\n",
             r#"{"kind":"migration","region":7,"offset":0,"bytes":2097152,"dir":"h2d","cause":"prefetch","start_ns":0,"end_ns":40000}"#,
-            "\n",
-        )
-        .as_bytes(),
+        ],
     );
     let name = "aten.embedding_dense_backward.default";
     let o = unimem(&["telemetry", "summarize", named.to_str().unwrap()]);

@@ -54,6 +54,11 @@ pub fn write(path: &Path, bytes: &[u8]) {
     std::fs::File::create(path).unwrap().write_all(bytes).unwrap();
 }
 
+/// Writes `lines`, each ended by a newline (a hand-written JSON-lines file).
+pub fn write_lines(path: &Path, lines: &[&str]) {
+    write(path, lines.iter().map(|l| format!("{l}\n")).collect::<String>().as_bytes());
+}
+
 /// A file of the repository, by its path from the root: where cargo built the test, or under
 /// the working directory (a GPU machine runs the packed tests from a copy of the repository).
 pub fn repo(rel: &str) -> PathBuf {
