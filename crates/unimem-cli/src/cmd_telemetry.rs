@@ -93,6 +93,15 @@ pub fn run(cmd: &Command) -> Result<()> {
             );
             println!("of those stalls, with no copy on the link: {}", Nanos(t.stall_link_idle_ns));
             println!("device idle between kernels (none issued yet): {}", Nanos(t.device_idle_ns));
+            if let Some(l) = &t.host_lead {
+                println!(
+                    "host ahead of the device at issue: median {} kernels ({}), 10th percentile {} ({})",
+                    l.median_kernels,
+                    Nanos(l.median_ns),
+                    l.p10_kernels,
+                    Nanos(l.p10_ns)
+                );
+            }
             if !t.page_work.is_empty() {
                 println!("the driver's page work on the device:");
                 for (kind, w) in &t.page_work {

@@ -394,7 +394,7 @@ fn telemetry_logs_are_written_summarised_exported_and_plotted() {
     write_lines(
         &free,
         &[
-            r#"{"schema":"unimem-telemetry","version":7,"source":"sim"}"#,
+            r#"{"schema":"unimem-telemetry","version":8,"source":"sim"}"#,
             r#"{"kind":"page_work","work":"repopulate","bytes":1048576,"start_ns":5,"end_ns":5}"#,
             r#"{"kind":"page_work","work":"populate","bytes":1000000,"start_ns":0,"end_ns":1000000}"#,
         ],
@@ -411,7 +411,7 @@ fn telemetry_logs_are_written_summarised_exported_and_plotted() {
     write_lines(
         &named,
         &[
-            r#"{"schema":"unimem-telemetry","version":7,"source":"sim"}"#,
+            r#"{"schema":"unimem-telemetry","version":8,"source":"sim"}"#,
             r#"{"kind":"region","region":7,"bytes":2097152,"name":"aten.embedding_dense_backward.default","address":1099511627776}"#,
             r#"{"kind":"migration","region":7,"offset":0,"bytes":2097152,"dir":"h2d","cause":"prefetch","start_ns":0,"end_ns":40000}"#,
         ],

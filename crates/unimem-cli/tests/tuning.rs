@@ -187,6 +187,9 @@ fn the_telemetry_summary_peak_is_the_replays() {
         assert!((logged - replayed).abs() <= 0.01 * replayed, "{budget}: log {logged}, replay {replayed}");
         let text = stdout(&unimem(&["telemetry", "summarize", l]));
         assert!(text.contains("peak resident"), "{text}");
+        // The simulator says when its host issued each kernel.
+        assert!(text.contains("host ahead of the device at issue: median"), "{text}");
+        assert!(s["totals"]["host_lead"]["kernels"].as_u64() == runs[0]["kernels"].as_u64(), "{s}");
         assert!(text.lines().all(|l| l.chars().count() <= 100), "wider than 100 columns:\n{text}");
     }
 }

@@ -268,7 +268,7 @@ mod backend {
 
     /// Recording, the backend times kernels on the device (a resident kernel takes about its
     /// `dur_ns`, one that faults longer, the excess its stall) and reports when a freed
-    /// region's work finished, after that work's kernel.
+    /// region's work finished, after that work's kernel, and when the host issued each kernel.
     #[test]
     fn recorded_kernels_and_releases_are_timed_on_the_device() {
         use unimem_core::seam::MemEvent;
@@ -301,6 +301,15 @@ mod backend {
         let took = resident.1 - resident.0;
         assert!(took >= dur * 9 / 10 && took < dur * 3, "resident kernel took {took} ns for {dur}");
         assert!(resident.0 >= faulting.1 - 1_000, "in stream order: {kernels:?}");
+        // Each kernel says when the host issued it, on the same clock: before it started (up to
+        // the microseconds of putting device times on the host's clock).
+        for e in &events {
+            if let MemEvent::Kernel { start_ns, issued_ns, .. } = e {
+                let issued = issued_ns.expect("the backend says when it issued each kernel");
+                assert!(issued <= start_ns + 1_000_000, "issued at {issued}, started at {start_ns}");
+                assert!(issued <= host_after_sync, "issued at {issued}, before {host_after_sync}");
+            }
+        }
         let released = events.iter().find_map(|e| match e {
             MemEvent::Released { region, at_ns } if *region == id => Some(*at_ns),
             _ => None,

@@ -40,7 +40,7 @@ pub fn chrome_trace(log: &Log) -> serde_json::Value {
             _ => {}
         }
         match e {
-            MemEvent::Kernel { name, start_ns, end_ns, stall_ns } => out.push(json!({
+            MemEvent::Kernel { name, start_ns, end_ns, stall_ns, .. } => out.push(json!({
                 "ph": "X", "name": name, "cat": "kernel", "pid": PID, "tid": TID_COMPUTE,
                 "ts": us(*start_ns), "dur": us(end_ns - start_ns), "args": {"stall_ns": stall_ns}
             })),

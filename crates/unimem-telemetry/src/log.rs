@@ -13,8 +13,9 @@ pub const SCHEMA: &str = "unimem-telemetry";
 /// Schema version in the header. Version 3 added `address` to region records and the
 /// `released` event, version 4 the `thrashing`, `throttling` and `remote_map` events, version 5
 /// the `relocated` event, version 6 the `end` record that closes a complete log, version 7 the
-/// `page_work` event; readers read versions 2 to 7 and reject others.
-pub const SCHEMA_VERSION: u64 = 7;
+/// `page_work` event, version 8 `issued_ns` on kernel records; readers read versions 2 to 8
+/// and reject others.
+pub const SCHEMA_VERSION: u64 = 8;
 /// The first version whose complete logs end with an `end` record.
 pub const END_RECORD_VERSION: u64 = 6;
 /// The oldest version readers accept (a subset of the current one).

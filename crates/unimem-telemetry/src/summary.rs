@@ -85,6 +85,9 @@ pub struct Totals {
     /// (its slice begins when the compute stream reaches it): the host had not issued it yet,
     /// planning or launching. Kernels in log order, as each backend reports them.
     pub device_idle_ns: u64,
+    /// How far ahead of the device the host issued its kernels, where the log says when it
+    /// issued each ([`MemEvent::Kernel`]'s `issued_ns`).
+    pub host_lead: Option<HostLead>,
     /// The advisor's hints by kind (`prefetch`, `evict`, ...): count and bytes.
     pub hints: BTreeMap<String, (u64, u64)>,
     /// The advisor's forecasts, scored against what each kernel used: regions forecast and used,
@@ -94,6 +97,64 @@ pub struct Totals {
     pub forecast_misses: u64,
     /// Forecast but not used.
     pub forecast_false_alarms: u64,
+}
+
+/// How far ahead of the device the host issued kernels: for each kernel, the kernels issued
+/// before it that had not ended yet (the device's queue it joined), and the time from its
+/// issue to its start. A lead near zero means the device waited on the host, and that data a
+/// kernel's plan sends out or brings in starts moving only as the device reaches it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct HostLead {
+    /// Kernels with an issue time.
+    pub kernels: u64,
+    /// Median of the kernels queued ahead at each issue.
+    pub median_kernels: u64,
+    /// 10th percentile of them.
+    pub p10_kernels: u64,
+    /// Median time from a kernel's issue to its start on the device.
+    pub median_ns: u64,
+    /// 10th percentile of it.
+    pub p10_ns: u64,
+}
+
+/// A kernel's issue, start and end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Issued {
+    issued_ns: u64,
+    start_ns: u64,
+    end_ns: u64,
+}
+
+impl HostLead {
+    /// The lead over kernels in issue order (`None` for none).
+    fn of(kernels: &[Issued]) -> Option<Self> {
+        if kernels.is_empty() {
+            return None;
+        }
+        // Ends made monotone (one compute stream ends kernels in order): a kernel is still
+        // queued at an issue while it, or one before it, has not ended.
+        let mut ends = Vec::with_capacity(kernels.len());
+        let mut latest = 0;
+        let (mut queued, mut ns) = (Vec::new(), Vec::new());
+        for (i, k) in kernels.iter().enumerate() {
+            let done = ends.partition_point(|&e| e <= k.issued_ns);
+            queued.push((i - done) as u64);
+            ns.push(k.start_ns.saturating_sub(k.issued_ns));
+            latest = k.end_ns.max(latest);
+            ends.push(latest);
+        }
+        let pick = |v: &mut Vec<u64>, q: usize| {
+            v.sort_unstable();
+            v[(v.len() - 1) * q / 100]
+        };
+        Some(HostLead {
+            kernels: kernels.len() as u64,
+            median_kernels: pick(&mut queued, 50),
+            p10_kernels: pick(&mut queued, 10),
+            median_ns: pick(&mut ns, 50),
+            p10_ns: pick(&mut ns, 10),
+        })
+    }
 }
 
 /// Totals by region and over the log.
@@ -110,6 +171,8 @@ pub struct Summary {
     copies: Vec<(u64, u64)>,
     /// Page work by kind, as intervals (start, end).
     page_work: BTreeMap<&'static str, Vec<(u64, u64)>>,
+    /// Kernels with an issue time, in log order.
+    issued: Vec<Issued>,
 }
 
 /// The union of `intervals`, sorted and merged.
@@ -163,6 +226,7 @@ impl Summary {
             let t = s.totals.page_work.entry(kind.to_string()).or_default();
             t.beside_copies_ns = shared(&union(spans), &copies);
         }
+        s.totals.host_lead = HostLead::of(&std::mem::take(&mut s.issued));
         s
     }
 
@@ -220,7 +284,10 @@ impl Summary {
                 self.regions.entry(region).or_default().remote_mapped_bytes += bytes;
                 *self.totals.remote_mapped.entry(cause.name().to_string()).or_default() += bytes;
             }
-            MemEvent::Kernel { stall_ns, start_ns, end_ns, .. } => {
+            MemEvent::Kernel { stall_ns, start_ns, end_ns, issued_ns, .. } => {
+                if let Some(issued_ns) = issued_ns {
+                    self.issued.push(Issued { issued_ns, start_ns, end_ns });
+                }
                 self.totals.kernels += 1;
                 self.totals.kernel_stall_ns += stall_ns;
                 if stall_ns > 0 {
@@ -270,11 +337,40 @@ mod tests {
 
     #[test]
     fn device_idle_is_the_gaps_between_kernels() {
-        let k = |start_ns, end_ns| MemEvent::Kernel { name: "k".into(), start_ns, end_ns, stall_ns: 0 };
+        let k = |start_ns, end_ns| MemEvent::Kernel {
+            name: "k".into(),
+            start_ns,
+            end_ns,
+            stall_ns: 0,
+            issued_ns: None,
+        };
         // Back to back, then 30 ns with nothing queued, then 5 more.
         let s = Summary::of(&[k(0, 100), k(100, 150), k(180, 200), k(205, 300)]);
         assert_eq!((s.totals.kernels, s.totals.device_idle_ns), (4, 35));
         assert_eq!(Summary::of(&[k(10, 20)]).totals.device_idle_ns, 0, "one kernel has no gap");
+    }
+
+    #[test]
+    fn the_host_lead_is_the_queue_each_kernel_joined_and_its_wait_to_start() {
+        let k = |issued_ns, start_ns, end_ns| MemEvent::Kernel {
+            name: "k".into(),
+            start_ns,
+            end_ns,
+            stall_ns: 0,
+            issued_ns: Some(issued_ns),
+        };
+        // Issued at 0, 10, 20, 30 and 400; each runs 100 ns once the one before ends. At 30,
+        // the first has not ended: three queued ahead. The last finds the device idle.
+        let s =
+            Summary::of(&[k(0, 0, 100), k(10, 100, 200), k(20, 200, 300), k(30, 300, 350), k(400, 400, 500)]);
+        let lead = s.totals.host_lead.expect("issue times");
+        assert_eq!(lead.kernels, 5);
+        // Queued ahead: 0, 1, 2, 3, 0; waits to start: 0, 90, 180, 270, 0.
+        assert_eq!((lead.median_kernels, lead.p10_kernels), (1, 0));
+        assert_eq!((lead.median_ns, lead.p10_ns), (90, 0));
+        let plain =
+            MemEvent::Kernel { name: "k".into(), start_ns: 0, end_ns: 1, stall_ns: 0, issued_ns: None };
+        assert_eq!(Summary::of(&[plain]).totals.host_lead, None, "no issue times, no lead");
     }
 
     #[test]
@@ -284,6 +380,7 @@ mod tests {
             start_ns,
             end_ns: start_ns + stall_ns + 10,
             stall_ns,
+            issued_ns: None,
         };
         let copy = |start_ns, end_ns, bytes| MemEvent::Migration {
             region: RegionId(1),

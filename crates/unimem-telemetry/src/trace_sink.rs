@@ -57,7 +57,7 @@ impl EventSink for TracingSink {
                     target: "unimem::telemetry", region = region.0, name = %self.name(*region), offset, bytes,
                     by = ?by, at_ns, "fault"
                 ),
-                MemEvent::Kernel { name, start_ns, end_ns, stall_ns } => {
+                MemEvent::Kernel { name, start_ns, end_ns, stall_ns, .. } => {
                     tracing::trace!(target: "unimem::telemetry", kernel = %name, start_ns, end_ns, stall_ns, "kernel")
                 }
                 MemEvent::PageWork { work, bytes, start_ns, end_ns } => tracing::trace!(

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use unimem_core::backends::sim::SimBackend;
 use unimem_core::config::{Config, PolicyName};
 use unimem_core::replay;
+use unimem_core::seam::MemEvent;
 use unimem_core::trace::{TraceAccess, TraceEvent, TraceHeader, TraceReader, TraceWriter};
 use unimem_core::{AccessMode, CostModel};
 use unimem_telemetry::{chrome_trace, svg, EventLog, Log, Summary};
@@ -205,20 +206,35 @@ fn bad_logs_are_clear_errors() {
     let e = err(cut);
     assert!(e.starts_with("bad.jsonl:") && e.contains("truncated"), "{e}");
     // Wrong schema version, wrong schema.
-    let e = err(&good.replacen("\"version\":7", "\"version\":8", 1));
+    let e = err(&good.replacen("\"version\":8", "\"version\":9", 1));
     assert!(
-        e.contains("bad.jsonl:1:") && e.contains("version 8") && e.contains("reads versions 2 to 7"),
+        e.contains("bad.jsonl:1:") && e.contains("version 9") && e.contains("reads versions 2 to 8"),
         "{e}"
     );
     assert!(err(&good.replacen("unimem-telemetry", "other", 1)).contains("is not `unimem-telemetry`"));
     // Version 2 (no addresses, no releases), 3 (no driver thrashing events), 4 (no
     // relocations) and 5 (no end record) logs still read; they cannot say whether they are
-    // complete. A version 6 log (no page work) reads, complete.
-    let v6 = good.replacen("\"version\":7", "\"version\":6", 1);
+    // complete. A version 6 log (no page work) reads, complete, and a version 7 one (no issue
+    // times) too.
+    assert!(good.contains("\"issued_ns\":"), "the simulator says when it issued kernels");
+    let without_issue = |l: &str| match l.find(",\"issued_ns\":") {
+        Some(at) => {
+            let digits = l[at + 13..].find(|c: char| !c.is_ascii_digit()).expect("a closing brace");
+            format!("{}{}", &l[..at], &l[at + 13 + digits..])
+        }
+        None => l.to_string(),
+    };
+    let v7: Vec<String> =
+        good.replacen("\"version\":8", "\"version\":7", 1).lines().map(without_issue).collect();
+    let v7 = Log::parse(v7.join("\n").as_bytes(), "v7.jsonl").unwrap();
+    assert_eq!(v7.end, unimem_telemetry::LogEnd::Complete);
+    assert!(v7.events.iter().all(|e| !matches!(e, MemEvent::Kernel { issued_ns: Some(_), .. })));
+    assert!(v7.events.iter().any(|e| matches!(e, MemEvent::Kernel { .. })));
+    let v6 = good.replacen("\"version\":8", "\"version\":6", 1);
     assert_eq!(Log::parse(v6.as_bytes(), "v6.jsonl").unwrap().end, unimem_telemetry::LogEnd::Complete);
     let unended = good.lines().filter(|l| !l.contains("\"kind\":\"end\"")).collect::<Vec<_>>().join("\n");
     for v in [2, 3, 4, 5] {
-        let old = unended.replacen("\"version\":7", &format!("\"version\":{v}"), 1);
+        let old = unended.replacen("\"version\":8", &format!("\"version\":{v}"), 1);
         let log = Log::parse(old.as_bytes(), "old.jsonl").unwrap_or_else(|e| panic!("version {v}: {e}"));
         assert_eq!(log.end, unimem_telemetry::LogEnd::Unmarked, "version {v}");
     }

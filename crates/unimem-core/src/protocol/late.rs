@@ -82,7 +82,7 @@ mod tests {
     use crate::seam::{Direction, MigrationCause};
 
     fn kernel(start_ns: u64, end_ns: u64) -> MemEvent {
-        MemEvent::Kernel { name: "k".into(), start_ns, end_ns, stall_ns: 0 }
+        MemEvent::Kernel { name: "k".into(), start_ns, end_ns, stall_ns: 0, issued_ns: None }
     }
 
     fn fault(region: u64, at_ns: u64) -> MemEvent {

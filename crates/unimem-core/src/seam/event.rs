@@ -315,6 +315,11 @@ pub enum MemEvent {
         end_ns: u64,
         /// Time stalled on faults and on data in flight.
         stall_ns: u64,
+        /// When the host issued it, on the same clock: `start_ns - issued_ns` is how far ahead
+        /// of the device the host was. Absent where the backend does not know it (and in logs
+        /// of schema version 7 and before).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        issued_ns: Option<u64>,
     },
 }
 

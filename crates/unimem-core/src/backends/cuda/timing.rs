@@ -50,6 +50,8 @@ pub(in crate::backends::cuda) const RESOLVE_BATCH: usize = 512;
 
 /// GPU-timed events waiting for the device to reach them.
 pub(in crate::backends::cuda) struct Recording {
+    /// The event clock's origin (the backend's opening): host times on the same clock.
+    origin: Instant,
     /// A completed event and its time on the event clock: other events are timed from it.
     pub(in crate::backends::cuda) reference: CudaEvent,
     pub(in crate::backends::cuda) reference_ns: u64,
@@ -63,11 +65,18 @@ pub(in crate::backends::cuda) struct Recording {
     pub(in crate::backends::cuda) next_resolve_at: usize,
 }
 
+/// A kernel's timed slice opened: its start mark, and when the host issued it.
+pub(in crate::backends::cuda) struct KernelStart {
+    pub(in crate::backends::cuda) event: CudaEvent,
+    /// On the event clock.
+    pub(in crate::backends::cuda) issued_ns: u64,
+}
+
 pub(in crate::backends::cuda) enum Pending {
     Kernel {
         name: String,
         dur_ns: u64,
-        start: CudaEvent,
+        start: KernelStart,
         end: CudaEvent,
     },
     /// The driver's page-table work queued on a stream (populations, repopulations, discards).
@@ -107,6 +116,7 @@ impl Recording {
         });
         match reference {
             Ok(reference) => Some(Recording {
+                origin: clock,
                 reference,
                 reference_ns: clock.elapsed().as_nanos() as u64,
                 pending: Default::default(),
@@ -173,6 +183,12 @@ impl Recording {
         }
     }
 
+    /// Opens a kernel's timed slice on `stream`: a mark, and the host's time as it issues it.
+    pub(in crate::backends::cuda) fn start_kernel(&mut self, stream: &CudaStream) -> Result<KernelStart> {
+        let issued_ns = self.origin.elapsed().as_nanos() as u64;
+        Ok(KernelStart { event: self.mark(stream)?, issued_ns })
+    }
+
     /// Moves the pending events the device has reached, in order, into `out`.
     pub(in crate::backends::cuda) fn resolve(&mut self, out: &mut Vec<MemEvent>) {
         while let Some(front) = self.pending.front() {
@@ -187,11 +203,12 @@ impl Recording {
             }
             match self.pending.pop_front().expect("front exists") {
                 Pending::Kernel { name, dur_ns, start, end } => {
-                    let (start_ns, end_ns) = (self.time_of(&start), self.time_of(&end));
+                    let (start_ns, end_ns) = (self.time_of(&start.event), self.time_of(&end));
                     let end_ns = end_ns.max(start_ns);
                     let stall_ns = (end_ns - start_ns).saturating_sub(dur_ns);
-                    out.push(MemEvent::Kernel { name, start_ns, end_ns, stall_ns });
-                    self.spare.extend([start, end]);
+                    let issued_ns = Some(start.issued_ns);
+                    out.push(MemEvent::Kernel { name, start_ns, end_ns, stall_ns, issued_ns });
+                    self.spare.extend([start.event, end]);
                 }
                 Pending::Staging { dir, blocks, start, end } => {
                     let (start_ns, end_ns) = (self.time_of(&start), self.time_of(&end));

@@ -24,6 +24,14 @@ pub(super) struct KernelFaults {
     moves: Vec<(RegionId, u64, u64)>,
 }
 
+/// When a kernel was issued by the host, started on the device and ended.
+#[derive(Debug, Clone, Copy)]
+struct KernelTimes {
+    host_issued: u64,
+    start: u64,
+    end: u64,
+}
+
 impl SimBackend {
     pub(super) fn launch_kernel(&mut self, kernel: &KernelLaunch<'_>) -> Result<()> {
         self.host_timed(HostOp::Launch, |this| {
@@ -31,6 +39,7 @@ impl SimBackend {
                 this.checked(a.region, a.offset, a.len)?;
             }
             this.issue_launch();
+            let host_issued = this.host_now;
             if this.staged_bytes > 0 {
                 this.restore_for_kernel(kernel.accesses);
             }
@@ -50,7 +59,7 @@ impl SimBackend {
             if this.cost.launch_queue_depth > 0 {
                 this.launched.push_back(end);
             }
-            this.finish_kernel(kernel, faults, issued, end);
+            this.finish_kernel(kernel, faults, KernelTimes { host_issued, start: issued, end });
             Ok(())
         })
     }
@@ -246,9 +255,10 @@ impl SimBackend {
         fe
     }
 
-    /// The kernel is issued to end at `end`: its new blocks restamped, its blocks' last use
+    /// The kernel is issued to end at `t.end`: its new blocks restamped, its blocks' last use
     /// set, its counters and its event.
-    fn finish_kernel(&mut self, kernel: &KernelLaunch<'_>, f: KernelFaults, issued: u64, end: u64) {
+    fn finish_kernel(&mut self, kernel: &KernelLaunch<'_>, f: KernelFaults, t: KernelTimes) {
+        let KernelTimes { host_issued, start: issued, end } = t;
         self.stats.kernels += 1;
         self.settle(kernel.accesses, f.touched_new, end);
         self.count_faults(f.groups, f.moved);
@@ -261,6 +271,7 @@ impl SimBackend {
             start_ns: issued,
             end_ns: end,
             stall_ns: stall,
+            issued_ns: Some(host_issued),
         });
     }
 

@@ -41,7 +41,7 @@ impl CudaBackend {
             // The kernel's slice starts before its waits: the wait for data is part of its stall.
             let compute = this.streams.compute.clone();
             let start = match this.timing().filter(|_| timing == KernelTiming::Backend) {
-                Some(rec) => Some(rec.mark(&compute)?),
+                Some(rec) => Some(rec.start_kernel(&compute)?),
                 None => None,
             };
             let late = this.wait_for_prefetches(kernel.accesses)?;

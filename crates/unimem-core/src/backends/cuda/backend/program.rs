@@ -14,6 +14,7 @@ use cudarc::driver::{result, sys};
 
 use super::kernel::KernelTiming;
 use super::*;
+use crate::backends::cuda::timing::KernelStart;
 use crate::seam::{ProgramStream, ProgramStreams};
 
 /// What the backend keeps of the program's kernels.
@@ -25,8 +26,16 @@ pub(super) struct ProgramState {
     lead: Option<CudaEvent>,
     /// The event at the end of the program's work that the compute stream waits on (likewise).
     tail: Option<CudaEvent>,
-    /// The open kernel's name, declared time and start, where kernels are timed.
-    timing: Option<(String, u64, CudaEvent)>,
+    /// The open kernel, where kernels are timed.
+    timing: Option<OpenKernel>,
+}
+
+/// A kernel the program launched and has not finished, timed.
+struct OpenKernel {
+    name: String,
+    /// Its declared time.
+    dur_ns: u64,
+    start: KernelStart,
 }
 
 /// `wait` waits for `ev` (both this context's).
@@ -77,8 +86,9 @@ impl ProgramStreams for CudaBackend {
             // The data is placed: the program's kernel time runs from here.
             let compute = this.streams.compute.clone();
             if let Some(rec) = this.timing() {
-                let start = rec.mark(&compute)?;
-                this.program.timing = Some((kernel.name.to_string(), kernel.dur_ns, start));
+                let start = rec.start_kernel(&compute)?;
+                this.program.timing =
+                    Some(OpenKernel { name: kernel.name.to_string(), dur_ns: kernel.dur_ns, start });
             }
             this.lead(stream)
         })?;
@@ -106,7 +116,7 @@ impl ProgramStreams for CudaBackend {
     fn finish(&mut self, stream: ProgramStream) -> Result<()> {
         self.follow(stream)?;
         self.program.open = false;
-        if let Some((name, dur_ns, start)) = self.program.timing.take() {
+        if let Some(OpenKernel { name, dur_ns, start }) = self.program.timing.take() {
             if let Some(rec) = self.recording.as_mut() {
                 let end = rec.mark(&self.streams.compute)?;
                 rec.pending.push_back(Pending::Kernel { name, dur_ns, start, end });
