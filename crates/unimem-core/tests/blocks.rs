@@ -246,3 +246,24 @@ fn the_arena_reads_what_was_never_written_as_zeroes() {
     assert_eq!(nonzero(16 * MIB..size), 0, "read by the host");
     assert!(b.stats().peak_footprint_bytes <= size);
 }
+
+/// A mark of the work issued so far (where a replay's step begins) does not wait for it: the
+/// host goes on while a 200 ms kernel runs, and once the work is done the mark's time is that
+/// kernel's end, on the clock `synchronize` reads.
+#[test]
+fn a_work_mark_waits_for_nothing_and_times_the_work_before_it() {
+    let size = 16 * MIB;
+    let mut b = open_arena(size, size);
+    let id = RegionId(1);
+    b.allocate(id, size).unwrap();
+    let first = b.mark_work().unwrap(); // the first mark takes its reference: little queued
+    let t0 = std::time::Instant::now();
+    kernel(&mut b, id, size, AccessMode::Write, 200_000_000);
+    let after = b.mark_work().unwrap();
+    let waited = t0.elapsed();
+    assert!(waited < std::time::Duration::from_millis(100), "the mark waited {waited:?} for the kernel");
+    let end = b.synchronize().unwrap();
+    let (first_ns, after_ns) = (b.work_mark_ns(first).unwrap(), b.work_mark_ns(after).unwrap());
+    assert!(after_ns >= first_ns + 190_000_000, "the kernel ran between: {first_ns} then {after_ns}");
+    assert!(after_ns <= end + 1_000_000, "it ended before the synchronize returned: {after_ns} vs {end}");
+}

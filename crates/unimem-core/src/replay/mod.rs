@@ -16,7 +16,7 @@ pub use report::{PlacementBytes, PrefetchMetrics, ReplayReport, StepReport};
 const FAULT_UNIT_BYTES: u64 = 64 << 10;
 
 use crate::access::RangeAccess;
-use crate::seam::{ByteRange, KernelLaunch, MemoryBackend, MemoryBackendExt};
+use crate::seam::{ByteRange, KernelLaunch, MemoryBackend, MemoryBackendExt, WorkMark};
 
 use crate::error::{Error, Result};
 use crate::op::Op;
@@ -260,8 +260,17 @@ struct Ahead {
     host_ns: Option<u64>,
 }
 
-/// Where a step began: its index, the completion time and the compute floor at its start.
+/// Where a step began: its index, the backend's mark of the work before it (timed once the
+/// replay is done: waiting for it here would drain the device's queue at every step) and the
+/// compute floor at its start.
 struct StepMark {
+    index: u64,
+    start: WorkMark,
+    floor_ns: u64,
+}
+
+/// A step's start, timed.
+struct StepStart {
     index: u64,
     start_ns: u64,
     floor_ns: u64,
@@ -310,31 +319,42 @@ impl Totals {
             Op::Host { accesses, .. } => backend.touch_on_host(accesses)?,
             Op::Step { index } => self.marks.push(StepMark {
                 index: *index,
-                start_ns: backend.completion_ns(),
+                start: backend.mark_work()?,
                 floor_ns: self.floor_ns,
             }),
         }
         Ok(())
     }
 
-    /// Time and compute floor of each step, ending at `end_ns`. Work before the first step
-    /// marker (or with no markers at all) forms a step of its own.
-    fn steps(mut self, end_ns: u64) -> Vec<StepReport> {
-        if self.marks.first().is_none_or(|m| m.start_ns > 0 || m.floor_ns > 0) {
-            let first = self.marks.first().map(|m| m.index.saturating_sub(1)).unwrap_or(0);
-            self.marks.insert(0, StepMark { index: first, start_ns: 0, floor_ns: 0 });
-        }
-        let end = StepMark { index: 0, start_ns: end_ns, floor_ns: self.floor_ns };
-        self.marks
+    /// Time and compute floor of each step, ending at `end_ns` (the backend's work is done).
+    /// Work before the first step marker (or with no markers at all) forms a step of its own.
+    fn steps(&self, end_ns: u64, backend: &mut dyn MemoryBackend) -> Result<Vec<StepReport>> {
+        let mut starts = self
+            .marks
             .iter()
-            .zip(self.marks.iter().skip(1).chain(std::iter::once(&end)))
+            .map(|m| {
+                Ok(StepStart {
+                    index: m.index,
+                    start_ns: backend.work_mark_ns(m.start)?,
+                    floor_ns: m.floor_ns,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if starts.first().is_none_or(|m| m.start_ns > 0 || m.floor_ns > 0) {
+            let first = starts.first().map(|m| m.index.saturating_sub(1)).unwrap_or(0);
+            starts.insert(0, StepStart { index: first, start_ns: 0, floor_ns: 0 });
+        }
+        let end = StepStart { index: 0, start_ns: end_ns, floor_ns: self.floor_ns };
+        Ok(starts
+            .iter()
+            .zip(starts.iter().skip(1).chain(std::iter::once(&end)))
             .map(|(m, next)| StepReport {
                 index: m.index,
                 time_ns: next.start_ns - m.start_ns,
                 compute_floor_ns: next.floor_ns - m.floor_ns,
             })
             .filter(|s| s.time_ns > 0 || s.compute_floor_ns > 0)
-            .collect()
+            .collect())
     }
 }
 
@@ -394,6 +414,7 @@ fn replay_events(
         }
     }
     let end = backend.synchronize()?;
+    let steps = totals.steps(end, backend)?;
     if let Some(sink) = sink {
         backend.drain_events(&mut protocol.events);
         sink.events(&protocol.events)?;
@@ -427,7 +448,7 @@ fn replay_events(
         placement: PlacementBytes::from_stats(&stats),
         events: read,
         kernels,
-        steps: totals.steps(end),
+        steps,
         wall_ns: wall.elapsed().as_nanos() as u64,
         policy_ns: protocol.policy_ns,
         backend_host: stats.host,

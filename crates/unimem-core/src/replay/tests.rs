@@ -509,10 +509,16 @@ impl MemoryBackend for CallLog {
         self.sim.copy(id, offset, transfer)
     }
     fn synchronize(&mut self) -> Result<u64> {
+        self.calls.push("synchronize".into());
         self.sim.synchronize()
     }
-    fn completion_ns(&self) -> u64 {
-        self.sim.completion_ns()
+    fn mark_work(&mut self) -> Result<crate::seam::WorkMark> {
+        self.calls.push("mark".into());
+        self.sim.mark_work()
+    }
+    fn work_mark_ns(&mut self, mark: crate::seam::WorkMark) -> Result<u64> {
+        self.calls.push("time mark".into());
+        self.sim.work_mark_ns(mark)
     }
     fn host_work(&mut self, wall_ns: u64) {
         self.work_ns += wall_ns;
@@ -579,10 +585,51 @@ fn data_from_before_the_trace_is_preloaded_at_allocation_when_known() {
     };
     let (known, early) = run(Some(&stats.pre_existing));
     let (found, late) = run(None);
-    assert_eq!(early, ["alloc 1", "preload 1", "alloc 2", "alloc 3", "launch k0", "launch k1"]);
-    assert_eq!(late, ["alloc 1", "alloc 2", "alloc 3", "launch k0", "preload 1", "launch k1"]);
+    assert_eq!(
+        early,
+        ["alloc 1", "preload 1", "alloc 2", "alloc 3", "launch k0", "launch k1", "synchronize"]
+    );
+    assert_eq!(late, ["alloc 1", "alloc 2", "alloc 3", "launch k0", "preload 1", "launch k1", "synchronize"]);
     assert_eq!((known.time_ns, known.h2d_bytes), (found.time_ns, found.h2d_bytes));
     assert_eq!(known.h2d_bytes, 4 * mib, "region 1 came from the host");
+}
+
+/// A step's start is marked as the step begins and timed only once the replay's work is done:
+/// a GPU backend that waited for its queued work at every step would drain its queue there,
+/// and the host would lose the lead it had over the device (the copies its plans issue ahead
+/// would start only as the device reached them).
+#[test]
+fn steps_are_marked_as_they_begin_and_timed_once_the_work_is_done() {
+    let mib = 1 << 20;
+    let write = |id| TraceAccess { id, offset: 0, len: 4 * mib, mode: crate::AccessMode::Write };
+    let kernel = |name: &str, dur_ns| TraceEvent::Kernel {
+        name: name.into(),
+        dur_ns,
+        host_ns: None,
+        acc: vec![write(1)],
+    };
+    let events = vec![
+        TraceEvent::Step { index: 0 },
+        TraceEvent::Alloc { id: 1, bytes: 4 * mib, name: None },
+        kernel("a", 1_000_000),
+        TraceEvent::Step { index: 1 },
+        kernel("b", 2_000_000),
+        kernel("c", 3_000_000),
+    ];
+    let mut backend =
+        CallLog { sim: SimBackend::new(CostModel::h200(), 64 * mib), calls: Vec::new(), work_ns: 0 };
+    let r = run_with(reader_of(events), &mut backend, &mut NoHints, &mut |_| {}, Options::default()).unwrap();
+    let calls: Vec<&str> =
+        backend.calls.iter().map(String::as_str).filter(|c| !c.starts_with("alloc")).collect();
+    assert_eq!(
+        calls,
+        ["mark", "launch a", "mark", "launch b", "launch c", "synchronize", "time mark", "time mark"]
+    );
+    let steps: Vec<(u64, u64)> = r.steps.iter().map(|s| (s.index, s.compute_floor_ns)).collect();
+    assert_eq!(steps, [(0, 1_000_000), (1, 5_000_000)]);
+    // Each step's time is the simulator's: from the work before its mark to the next mark.
+    assert!(r.steps[0].time_ns >= 1_000_000 && r.steps[1].time_ns >= 5_000_000, "{:?}", r.steps);
+    assert_eq!(r.steps.iter().map(|s| s.time_ns).sum::<u64>(), r.time_ns);
 }
 
 #[test]

@@ -317,6 +317,11 @@ impl fmt::Display for BackendKind {
     }
 }
 
+/// A point in the work a backend issued ([`MemoryBackend::mark_work`]): the simulator's is
+/// the time that work completes; a GPU backend's names an event it times later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkMark(pub u64);
+
 /// Orders a backend executes: the seam between decisions and hardware. Times are nanoseconds
 /// on the backend's clock (virtual for the simulator, host monotonic for CUDA). Migrations,
 /// advice and discards are hints in spirit, but a backend reports misuse (unknown region,
@@ -354,9 +359,15 @@ pub trait MemoryBackend: Send {
     /// Waits for all issued work; returns the backend clock afterwards.
     fn synchronize(&mut self) -> Result<u64>;
 
-    /// The time at which every kernel and host access issued so far completes, without
-    /// waiting for it (transfers still in flight on copy streams are not included).
-    fn completion_ns(&self) -> u64;
+    /// Marks the end of the kernels and host accesses issued so far (not the transfers still
+    /// in flight on copy streams), without waiting for them: a replay marks where each step
+    /// begins. [`Self::work_mark_ns`] says when that work completed.
+    fn mark_work(&mut self) -> Result<WorkMark>;
+
+    /// When the work before `mark` completed, on the backend clock. Call it once the work is
+    /// done (after [`Self::synchronize`]): a GPU backend times the mark when the device has
+    /// passed it, and waits for that here if it has not.
+    fn work_mark_ns(&mut self, mark: WorkMark) -> Result<u64>;
 
     /// The caller's own work between calls (a policy's planning) took `wall_ns` of host time,
     /// wall clock, its calls to this backend included. A backend on real time needs nothing:

@@ -12,6 +12,7 @@ mod block_backend;
 mod device;
 mod kernels;
 mod managed;
+mod marks;
 pub mod probe;
 mod staging;
 mod timing;

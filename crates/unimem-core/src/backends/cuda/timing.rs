@@ -7,9 +7,9 @@ use std::time::Instant;
 use cudarc::driver::{CudaEvent, CudaStream};
 
 use super::cuda_err;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::region::RegionId;
-use crate::seam::{MemEvent, PageWork, Recorder};
+use crate::seam::{MemEvent, PageWork, Recorder, WorkMark};
 
 /// The CUDA backends' clock: the host's monotonic time since the backend opened, less the
 /// set-up it excludes (pinning staging memory, data from before the work).
@@ -42,6 +42,51 @@ impl HostClock {
     /// Set-up time taken off the clock so far.
     pub(in crate::backends::cuda) fn excluded_ns(&self) -> u64 {
         self.excluded_ns
+    }
+}
+
+/// Marks in the compute stream's work ([`crate::seam::MemoryBackend::mark_work`]), timed once
+/// the device has passed them. The first mark takes a reference: an event the host waits for,
+/// at a known time on its clock (once, at the first step of a replay, where little is queued);
+/// later marks never wait.
+#[derive(Default)]
+pub(in crate::backends::cuda) struct WorkMarks {
+    /// The reference event and its time since the clock's origin.
+    reference: Option<(CudaEvent, u64)>,
+    /// Each mark's event, with the set-up the clock had excluded when it was made.
+    marks: Vec<(CudaEvent, u64)>,
+}
+
+impl WorkMarks {
+    /// Marks the work issued on `stream` so far.
+    pub(in crate::backends::cuda) fn mark(
+        &mut self,
+        stream: &CudaStream,
+        clock: &HostClock,
+    ) -> Result<WorkMark> {
+        if self.reference.is_none() {
+            let ev = mark(stream)?;
+            ev.synchronize().map_err(cuda_err("cuEventSynchronize", "work mark reference"))?;
+            self.reference = Some((ev, clock.start().elapsed().as_nanos() as u64));
+        }
+        self.marks.push((mark(stream)?, clock.excluded_ns()));
+        Ok(WorkMark(self.marks.len() as u64 - 1))
+    }
+
+    /// When the work before `m` completed, on the backend's clock (waiting for it if need be).
+    pub(in crate::backends::cuda) fn time(&self, m: WorkMark) -> Result<u64> {
+        let ((ev, excluded), Some((reference, reference_ns))) = (
+            self.marks
+                .get(m.0 as usize)
+                .ok_or_else(|| Error::InvalidArgument(format!("no work mark {}", m.0)))?,
+            self.reference.as_ref(),
+        ) else {
+            unreachable!("the first mark takes the reference");
+        };
+        ev.synchronize().map_err(cuda_err("cuEventSynchronize", "work mark"))?;
+        let ms = reference.elapsed_ms(ev).map_err(cuda_err("cuEventElapsedTime", "work mark"))?;
+        // elapsed_ms is an f32 of milliseconds: about 1 us resolution over a 10 s replay.
+        Ok((reference_ns + (ms.max(0.0) as f64 * 1e6) as u64).saturating_sub(*excluded))
     }
 }
 

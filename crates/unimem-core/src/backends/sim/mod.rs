@@ -60,7 +60,7 @@ use crate::region::RegionId;
 use crate::seam::{
     Advice, BackendInfo, BackendKind, BackendStats, ByteRange, Destination, DeviceId, Direction, HostAccess,
     HostOp, KernelLaunch, Location, MemEvent, MemoryBackend, MigrationCause, PageWork, Recorder, Residency,
-    Transfer, BLOCK_SIZE, PAGE_SIZE,
+    Transfer, WorkMark, BLOCK_SIZE, PAGE_SIZE,
 };
 use crate::units::Bytes;
 
@@ -371,6 +371,14 @@ impl SimBackend {
     }
 }
 
+impl SimBackend {
+    /// The time at which every kernel and host access issued so far completes (transfers
+    /// still in flight on copy streams are not included).
+    pub fn completion_ns(&self) -> u64 {
+        self.host_now.max(self.compute_free).max(self.link_h2d).max(self.link_d2h).max(self.h2d_stream)
+    }
+}
+
 impl MemoryBackend for SimBackend {
     fn info(&self) -> &BackendInfo {
         &self.info
@@ -431,8 +439,12 @@ impl MemoryBackend for SimBackend {
         self.sync()
     }
 
-    fn completion_ns(&self) -> u64 {
-        self.host_now.max(self.compute_free).max(self.link_h2d).max(self.link_d2h).max(self.h2d_stream)
+    fn mark_work(&mut self) -> Result<WorkMark> {
+        Ok(WorkMark(self.completion_ns()))
+    }
+
+    fn work_mark_ns(&mut self, mark: WorkMark) -> Result<u64> {
+        Ok(mark.0)
     }
 
     fn host_work(&mut self, wall_ns: u64) {

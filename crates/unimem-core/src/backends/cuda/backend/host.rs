@@ -46,15 +46,6 @@ impl CudaBackend {
         Ok(self.clock.now())
     }
 
-    /// On a GPU the completion time of issued kernels is only known by waiting for them: this
-    /// synchronises the compute stream (transfers in flight on the copy streams go on).
-    pub(super) fn completion(&self) -> u64 {
-        if let Err(e) = self.streams.compute.synchronize() {
-            tracing::warn!("synchronising the compute stream failed: {e:?}");
-        }
-        self.clock.now()
-    }
-
     pub(super) fn residency_of(&self, range: ByteRange) -> Result<Residency> {
         self.checked(range.region, range.offset, range.len)?;
         let r = &self.regions[&range.region];

@@ -59,11 +59,7 @@ impl CudaBackend {
             this.kernel_marks.push_back((seq, mark));
             if this.kernel_marks.len() > KERNEL_MARKS {
                 if let Some((_, old)) = this.kernel_marks.pop_front() {
-                    // Recorded again for a later kernel once nothing else holds it (a record
-                    // is a driver call where creating and recording is two).
-                    if let Ok(ev) = Arc::try_unwrap(old) {
-                        this.spare_marks.push(ev);
-                    }
+                    this.marks.give_back(old);
                 }
             }
             if let (Some(start), Some(rec)) = (start, this.recording.as_mut()) {
@@ -77,19 +73,9 @@ impl CudaBackend {
         })
     }
 
-    /// An event after the work on the compute stream so far, a spare one recorded again where
-    /// there is one.
+    /// An event after the work on the compute stream so far.
     fn kernel_mark(&mut self) -> Result<Arc<CudaEvent>> {
-        let ev = match self.spare_marks.pop() {
-            Some(ev) => {
-                ev.record(&self.streams.compute).map_err(cuda_err("cuEventRecord", "kernel mark"))?;
-                ev
-            }
-            None => {
-                self.streams.compute.record_event(None).map_err(cuda_err("cuEventRecord", "kernel mark"))?
-            }
-        };
-        Ok(Arc::new(ev))
+        self.marks.record(&self.streams.compute, "kernel mark")
     }
 
     /// Staged data the kernel uses comes back first, as a prefetch the kernel then waits for.

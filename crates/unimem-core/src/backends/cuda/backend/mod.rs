@@ -51,7 +51,7 @@ mod staged;
 mod swap;
 mod to_device;
 
-use super::timing::{HostClock, Pending, Recording};
+use super::timing::{HostClock, Pending, Recording, WorkMarks};
 pub(in crate::backends::cuda) use ranges::host_memory_bytes;
 use ranges::{coalesce, merge_pieces, resident_ranges};
 use staged::PendingDiscard;
@@ -75,7 +75,7 @@ use crate::region::RegionId;
 use crate::seam::{
     block_bytes, Advice, BackendInfo, BackendKind, BackendStats, ByteRange, Destination, DeviceId,
     HostAccess, HostOp, KernelLaunch, Location, MemEvent, MemoryBackend, NativeLaunch, NativeLaunches,
-    PageWork, Recorder, Residency, Transfer, BLOCK_SIZE, PAGE_SIZE,
+    PageWork, Recorder, Residency, Transfer, WorkMark, BLOCK_SIZE, PAGE_SIZE,
 };
 
 /// A device address range as the driver's calls take it: (address, bytes).
@@ -174,12 +174,14 @@ pub struct CudaBackend {
     log: BackendLog,
     /// The clock since it opened, set-up (staging, preloading data) taken off.
     clock: HostClock,
+    /// Marks of the work before each step, timed at the end.
+    work_marks: WorkMarks,
     /// The events asked for (telemetry), and the device-timed ones waiting for the device to
     /// reach them, while the recorder is on.
     recorder: Recorder,
     recording: Option<Recording>,
-    /// Kernel marks no longer kept, for the next marks to record again.
-    spare_marks: Vec<CudaEvent>,
+    /// Events no longer held, recorded again for later marks.
+    marks: super::marks::Marks,
     /// The kernels the program enqueues on its own streams (see `program.rs`).
     program: program::ProgramState,
     info: BackendInfo,
@@ -377,9 +379,10 @@ impl CudaBackend {
             stats: BackendStats::default(),
             log: BackendLog::default(),
             clock: HostClock::new(start),
+            work_marks: WorkMarks::default(),
             recorder: Recorder::default(),
             recording: None,
-            spare_marks: Vec::new(),
+            marks: Default::default(),
             program: Default::default(),
             info,
             pace: Default::default(),
@@ -605,8 +608,12 @@ impl MemoryBackend for CudaBackend {
 
     /// On a GPU the completion time of issued kernels is only known by waiting for them: this
     /// synchronises the compute stream (transfers in flight on the copy streams go on).
-    fn completion_ns(&self) -> u64 {
-        self.completion()
+    fn mark_work(&mut self) -> Result<WorkMark> {
+        self.work_marks.mark(&self.streams.compute, &self.clock)
+    }
+
+    fn work_mark_ns(&mut self, mark: WorkMark) -> Result<u64> {
+        self.work_marks.time(mark)
     }
 
     fn residency(&self, range: ByteRange) -> Result<Residency> {

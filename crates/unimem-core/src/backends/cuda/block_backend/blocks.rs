@@ -25,6 +25,7 @@ impl BlockBackend {
             }
             let rel = self.releasing.pop_front().expect("front");
             self.release(rel.region)?;
+            rel.after.into_iter().for_each(|e| self.marks.give_back(e));
         }
         let mut ready = Vec::new();
         while let Some((block, ev)) = self.leaving.front() {
@@ -33,7 +34,8 @@ impl BlockBackend {
                 Some(done) if done || all => ready.push(*block),
                 Some(_) => break,
             }
-            self.leaving.pop_front();
+            let (_, ev) = self.leaving.pop_front().expect("front");
+            self.marks.give_back(ev);
         }
         self.remap_to_host(ready)
     }
@@ -76,8 +78,7 @@ impl BlockBackend {
             for blk in run {
                 let b = blk.block as usize;
                 let v = &mut r.blocks[b];
-                v.leaving = None;
-                v.arrive = None;
+                v.leaving.take().into_iter().chain(v.arrive.take()).for_each(|e| self.marks.give_back(e));
                 if let Some(chunk) = v.device.take() {
                     self.free_chunks.push(chunk);
                     self.budget.unstamp(*blk, std::mem::take(&mut v.stamp));
@@ -269,7 +270,7 @@ impl BlockBackend {
 
     /// The mark after kernel `seq`, or one after everything on `compute` where it is no
     /// longer kept.
-    fn mark_after(&self, seq: u64) -> Result<Arc<CudaEvent>> {
+    fn mark_after(&mut self, seq: u64) -> Result<Arc<CudaEvent>> {
         if let Some(&(first, _)) = self.kernel_marks.front() {
             if seq >= first {
                 if let Some((_, ev)) = self.kernel_marks.get((seq - first) as usize) {
@@ -277,7 +278,7 @@ impl BlockBackend {
                 }
             }
         }
-        self.record(&self.compute, "eviction after its kernels")
+        self.marks.record(&self.compute, "eviction after its kernels")
     }
 
     /// Evicts `blocks` on the device: data not in its host chunk is copied out on `d2h` after
@@ -687,10 +688,12 @@ impl BlockBackend {
             rec.resolve_some(&mut self.recorder);
         }
         let seq = self.stats.kernels + 1;
-        let mark = self.record(&self.compute, "kernel mark")?;
+        let mark = self.marks.record(&self.compute, "kernel mark")?;
         self.kernel_marks.push_back((seq, mark));
         if self.kernel_marks.len() > KERNEL_MARKS {
-            self.kernel_marks.pop_front();
+            if let Some((_, old)) = self.kernel_marks.pop_front() {
+                self.marks.give_back(old);
+            }
         }
         let mut writes: FxHashSet<BlockId> = FxHashSet::default();
         for a in kernel.accesses.iter().filter(|a| a.mode.writes()) {

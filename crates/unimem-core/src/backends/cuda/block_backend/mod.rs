@@ -50,7 +50,8 @@ use std::time::Instant;
 use cudarc::driver::{CudaEvent, CudaStream};
 use rustc_hash::FxHashMap;
 
-use super::timing::{HostClock, Pending, Recording};
+use super::marks::Marks;
+use super::timing::{HostClock, Pending, Recording, WorkMarks};
 use super::vmm::{granularity, Place, Reserved};
 use super::{cuda_err, CudaDevice, Kernels, TouchMode};
 use crate::error::{Error, Result};
@@ -60,7 +61,7 @@ use crate::mechanism::slab::{packs, slot_bytes, Slab, Slot};
 use crate::region::RegionId;
 use crate::seam::{
     Advice, BackendInfo, BackendKind, BackendStats, ByteRange, Destination, DeviceId, HostAccess, HostOp,
-    KernelLaunch, Location, MemoryBackend, Recorder, Residency, Transfer, BLOCK_SIZE,
+    KernelLaunch, Location, MemoryBackend, Recorder, Residency, Transfer, WorkMark, BLOCK_SIZE,
 };
 use store::{Arena, DevChunk, HostChunk, Store};
 
@@ -270,10 +271,14 @@ pub struct BlockBackend {
     leaving: VecDeque<(BlockId, Arc<CudaEvent>)>,
     releasing: VecDeque<Releasing>,
     kernel_marks: VecDeque<(u64, Arc<CudaEvent>)>,
+    /// Events no longer held, recorded again for later marks.
+    marks: Marks,
     stats: BackendStats,
     log: VmmLog,
     /// The clock since it opened, set-up (host chunks, preloading data) taken off.
     clock: HostClock,
+    /// Marks of the work before each step, timed at the end.
+    work_marks: WorkMarks,
     recorder: Recorder,
     /// Device timing of kernels and copies while the recorder records.
     recording: Option<Recording>,
@@ -379,9 +384,11 @@ impl BlockBackend {
             leaving: VecDeque::new(),
             releasing: VecDeque::new(),
             kernel_marks: VecDeque::new(),
+            marks: Marks::default(),
             stats: BackendStats::default(),
             log: VmmLog::default(),
             clock: HostClock::new(start),
+            work_marks: WorkMarks::default(),
             recorder: Recorder::default(),
             recording: None,
             info,
@@ -444,8 +451,8 @@ impl BlockBackend {
         crate::seam::check_range(id, offset, len, self.region(id)?.bytes)
     }
 
-    fn record(&self, stream: &CudaStream, what: &str) -> Result<Arc<CudaEvent>> {
-        Ok(Arc::new(stream.record_event(None).map_err(cuda_err("cuEventRecord", what.to_string()))?))
+    fn record(&mut self, stream: &CudaStream, what: &str) -> Result<Arc<CudaEvent>> {
+        self.marks.record(stream, what)
     }
 
     fn alloc_region(&mut self, id: RegionId, bytes: u64) -> Result<u64> {
@@ -654,14 +661,15 @@ impl Drop for BlockBackend {
             l.over_capacity,
         );
         tracing::info!(
-            "{name} copies: {} issued in {} calls ({}), {:.1} ms of host time; room made in {:.1} ms; {} prefetched blocks left for want of room; {} blocks without data zeroed for a read",
+            "{name} copies: {} issued in {} calls ({}), {:.1} ms of host time; room made in {:.1} ms; {} prefetched blocks left for want of room; {} blocks without data zeroed for a read; {} events created for marks",
             l.copies,
             l.copy_calls,
             if self.batched_copies { "batched" } else { "one call each" },
             l.copy_ns as f64 / 1e6,
             l.room_ns as f64 / 1e6,
             l.prefetch_dropped,
-            l.zeroed_late
+            l.zeroed_late,
+            self.marks.created()
         );
     }
 }
@@ -738,11 +746,12 @@ impl MemoryBackend for BlockBackend {
         Ok(self.clock.now())
     }
 
-    fn completion_ns(&self) -> u64 {
-        if let Err(e) = self.compute.synchronize() {
-            tracing::warn!("synchronising the compute stream failed: {e:?}");
-        }
-        self.clock.now()
+    fn mark_work(&mut self) -> Result<WorkMark> {
+        self.work_marks.mark(&self.compute, &self.clock)
+    }
+
+    fn work_mark_ns(&mut self, mark: WorkMark) -> Result<u64> {
+        self.work_marks.time(mark)
     }
 
     fn residency(&self, range: ByteRange) -> Result<Residency> {
