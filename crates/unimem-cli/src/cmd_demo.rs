@@ -35,7 +35,7 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
     }
     println!("memory; 'x floor' is time over the compute floor (all data resident = 1.00); 'x bound',");
     println!(
-        "over the link-limit bound (only the bytes that must move, at {} GB/s each way, overlapped);",
+        "over the link-limit bound (only the bytes that must move, at {:.1} GB/s each way, overlapped);",
         cost.link_rate_gbps
     );
     println!("'--wide' adds 'x phase', over the phase bound (what each stretch of the program must move).\n");

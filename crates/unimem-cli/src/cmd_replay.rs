@@ -337,7 +337,7 @@ pub fn run(args: &Args, config_file: Option<&std::path::Path>) -> Result<()> {
         println!("{name}: {} kernels, peak live {}", stats.kernels, Bytes(stats.peak_live_page_bytes));
         println!("{}", table.render_with(args.wide));
         println!(
-            "compute floor {}; link-limit bound {}: {} in, {} out at {} GB/s each way\nphase bound {}: \
+            "compute floor {}; link-limit bound {}: {} in, {} out at {:.1} GB/s each way\nphase bound {}: \
              the traffic the order of the program's uses forces, a stretch at a time\nbackend: {}; peak RSS {}",
             unimem_core::units::Nanos(stats.compute_floor_ns),
             unimem_core::units::Nanos(bound.bound_ns),
