@@ -57,6 +57,11 @@ gpu-build:
 gpu-base REV:
     scripts/gpu-base.sh {{REV}}
 
+# Add perf, its libraries and unimem with its symbols to .gpu/perf, for a host-side profile of
+# a replay on the GPU machine (there: `bash scripts/gpu-perf.sh run OUT [WINDOW] -- ARGS`).
+gpu-perf:
+    scripts/gpu-perf.sh pack
+
 # The tensor examples on the simulator (append `cuda` on a GPU machine: just examples cuda).
 examples *ARGS:
     cargo run --release -p unimem-tensor --example training_loop -- {{ARGS}}
