@@ -45,15 +45,38 @@ impl HostClock {
     }
 }
 
+/// A completed event at a known time on the event clock (the host's time since the backend
+/// opened, set-up included): events recorded later are timed from it.
+pub(in crate::backends::cuda) struct EventClock {
+    reference: CudaEvent,
+    reference_ns: u64,
+}
+
+impl EventClock {
+    /// Records the reference on `stream` and waits for it (`origin`: the clock's origin;
+    /// `what` names it in errors).
+    fn start(stream: &CudaStream, origin: Instant, what: &str) -> Result<Self> {
+        let reference = mark(stream)?;
+        reference.synchronize().map_err(cuda_err("cuEventSynchronize", what))?;
+        Ok(EventClock { reference, reference_ns: origin.elapsed().as_nanos() as u64 })
+    }
+
+    /// The time of a completed event on the event clock.
+    fn time_of(&self, ev: &CudaEvent) -> std::result::Result<u64, cudarc::driver::DriverError> {
+        // elapsed_ms is an f32 of milliseconds: about 1 us resolution over a 10 s replay.
+        let ms = self.reference.elapsed_ms(ev)? as f64;
+        Ok(self.reference_ns + (ms.max(0.0) * 1e6) as u64)
+    }
+}
+
 /// Marks in the compute stream's work ([`crate::seam::MemoryBackend::mark_work`]), timed once
-/// the device has passed them. The first mark takes a reference: an event the host waits for,
-/// at a known time on its clock (once, at the first step of a replay, where little is queued);
-/// later marks never wait.
+/// the device has passed them. The first mark starts the event clock, waiting for its
+/// reference (once, at the first step of a replay, where little is queued); later marks never
+/// wait.
 #[derive(Default)]
 pub(in crate::backends::cuda) struct WorkMarks {
-    /// The reference event and its time since the clock's origin.
-    reference: Option<(CudaEvent, u64)>,
-    /// Each mark's event, with the set-up the clock had excluded when it was made.
+    clock: Option<EventClock>,
+    /// Each mark's event, with the set-up the backend's clock had excluded when it was made.
     marks: Vec<(CudaEvent, u64)>,
 }
 
@@ -64,10 +87,8 @@ impl WorkMarks {
         stream: &CudaStream,
         clock: &HostClock,
     ) -> Result<WorkMark> {
-        if self.reference.is_none() {
-            let ev = mark(stream)?;
-            ev.synchronize().map_err(cuda_err("cuEventSynchronize", "work mark reference"))?;
-            self.reference = Some((ev, clock.start().elapsed().as_nanos() as u64));
+        if self.clock.is_none() {
+            self.clock = Some(EventClock::start(stream, clock.start(), "work mark reference")?);
         }
         self.marks.push((mark(stream)?, clock.excluded_ns()));
         Ok(WorkMark(self.marks.len() as u64 - 1))
@@ -75,18 +96,14 @@ impl WorkMarks {
 
     /// When the work before `m` completed, on the backend's clock (waiting for it if need be).
     pub(in crate::backends::cuda) fn time(&self, m: WorkMark) -> Result<u64> {
-        let ((ev, excluded), Some((reference, reference_ns))) = (
-            self.marks
-                .get(m.0 as usize)
-                .ok_or_else(|| Error::InvalidArgument(format!("no work mark {}", m.0)))?,
-            self.reference.as_ref(),
-        ) else {
-            unreachable!("the first mark takes the reference");
-        };
+        let (ev, excluded) = self
+            .marks
+            .get(m.0 as usize)
+            .ok_or_else(|| Error::InvalidArgument(format!("no work mark {}", m.0)))?;
+        let clock = self.clock.as_ref().expect("the first mark starts the clock");
         ev.synchronize().map_err(cuda_err("cuEventSynchronize", "work mark"))?;
-        let ms = reference.elapsed_ms(ev).map_err(cuda_err("cuEventElapsedTime", "work mark"))?;
-        // elapsed_ms is an f32 of milliseconds: about 1 us resolution over a 10 s replay.
-        Ok((reference_ns + (ms.max(0.0) as f64 * 1e6) as u64).saturating_sub(*excluded))
+        let at = clock.time_of(ev).map_err(cuda_err("cuEventElapsedTime", "work mark"))?;
+        Ok(at.saturating_sub(*excluded))
     }
 }
 
@@ -97,9 +114,8 @@ pub(in crate::backends::cuda) const RESOLVE_BATCH: usize = 512;
 pub(in crate::backends::cuda) struct Recording {
     /// The event clock's origin (the backend's opening): host times on the same clock.
     origin: Instant,
-    /// A completed event and its time on the event clock: other events are timed from it.
-    pub(in crate::backends::cuda) reference: CudaEvent,
-    pub(in crate::backends::cuda) reference_ns: u64,
+    /// What the events are timed from.
+    clock: EventClock,
     pub(in crate::backends::cuda) pending: std::collections::VecDeque<Pending>,
     /// Events whose times were read, recorded again rather than created anew (creating and
     /// destroying two to three events per kernel was host time on the critical path).
@@ -155,15 +171,10 @@ impl Recording {
         clock: Instant,
         recorder: &mut Recorder,
     ) -> Option<Self> {
-        let reference = mark(stream).and_then(|ev| {
-            ev.synchronize().map_err(cuda_err("cuEventSynchronize", "telemetry reference"))?;
-            Ok(ev)
-        });
-        match reference {
-            Ok(reference) => Some(Recording {
+        match EventClock::start(stream, clock, "telemetry reference") {
+            Ok(event_clock) => Some(Recording {
                 origin: clock,
-                reference,
-                reference_ns: clock.elapsed().as_nanos() as u64,
+                clock: event_clock,
                 pending: Default::default(),
                 spare: Vec::new(),
                 next_resolve_at: RESOLVE_BATCH,
@@ -212,9 +223,7 @@ impl Recording {
 
     /// Time of a completed event on the event clock.
     pub(in crate::backends::cuda) fn time_of(&self, ev: &CudaEvent) -> u64 {
-        // elapsed_ms is an f32 of milliseconds: about 1 us resolution over a 10 s replay.
-        let ms = self.reference.elapsed_ms(ev).unwrap_or(0.0) as f64;
-        self.reference_ns + (ms.max(0.0) * 1e6) as u64
+        self.clock.time_of(ev).unwrap_or(self.clock.reference_ns)
     }
 
     /// Records a timing event on `stream`, reusing a spare one where there is one.

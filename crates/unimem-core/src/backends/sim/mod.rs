@@ -369,9 +369,7 @@ impl SimBackend {
         *clock = start + dur;
         (start, start + dur)
     }
-}
 
-impl SimBackend {
     /// The time at which every kernel and host access issued so far completes (transfers
     /// still in flight on copy streams are not included).
     pub fn completion_ns(&self) -> u64 {

@@ -606,8 +606,6 @@ impl MemoryBackend for CudaBackend {
         self.sync()
     }
 
-    /// On a GPU the completion time of issued kernels is only known by waiting for them: this
-    /// synchronises the compute stream (transfers in flight on the copy streams go on).
     fn mark_work(&mut self) -> Result<WorkMark> {
         self.work_marks.mark(&self.streams.compute, &self.clock)
     }

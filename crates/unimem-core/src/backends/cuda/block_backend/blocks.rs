@@ -681,12 +681,12 @@ impl BlockBackend {
         self.set_unset_blocks(kernel.accesses)?;
         let ranges = touch_ranges(&self.regions, kernel);
         self.kernels.touch(&self.compute, &ranges, crate::seam::PAGE_SIZE as u32, kernel.dur_ns)?;
-        if let (Some(start), Some(rec)) = (start, self.recording.as_mut()) {
-            let end = rec.mark(&compute)?;
-            let (name, dur_ns) = (kernel.name.to_string(), kernel.dur_ns);
-            rec.pending.push_back(Pending::Kernel { name, dur_ns, start, end });
-            rec.resolve_some(&mut self.recorder);
-        }
+        self.close_timed(&compute, start, |_, start, end| Pending::Kernel {
+            name: kernel.name.to_string(),
+            dur_ns: kernel.dur_ns,
+            start,
+            end,
+        })?;
         let seq = self.stats.kernels + 1;
         let mark = self.marks.record(&self.compute, "kernel mark")?;
         self.kernel_marks.push_back((seq, mark));

@@ -599,13 +599,13 @@ impl BlockBackend {
         self.timing().map(|rec| rec.mark(stream)).transpose()
     }
 
-    /// Closes a timed stretch of `stream` opened by `start` (where recording), as what
-    /// `pending` makes of it (called only where recording).
-    fn close_timed(
+    /// Closes a timed stretch of `stream` opened by `start` (a mark, or a kernel's start, where
+    /// recording), as what `pending` makes of it (called only where recording).
+    fn close_timed<S>(
         &mut self,
         stream: &CudaStream,
-        start: Option<CudaEvent>,
-        pending: impl FnOnce(&Self, CudaEvent, CudaEvent) -> Pending,
+        start: Option<S>,
+        pending: impl FnOnce(&Self, S, CudaEvent) -> Pending,
     ) -> Result<()> {
         let (Some(start), Some(rec)) = (start, self.recording.as_mut()) else { return Ok(()) };
         let end = rec.mark(stream)?;
