@@ -220,6 +220,33 @@ mod tests {
         assert!(d.stale.is_empty());
     }
 
+    proptest::proptest! {
+        /// Any sequence of uses and removals leaves the blocks in the order of a search tree
+        /// kept beside it: least recently stamped first.
+        #[test]
+        fn the_queue_orders_blocks_as_a_search_tree_would(
+            ops in proptest::collection::vec((0usize..24, proptest::bool::weighted(0.8)), 0..3000),
+        ) {
+            let mut d: DeviceBudget<Buf, ()> = DeviceBudget::new(0);
+            let mut stamps = [0u64; 24];
+            let mut tree = std::collections::BTreeSet::new();
+            for (b, used) in ops {
+                if used {
+                    tree.remove(&(stamps[b], block(1, b)));
+                    stamps[b] = d.restamp(block(1, b), stamps[b]);
+                    tree.insert((stamps[b], block(1, b)));
+                } else if stamps[b] != 0 {
+                    tree.remove(&(stamps[b], block(1, b)));
+                    d.unstamp(block(1, b), std::mem::take(&mut stamps[b]));
+                }
+            }
+            d.add_data(48 * MIB);
+            let all = d.victims(48 * MIB, |_| false, |_| 2 * MIB).blocks;
+            let want: Vec<BlockId> = tree.into_iter().map(|(_, b)| b).collect();
+            proptest::prop_assert_eq!(all, want);
+        }
+    }
+
     #[test]
     fn pooled_pages_go_first_then_the_oldest_unprotected_block() {
         let mut d: DeviceBudget<Buf, ()> = DeviceBudget::new(8 * MIB);
