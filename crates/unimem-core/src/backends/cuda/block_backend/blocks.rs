@@ -320,7 +320,7 @@ impl BlockBackend {
                         d2h.wait(&ev).map_err(cuda_err("cuStreamWaitEvent", "clean eviction"))?;
                     }
                     d2h.wait(a).map_err(cuda_err("cuStreamWaitEvent", "clean eviction"))?;
-                    ev = self.record(&d2h, "clean eviction")?;
+                    ev = self.marks.record(&d2h, "clean eviction")?;
                 }
                 let v = &mut self.regions.get_mut(&id).expect("live").blocks[b];
                 v.leaving = Some(ev.clone());
@@ -513,7 +513,7 @@ impl BlockBackend {
             start,
             end,
         })?;
-        self.record(stream, what)
+        self.marks.record(stream, what)
     }
 
     /// Issues `copies` on `stream` (see `copies::issue`), counted in the log.

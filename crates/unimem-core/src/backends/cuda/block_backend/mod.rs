@@ -451,10 +451,6 @@ impl BlockBackend {
         crate::seam::check_range(id, offset, len, self.region(id)?.bytes)
     }
 
-    fn record(&mut self, stream: &CudaStream, what: &str) -> Result<Arc<CudaEvent>> {
-        self.marks.record(stream, what)
-    }
-
     fn alloc_region(&mut self, id: RegionId, bytes: u64) -> Result<u64> {
         crate::seam::check_new_region(id, bytes, self.regions.contains_key(&id))?;
         self.timed(HostOp::Allocate, |this| {
@@ -551,7 +547,7 @@ impl BlockBackend {
         // The mappings go once the work issued before the free is done with them.
         let streams: Vec<Arc<CudaStream>> =
             std::iter::once(&self.compute).chain(self.h2d.all()).chain(self.d2h.all()).cloned().collect();
-        let after = streams.iter().map(|s| self.record(s, "free")).collect::<Result<Vec<_>>>()?;
+        let after = streams.iter().map(|s| self.marks.record(s, "free")).collect::<Result<Vec<_>>>()?;
         if let Some(rec) = self.timing() {
             let marks = streams.iter().map(|s| rec.mark(s)).collect::<Result<Vec<_>>>()?;
             rec.pending.push_back(Pending::Released { region: id, marks });
