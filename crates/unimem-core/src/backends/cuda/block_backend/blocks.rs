@@ -15,10 +15,34 @@ pub(super) enum Site {
     Kernel = 1,
 }
 
+/// When [`BlockBackend::settle`] looks at the work under way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Settle {
+    /// The device is idle: every eviction and free is done.
+    All,
+    /// Now: room is short.
+    Now,
+    /// If [`SETTLE_EVERY`] has passed since the last look: the calls that issue work settle
+    /// in passing, and each look queries the driver.
+    IfDue,
+}
+
+/// How often the calls that issue work look for what completed when no room is short. Each
+/// look queries an event or more (`cuEventQuery`); looking at every call took 49 ms of
+/// ResNet-50's 317 ms of host time at 75% on an H200 (`docs/decisions.md`, "Completed work
+/// is looked for at most every 100 us"). What it frees is no later for a restore: one short
+/// of room looks at once (`make_room`), and lends the chunks of evictions under way anyway.
+pub(super) const SETTLE_EVERY: std::time::Duration = std::time::Duration::from_micros(100);
+
 impl BlockBackend {
     /// Remaps blocks whose eviction is done to their host chunks and releases freed regions
-    /// whose work is done; with `all` (the device is idle) every one.
-    pub(super) fn settle(&mut self, all: bool) -> Result<()> {
+    /// whose work is done (every one with [`Settle::All`]).
+    pub(super) fn settle(&mut self, when: Settle) -> Result<()> {
+        if when == Settle::IfDue && self.settled_at.elapsed() < SETTLE_EVERY {
+            return Ok(());
+        }
+        self.settled_at = Instant::now();
+        let all = when == Settle::All;
         while let Some(front) = self.releasing.front() {
             if !all && !front.after.iter().all(|e| e.is_complete()) {
                 break;
@@ -163,7 +187,7 @@ impl BlockBackend {
         if short(self, 0) == 0 {
             return Ok(credits);
         }
-        self.settle(false)?;
+        self.settle(Settle::Now)?;
         // Freed regions' chunks, after the work issued before their free.
         for rel in self.releasing.iter_mut() {
             for v in rel.region.blocks.iter_mut().filter(|v| v.device.is_some()) {
@@ -587,7 +611,7 @@ impl BlockBackend {
     }
 
     pub(super) fn prefetch_in(&mut self, ranges: &[ByteRange]) -> Result<()> {
-        self.settle(false)?;
+        self.settle(Settle::IfDue)?;
         let blocks = self.blocks_in(ranges.iter().map(|r| (r.region, r.offset, r.len)));
         self.cancel_evictions(&blocks)?;
         let protected: FxHashSet<BlockId> = blocks.iter().copied().collect();
@@ -610,7 +634,7 @@ impl BlockBackend {
     }
 
     pub(super) fn evict_ranges(&mut self, ranges: &[ByteRange], staged: bool) -> Result<()> {
-        self.settle(false)?;
+        self.settle(Settle::IfDue)?;
         let blocks = self.blocks_in(ranges.iter().map(|r| (r.region, r.offset, r.len)));
         let before = self.stats.staged_out_bytes;
         self.evict_blocks(blocks, true)?;
@@ -623,7 +647,7 @@ impl BlockBackend {
     /// Dead data: blocks wholly inside the ranges are dropped without a copy (a block only
     /// partly inside keeps its bytes).
     pub(super) fn discard_ranges(&mut self, ranges: &[ByteRange]) -> Result<()> {
-        self.settle(false)?;
+        self.settle(Settle::IfDue)?;
         let mut whole = Vec::new();
         for r in ranges {
             let reg = &self.regions[&r.region];
@@ -648,7 +672,7 @@ impl BlockBackend {
     }
 
     pub(super) fn launch_kernel(&mut self, kernel: &KernelLaunch<'_>) -> Result<()> {
-        self.settle(false)?;
+        self.settle(Settle::IfDue)?;
         let blocks = self.blocks_in(kernel.accesses.iter().map(|a| (a.region, a.offset, a.len)));
         self.cancel_evictions(&blocks)?;
         let protected: FxHashSet<BlockId> = blocks.iter().copied().collect();

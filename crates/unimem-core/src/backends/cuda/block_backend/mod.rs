@@ -63,6 +63,7 @@ use crate::seam::{
     Advice, BackendInfo, BackendKind, BackendStats, ByteRange, Destination, DeviceId, HostAccess, HostOp,
     KernelLaunch, Location, MemoryBackend, Recorder, Residency, Transfer, WorkMark, BLOCK_SIZE,
 };
+use blocks::Settle;
 use store::{Arena, DevChunk, HostChunk, Store};
 
 /// One 2 MiB block of a region. Its address maps `device` where it has one, else `host`,
@@ -227,22 +228,49 @@ const ARENA_LANES: usize = 4;
 struct Lanes {
     streams: Vec<Arc<CudaStream>>,
     next: usize,
+    /// Per stream, the mark after its work that the last free recorded, and whether it took
+    /// work since.
+    free_marks: Vec<Option<Arc<CudaEvent>>>,
+    fresh: Vec<bool>,
 }
 
 impl Lanes {
     fn new(dev: &CudaDevice, n: usize) -> Result<Self> {
-        Ok(Self { streams: (0..n).map(|_| dev.new_stream()).collect::<Result<_>>()?, next: 0 })
+        Ok(Self {
+            streams: (0..n).map(|_| dev.new_stream()).collect::<Result<_>>()?,
+            next: 0,
+            free_marks: vec![None; n],
+            fresh: vec![false; n],
+        })
     }
 
     /// The stream for the next call.
     fn take(&mut self) -> Arc<CudaStream> {
         let s = self.streams[self.next].clone();
+        self.fresh[self.next] = true;
         self.next = (self.next + 1) % self.streams.len();
         s
     }
 
     fn all(&self) -> &[Arc<CudaStream>] {
         &self.streams
+    }
+
+    /// Marks after all the work on these streams so far, for a free: recorded again only on a
+    /// stream that took work since the last free (the mark from then covers all of an idle
+    /// one's), so that a free records two or three events rather than one per stream.
+    fn free_marks(&mut self, marks: &mut Marks) -> Result<Vec<Arc<CudaEvent>>> {
+        let mut out = Vec::new();
+        for i in 0..self.streams.len() {
+            if std::mem::take(&mut self.fresh[i]) {
+                let ev = marks.record(&self.streams[i], "free")?;
+                if let Some(old) = self.free_marks[i].replace(ev) {
+                    marks.give_back(old);
+                }
+            }
+            out.extend(self.free_marks[i].clone());
+        }
+        Ok(out)
     }
 }
 
@@ -270,6 +298,8 @@ pub struct BlockBackend {
     /// Blocks with an eviction issued, in order (entries may be stale).
     leaving: VecDeque<(BlockId, Arc<CudaEvent>)>,
     releasing: VecDeque<Releasing>,
+    /// When `settle` last looked at the work under way.
+    settled_at: Instant,
     kernel_marks: VecDeque<(u64, Arc<CudaEvent>)>,
     /// Events no longer held, recorded again for later marks.
     marks: Marks,
@@ -383,6 +413,7 @@ impl BlockBackend {
             host_limit: 0,
             leaving: VecDeque::new(),
             releasing: VecDeque::new(),
+            settled_at: Instant::now(),
             kernel_marks: VecDeque::new(),
             marks: Marks::default(),
             stats: BackendStats::default(),
@@ -545,15 +576,20 @@ impl BlockBackend {
             blk.leaving = None;
         }
         // The mappings go once the work issued before the free is done with them.
-        let streams: Vec<Arc<CudaStream>> =
-            std::iter::once(&self.compute).chain(self.h2d.all()).chain(self.d2h.all()).cloned().collect();
-        let after = streams.iter().map(|s| self.marks.record(s, "free")).collect::<Result<Vec<_>>>()?;
-        if let Some(rec) = self.timing() {
-            let marks = streams.iter().map(|s| rec.mark(s)).collect::<Result<Vec<_>>>()?;
-            rec.pending.push_back(Pending::Released { region: id, marks });
+        let mut after = vec![self.marks.record(&self.compute, "free")?];
+        after.extend(self.h2d.free_marks(&mut self.marks)?);
+        after.extend(self.d2h.free_marks(&mut self.marks)?);
+        // Where recording, the release is timed on every stream.
+        if self.timing().is_some() {
+            let streams: Vec<Arc<CudaStream>> =
+                std::iter::once(&self.compute).chain(self.h2d.all()).chain(self.d2h.all()).cloned().collect();
+            if let Some(rec) = self.recording.as_mut() {
+                let marks = streams.iter().map(|s| rec.mark(s)).collect::<Result<Vec<_>>>()?;
+                rec.pending.push_back(Pending::Released { region: id, marks });
+            }
         }
         self.releasing.push_back(Releasing { region: r, after });
-        self.settle(false)
+        self.settle(Settle::IfDue)
     }
 
     fn advise_range(&mut self, range: ByteRange, advice: Advice) -> Result<()> {
@@ -582,7 +618,7 @@ impl BlockBackend {
         if let Some(rec) = self.recording.as_mut() {
             rec.resolve_all(&mut self.recorder); // all complete now
         }
-        self.settle(true)
+        self.settle(Settle::All)
     }
 
     /// The device timing, started or stopped as the recorder was switched.
@@ -618,7 +654,7 @@ impl Drop for BlockBackend {
     fn drop(&mut self) {
         // Nothing may be unmapped under the device's feet.
         let _ = self.dev.synchronize();
-        let _ = self.settle(true);
+        let _ = self.settle(Settle::All);
         for (_, r) in std::mem::take(&mut self.regions) {
             let _ = self.unmap_region(&r);
         }
