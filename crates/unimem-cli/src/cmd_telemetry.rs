@@ -92,6 +92,16 @@ pub fn run(cmd: &Command) -> Result<()> {
                 Nanos(t.kernel_stall_ns)
             );
             println!("of those stalls, with no copy on the link: {}", Nanos(t.stall_link_idle_ns));
+            println!(
+                "of those stalls, with a copy to the device in flight: {}",
+                Nanos(t.link.stall_h2d_busy_ns)
+            );
+            for (name, d) in [("to the device", &t.link.h2d), ("to the host", &t.link.d2h)] {
+                if let Some(rate) = d.rate() {
+                    println!("link {name}: busy {}, {:.1} GB/s while busy", Nanos(d.busy_ns), rate / 1e9);
+                }
+            }
+            println!("link busy both ways at once: {}", Nanos(t.link.both_busy_ns));
             println!("device idle between kernels (none issued yet): {}", Nanos(t.device_idle_ns));
             if let Some(l) = &t.host_lead {
                 println!(

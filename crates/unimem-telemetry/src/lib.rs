@@ -25,5 +25,5 @@ pub use log_file::log_file_sink;
 pub use plot::{draw_legend, svg};
 pub use read::{FreedAt, Log, LogEnd, LogError, RegionInfo, MAX_LOG_SUM, MAX_RECORD_BYTES};
 pub use series::{peak_resident_bytes, resident_series, SeriesPoint};
-pub use summary::{RegionSummary, Summary, Totals};
+pub use summary::{LinkDirection, LinkUse, RegionSummary, Summary, Totals};
 pub use trace_sink::TracingSink;

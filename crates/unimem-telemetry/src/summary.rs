@@ -77,6 +77,8 @@ pub struct Totals {
     pub kernels: u64,
     /// Sum of kernel stalls.
     pub kernel_stall_ns: u64,
+    /// How busy the link was each way, and both at once.
+    pub link: LinkUse,
     /// Of the kernels' stalls, the time no copy was on the link (no migration of bytes either
     /// way): those kernels waited for something else, the host issuing their data, the
     /// driver's own work (populations, repopulations) or events.
@@ -115,6 +117,38 @@ pub struct HostLead {
     pub median_ns: u64,
     /// 10th percentile of it.
     pub p10_ns: u64,
+}
+
+/// The link's use over a log: a direction is busy while at least one copy of bytes that way
+/// is in flight (copies on several streams at once count once), so `bytes / busy_ns` is the
+/// rate the link gave the copies while it had any, comparable to the probe's pinned-copy rate.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct LinkUse {
+    /// To the device.
+    pub h2d: LinkDirection,
+    /// To the host.
+    pub d2h: LinkDirection,
+    /// Time both directions were busy at once.
+    pub both_busy_ns: u64,
+    /// Of the kernels' stalls, the time a copy to the device was in flight: kernels waiting
+    /// on the in-link (or on work behind it), where more rate or earlier copies would help.
+    pub stall_h2d_busy_ns: u64,
+}
+
+/// One direction of the link over a log.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct LinkDirection {
+    /// Bytes copied.
+    pub bytes: u64,
+    /// Time at least one copy was in flight.
+    pub busy_ns: u64,
+}
+
+impl LinkDirection {
+    /// Bytes per second while busy (`None` where the direction never was).
+    pub fn rate(&self) -> Option<f64> {
+        (self.busy_ns > 0).then(|| self.bytes as f64 * 1e9 / self.busy_ns as f64)
+    }
 }
 
 /// A kernel's issue, start and end.
@@ -169,6 +203,9 @@ pub struct Summary {
     /// Kernels' stalls and copies on the link, as intervals (start, end) in ns.
     stalls: Vec<(u64, u64)>,
     copies: Vec<(u64, u64)>,
+    /// Copies by direction, as intervals: to the device, to the host.
+    h2d: Vec<(u64, u64)>,
+    d2h: Vec<(u64, u64)>,
     /// Page work by kind, as intervals (start, end).
     page_work: BTreeMap<&'static str, Vec<(u64, u64)>>,
     /// Kernels with an issue time, in log order.
@@ -222,6 +259,13 @@ impl Summary {
         let copies = union(std::mem::take(&mut s.copies));
         let stalled: u64 = stalls.iter().map(|(a, b)| b - a).sum();
         s.totals.stall_link_idle_ns = stalled - shared(&stalls, &copies);
+        let (h2d, d2h) = (union(std::mem::take(&mut s.h2d)), union(std::mem::take(&mut s.d2h)));
+        let busy = |v: &[(u64, u64)]| v.iter().map(|(a, b)| b - a).sum::<u64>();
+        let link = &mut s.totals.link;
+        link.h2d.busy_ns = busy(&h2d);
+        link.d2h.busy_ns = busy(&d2h);
+        link.both_busy_ns = shared(&h2d, &d2h);
+        link.stall_h2d_busy_ns = shared(&stalls, &h2d);
         for (kind, spans) in std::mem::take(&mut s.page_work) {
             let t = s.totals.page_work.entry(kind.to_string()).or_default();
             t.beside_copies_ns = shared(&union(spans), &copies);
@@ -263,6 +307,16 @@ impl Summary {
                 r.transfer_ns += end_ns - start_ns;
                 if bytes > 0 {
                     self.copies.push((start_ns, end_ns));
+                    match dir {
+                        Direction::H2D => {
+                            self.totals.link.h2d.bytes += bytes;
+                            self.h2d.push((start_ns, end_ns));
+                        }
+                        Direction::D2H => {
+                            self.totals.link.d2h.bytes += bytes;
+                            self.d2h.push((start_ns, end_ns));
+                        }
+                    }
                 }
                 *self.causes.entry(cause.name()).or_default() += bytes;
             }
@@ -404,6 +458,37 @@ mod tests {
         assert_eq!(s.totals.kernel_stall_ns, 200);
         assert_eq!(s.totals.stall_link_idle_ns, 50 + 50, "0-50 and 250-300 had no copy");
         assert_eq!(Summary::of(&[k(0, 0)]).totals.stall_link_idle_ns, 0, "no stall, nothing idle");
+    }
+
+    #[test]
+    fn the_link_is_busy_each_way_while_any_copy_that_way_is_in_flight() {
+        let copy = |dir, start_ns, end_ns, bytes| MemEvent::Migration {
+            region: RegionId(1),
+            offset: 0,
+            bytes,
+            dir,
+            cause: MigrationCause::Prefetch,
+            start_ns,
+            end_ns,
+        };
+        let stall =
+            MemEvent::Kernel { name: "k".into(), start_ns: 0, end_ns: 200, stall_ns: 150, issued_ns: None };
+        // In: 0-100 and 50-150 on two streams (busy 150, not 200), 1,000 + 2,000 bytes; a
+        // population (no bytes) over 300-400 is no copy. Out: 120-220, 500 bytes.
+        let s = Summary::of(&[
+            copy(Direction::H2D, 0, 100, 1000),
+            copy(Direction::H2D, 50, 150, 2000),
+            copy(Direction::H2D, 300, 400, 0),
+            copy(Direction::D2H, 120, 220, 500),
+            stall,
+        ]);
+        let l = s.totals.link;
+        assert_eq!((l.h2d.bytes, l.h2d.busy_ns), (3000, 150));
+        assert_eq!((l.d2h.bytes, l.d2h.busy_ns), (500, 100));
+        assert_eq!(l.both_busy_ns, 30, "120-150");
+        assert_eq!(l.stall_h2d_busy_ns, 150, "the stall 0-150 lies under the copies in");
+        assert_eq!(l.h2d.rate(), Some(3000.0 * 1e9 / 150.0));
+        assert_eq!(Summary::of(&[]).totals.link.d2h.rate(), None, "never busy, no rate");
     }
 
     #[test]
