@@ -3,7 +3,7 @@
 
 use rustc_hash::FxHashSet;
 
-use super::copies::{self, Copy};
+use super::copies::Copy;
 use super::unset::zero_async;
 use super::*;
 use crate::seam::Direction;
@@ -516,53 +516,6 @@ impl BlockBackend {
         self.log.restore_ns += t0.elapsed().as_nanos() as u64;
         self.budget.note_held();
         Ok(copied)
-    }
-
-    /// Issues the staging copies of `blocks` (`copies`) on `stream` after the timing mark
-    /// `start`, timed as a stretch of the link in direction `dir` where recording; returns
-    /// their event (`what` names it in errors).
-    fn issue_staging(
-        &mut self,
-        copies: Vec<Copy>,
-        stream: &CudaStream,
-        start: Option<CudaEvent>,
-        dir: Direction,
-        blocks: &[BlockId],
-        what: &str,
-    ) -> Result<Arc<CudaEvent>> {
-        self.issue_copies(copies, stream)?;
-        self.close_timed(stream, start, |this, start, end| Pending::Staging {
-            dir,
-            blocks: this.copied_blocks(blocks),
-            start,
-            end,
-        })?;
-        self.marks.record(stream, what)
-    }
-
-    /// Issues `copies` on `stream` (see `copies::issue`), counted in the log.
-    fn issue_copies(&mut self, copies: Vec<Copy>, stream: &CudaStream) -> Result<()> {
-        if copies.is_empty() {
-            return Ok(());
-        }
-        let t0 = Instant::now();
-        let store = &self.store;
-        let n = copies::issue(copies, |a| store.allocation_of(a), stream, &mut self.batched_copies)?;
-        self.log.copies += n.copies;
-        self.log.copy_calls += n.calls;
-        self.log.copy_ns += t0.elapsed().as_nanos() as u64;
-        Ok(())
-    }
-
-    /// (region, offset, bytes) of copied blocks, for their timed record.
-    fn copied_blocks(&self, blocks: &[BlockId]) -> Vec<(RegionId, u64, u64)> {
-        blocks
-            .iter()
-            .map(|b| {
-                let bytes = crate::seam::block_bytes(self.regions[&b.region].bytes, b.block as u64);
-                (b.region, b.block as u64 * BLOCK_SIZE, bytes)
-            })
-            .collect()
     }
 
     /// The blocks of `ranges`, each once, in order.

@@ -3,10 +3,16 @@
 //! CUDA 13), else one call each. A restore or eviction of hundreds of blocks otherwise makes
 //! as many driver calls on the replaying thread.
 
-use cudarc::driver::{sys, CudaStream};
+use std::sync::Arc;
+use std::time::Instant;
+
+use cudarc::driver::{sys, CudaEvent, CudaStream};
 
 use super::super::cuda_err;
+use super::{BlockBackend, BlockId, Pending};
 use crate::error::Result;
+use crate::seam::{Direction, BLOCK_SIZE};
+use crate::RegionId;
 
 /// One copy: `bytes` from `src` to `dst` (device addresses; pinned host memory at its own).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,6 +118,55 @@ fn batch(copies: &[Copy], stream: &CudaStream) -> Result<()> {
     }
     .result()
     .map_err(cuda_err("cuMemcpyBatchAsync", format!("{} copies", copies.len())))
+}
+
+impl BlockBackend {
+    /// Issues the staging copies of `blocks` (`copies`) on `stream` after the timing mark
+    /// `start`, timed as a stretch of the link in direction `dir` where recording; returns
+    /// their event (`what` names it in errors).
+    pub(super) fn issue_staging(
+        &mut self,
+        copies: Vec<Copy>,
+        stream: &CudaStream,
+        start: Option<CudaEvent>,
+        dir: Direction,
+        blocks: &[BlockId],
+        what: &str,
+    ) -> Result<Arc<CudaEvent>> {
+        self.issue_copies(copies, stream)?;
+        self.close_timed(stream, start, |this, start, end| Pending::Staging {
+            dir,
+            blocks: this.copied_blocks(blocks),
+            start,
+            end,
+        })?;
+        self.marks.record(stream, what)
+    }
+
+    /// Issues `copies` on `stream` (see `copies::issue`), counted in the log.
+    pub(super) fn issue_copies(&mut self, copies: Vec<Copy>, stream: &CudaStream) -> Result<()> {
+        if copies.is_empty() {
+            return Ok(());
+        }
+        let t0 = Instant::now();
+        let store = &self.store;
+        let n = issue(copies, |a| store.allocation_of(a), stream, &mut self.batched_copies)?;
+        self.log.copies += n.copies;
+        self.log.copy_calls += n.calls;
+        self.log.copy_ns += t0.elapsed().as_nanos() as u64;
+        Ok(())
+    }
+
+    /// (region, offset, bytes) of copied blocks, for their timed record.
+    fn copied_blocks(&self, blocks: &[BlockId]) -> Vec<(RegionId, u64, u64)> {
+        blocks
+            .iter()
+            .map(|b| {
+                let bytes = crate::seam::block_bytes(self.regions[&b.region].bytes, b.block as u64);
+                (b.region, b.block as u64 * BLOCK_SIZE, bytes)
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]

@@ -40,6 +40,7 @@
 mod blocks;
 mod copies;
 mod host;
+mod lanes;
 mod store;
 mod unset;
 
@@ -64,6 +65,7 @@ use crate::seam::{
     KernelLaunch, Location, MemoryBackend, Recorder, Residency, Transfer, WorkMark, BLOCK_SIZE,
 };
 use blocks::Settle;
+use lanes::{Lanes, ARENA_LANES};
 use store::{Arena, DevChunk, HostChunk, Store};
 
 /// One 2 MiB block of a region. Its address maps `device` where it has one, else `host`,
@@ -216,62 +218,6 @@ struct VmmLog {
     prefetch_dropped: u64,
     /// Arena blocks restored without data and zeroed later, for a read or a partial write.
     zeroed_late: u64,
-}
-
-/// Copy streams each way in the arena: a copy waiting for its chunk (a copy out, behind the
-/// kernel last using it) holds back only the copies behind it on its own stream. Four, as
-/// measured against one, two and eight (`docs/decisions.md`, "Replays in a device arena").
-const ARENA_LANES: usize = 4;
-
-/// Streams for one direction of copies, taken in turn, one per call.
-#[derive(Debug)]
-struct Lanes {
-    streams: Vec<Arc<CudaStream>>,
-    next: usize,
-    /// Per stream, the mark after its work that the last free recorded, and whether it took
-    /// work since.
-    free_marks: Vec<Option<Arc<CudaEvent>>>,
-    fresh: Vec<bool>,
-}
-
-impl Lanes {
-    fn new(dev: &CudaDevice, n: usize) -> Result<Self> {
-        Ok(Self {
-            streams: (0..n).map(|_| dev.new_stream()).collect::<Result<_>>()?,
-            next: 0,
-            free_marks: vec![None; n],
-            fresh: vec![false; n],
-        })
-    }
-
-    /// The stream for the next call.
-    fn take(&mut self) -> Arc<CudaStream> {
-        let s = self.streams[self.next].clone();
-        self.fresh[self.next] = true;
-        self.next = (self.next + 1) % self.streams.len();
-        s
-    }
-
-    fn all(&self) -> &[Arc<CudaStream>] {
-        &self.streams
-    }
-
-    /// Marks after all the work on these streams so far, for a free: recorded again only on a
-    /// stream that took work since the last free (the mark from then covers all of an idle
-    /// one's), so that a free records two or three events rather than one per stream.
-    fn free_marks(&mut self, marks: &mut Marks) -> Result<Vec<Arc<CudaEvent>>> {
-        let mut out = Vec::new();
-        for i in 0..self.streams.len() {
-            if std::mem::take(&mut self.fresh[i]) {
-                let ev = marks.record(&self.streams[i], "free")?;
-                if let Some(old) = self.free_marks[i].replace(ev) {
-                    marks.give_back(old);
-                }
-            }
-            out.extend(self.free_marks[i].clone());
-        }
-        Ok(out)
-    }
 }
 
 /// Kernel marks kept for evictions to wait on.
