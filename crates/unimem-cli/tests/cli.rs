@@ -357,8 +357,13 @@ fn telemetry_logs_are_written_summarised_exported_and_plotted() {
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert!(v["totals"]["gpu_faults"].as_u64().unwrap() > 0, "{v}");
     assert!(v["regions"][0]["name"].is_string() && v["regions"][0]["summary"]["h2d_bytes"].is_u64());
+    // Every byte moved in crossed the link, which was busy while it did.
+    let link = &v["totals"]["link"];
+    assert_eq!(link["h2d"]["bytes"], v["totals"]["h2d_bytes"], "{link}");
+    assert!(link["h2d"]["busy_ns"].as_u64().unwrap() > 0, "{link}");
     let o = unimem(&["telemetry", "summarize", log.to_str().unwrap()]);
     assert!(stdout(&o).contains("bytes moved by cause: fault"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("link to the device: busy"), "{}", stdout(&o));
     let chrome = d.join("t.chrome.json");
     let o = unimem(&["telemetry", "export", "--chrome", log.to_str().unwrap(), chrome.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));
