@@ -71,13 +71,13 @@ impl Advisor {
         // Units the kernel touches end up on the device whether prefetched or faulted, except
         // what is mapped remotely.
         let remote_planned: FxHashSet<Unit> = plan.remote.iter().map(|r| r.0).collect();
-        for &(u, _, _) in &units {
-            if remote_now.contains(&u) || remote_planned.contains(&u) {
-                continue;
-            }
-            let bytes = unit_bytes(&self.sizes, u);
-            self.resident.insert(u, (bytes, now));
-        }
+        let sizes = &self.sizes;
+        self.resident.insert_all(
+            units
+                .iter()
+                .filter(|(u, _, _)| !remote_now.contains(u) && !remote_planned.contains(u))
+                .map(|&(u, _, _)| (u, (unit_bytes(sizes, u), now))),
+        );
         self.uses = (current, predicted);
         self.execute(plan, hints)
     }

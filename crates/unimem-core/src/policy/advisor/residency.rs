@@ -115,6 +115,40 @@ impl Residency {
         }
     }
 
+    /// [`Self::insert`] of each of `items` in turn, with the same result, but each new entry
+    /// is appended and the log's tail from the oldest of them sorted once: a kernel records
+    /// the use of all its units, hundreds on ResNet-50, and inserting each in its place walked
+    /// and shifted the newest age's entries for every one (12% of a replay's wall time).
+    pub fn insert_all(&mut self, items: impl IntoIterator<Item = (Unit, (u64, u64))>) {
+        let from = [self.log.len(), self.small.len()];
+        for (u, v) in items {
+            let old = self.units.insert(u, v);
+            if let Some(old) = old {
+                self.bytes -= old.0;
+            }
+            self.bytes += v.0;
+            debug_assert!(
+                old.is_none_or(|o| self.movable(o.0) == self.movable(v.0)),
+                "{u:?} changed size class"
+            );
+            if old.is_some_and(|o| o.1 == v.1) {
+                continue; // its entry stands
+            }
+            let log = if self.movable(v.0) { &mut self.log } else { &mut self.small };
+            log.push((v.1, u));
+        }
+        for (log, from) in [&mut self.log, &mut self.small].into_iter().zip(from) {
+            // The log before `from` is sorted: the new entries join it from the first entry
+            // as old as the oldest of them.
+            let Some(oldest) = log[from..].iter().map(|e| e.0).min() else { continue };
+            let start = log[..from].partition_point(|e| e.0 < oldest);
+            log[start..].sort_unstable();
+        }
+        if self.log.len() + self.small.len() > 2 * self.units.len() + 64 {
+            self.compact();
+        }
+    }
+
     /// Adds `u` unless it is there.
     pub fn insert_if_absent(&mut self, u: Unit, v: (u64, u64)) {
         if !self.units.contains_key(&u) {
@@ -234,6 +268,44 @@ mod tests {
         r.insert(u(1, 0), (10, 199));
         r.compact();
         assert_eq!(r.log, vec![(9, u(2, 0)), (199, u(1, 0)), (199, u(3, 0))]);
+    }
+
+    proptest::proptest! {
+        /// Recording a kernel's units at once leaves the account as recording them one by one.
+        #[test]
+        fn insert_all_is_insert_of_each(
+            kernels in proptest::collection::vec(
+                proptest::collection::vec((0u64..6, 0u32..4, proptest::bool::ANY, 0u64..3), 0..12),
+                1..30,
+            ),
+        ) {
+            let u = |r: u64, b: u32| Unit { region: RegionId(r), block: b };
+            let (mut one, mut all) = (Residency::with_movable_from(16), Residency::with_movable_from(16));
+            for (k, uses) in kernels.iter().enumerate() {
+                // A unit's size class is fixed by its region; some uses are an older age
+                // (`back`), some units leave first.
+                let items: Vec<(Unit, (u64, u64))> = uses
+                    .iter()
+                    .map(|&(r, b, _, back)| (u(r, b), (if r % 2 == 0 { 8 } else { 32 }, (k as u64 + 3).saturating_sub(back))))
+                    .collect();
+                for &(r, b, leave, _) in uses {
+                    if leave {
+                        one.remove(&u(r, b));
+                        all.remove(&u(r, b));
+                    }
+                }
+                for &(unit, v) in &items {
+                    one.insert(unit, v);
+                }
+                all.insert_all(items);
+                proptest::prop_assert_eq!(one.bytes(), all.bytes());
+                proptest::prop_assert_eq!(one.by_age().collect::<Vec<_>>(), all.by_age().collect::<Vec<_>>());
+                proptest::prop_assert_eq!(
+                    one.movable_by_age().collect::<Vec<_>>(),
+                    all.movable_by_age().collect::<Vec<_>>()
+                );
+            }
+        }
     }
 
     #[test]
