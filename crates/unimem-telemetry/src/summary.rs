@@ -200,10 +200,9 @@ pub struct Summary {
     pub totals: Totals,
     causes: BTreeMap<&'static str, u64>,
     last_kernel_end: Option<u64>,
-    /// Kernels' stalls and copies on the link, as intervals (start, end) in ns.
+    /// Kernels' stalls, and copies on the link by direction (to the device, to the host), as
+    /// intervals (start, end) in ns.
     stalls: Vec<(u64, u64)>,
-    copies: Vec<(u64, u64)>,
-    /// Copies by direction, as intervals: to the device, to the host.
     h2d: Vec<(u64, u64)>,
     d2h: Vec<(u64, u64)>,
     /// Page work by kind, as intervals (start, end).
@@ -223,6 +222,11 @@ fn union(mut intervals: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
         }
     }
     out
+}
+
+/// Time a list of disjoint intervals covers.
+fn covered(intervals: &[(u64, u64)]) -> u64 {
+    intervals.iter().map(|(a, b)| b - a).sum()
 }
 
 /// Time two sorted, merged interval lists share.
@@ -256,14 +260,12 @@ impl Summary {
         by.sort_by_key(|(k, v)| (std::cmp::Reverse(*v), k.clone()));
         s.totals.by_cause = by;
         let stalls = union(std::mem::take(&mut s.stalls));
-        let copies = union(std::mem::take(&mut s.copies));
-        let stalled: u64 = stalls.iter().map(|(a, b)| b - a).sum();
-        s.totals.stall_link_idle_ns = stalled - shared(&stalls, &copies);
         let (h2d, d2h) = (union(std::mem::take(&mut s.h2d)), union(std::mem::take(&mut s.d2h)));
-        let busy = |v: &[(u64, u64)]| v.iter().map(|(a, b)| b - a).sum::<u64>();
+        let copies = union(h2d.iter().chain(&d2h).copied().collect());
+        s.totals.stall_link_idle_ns = covered(&stalls) - shared(&stalls, &copies);
         let link = &mut s.totals.link;
-        link.h2d.busy_ns = busy(&h2d);
-        link.d2h.busy_ns = busy(&d2h);
+        link.h2d.busy_ns = covered(&h2d);
+        link.d2h.busy_ns = covered(&d2h);
         link.both_busy_ns = shared(&h2d, &d2h);
         link.stall_h2d_busy_ns = shared(&stalls, &h2d);
         for (kind, spans) in std::mem::take(&mut s.page_work) {
@@ -306,7 +308,6 @@ impl Summary {
                 }
                 r.transfer_ns += end_ns - start_ns;
                 if bytes > 0 {
-                    self.copies.push((start_ns, end_ns));
                     match dir {
                         Direction::H2D => {
                             self.totals.link.h2d.bytes += bytes;
