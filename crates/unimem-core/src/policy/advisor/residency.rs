@@ -79,8 +79,9 @@ impl Residency {
         self.units.get(u).copied()
     }
 
-    /// Adds `u` with (bytes, kernel of last use), or updates it.
-    pub fn insert(&mut self, u: Unit, v: (u64, u64)) {
+    /// Records `u` with (bytes, kernel of last use) in the units and their total; returns the
+    /// log its new entry belongs in, or `None` where its entry stands (same last use).
+    fn account(&mut self, u: Unit, v: (u64, u64)) -> Option<&mut Vec<(u64, Unit)>> {
         let old = self.units.insert(u, v);
         if let Some(old) = old {
             self.bytes -= old.0;
@@ -90,9 +91,14 @@ impl Residency {
         // stay in one log.
         debug_assert!(old.is_none_or(|o| self.movable(o.0) == self.movable(v.0)), "{u:?} changed size class");
         if old.is_some_and(|o| o.1 == v.1) {
-            return; // its entry stands
+            return None;
         }
-        let log = if self.movable(v.0) { &mut self.log } else { &mut self.small };
+        Some(if self.movable(v.0) { &mut self.log } else { &mut self.small })
+    }
+
+    /// Adds `u` with (bytes, kernel of last use), or updates it.
+    pub fn insert(&mut self, u: Unit, v: (u64, u64)) {
+        let Some(log) = self.account(u, v) else { return };
         let sorted = log.last().is_none_or(|&(last, _)| last <= v.1);
         if sorted {
             // Sorted by unit within the newest age too, so that `by_age` reads each age in
@@ -110,32 +116,19 @@ impl Residency {
             // the log again.
             log.sort_unstable();
         }
-        if self.log.len() + self.small.len() > 2 * self.units.len() + 64 {
-            self.compact();
-        }
+        self.compact_if_due();
     }
 
     /// [`Self::insert`] of each of `items` in turn, with the same result, but each new entry
     /// is appended and the log's tail from the oldest of them sorted once: a kernel records
     /// the use of all its units, hundreds on ResNet-50, and inserting each in its place walked
-    /// and shifted the newest age's entries for every one (12% of a replay's wall time).
+    /// and shifted the newest age's entries for every one.
     pub fn insert_all(&mut self, items: impl IntoIterator<Item = (Unit, (u64, u64))>) {
         let from = [self.log.len(), self.small.len()];
         for (u, v) in items {
-            let old = self.units.insert(u, v);
-            if let Some(old) = old {
-                self.bytes -= old.0;
+            if let Some(log) = self.account(u, v) {
+                log.push((v.1, u));
             }
-            self.bytes += v.0;
-            debug_assert!(
-                old.is_none_or(|o| self.movable(o.0) == self.movable(v.0)),
-                "{u:?} changed size class"
-            );
-            if old.is_some_and(|o| o.1 == v.1) {
-                continue; // its entry stands
-            }
-            let log = if self.movable(v.0) { &mut self.log } else { &mut self.small };
-            log.push((v.1, u));
         }
         for (log, from) in [&mut self.log, &mut self.small].into_iter().zip(from) {
             // The log before `from` is sorted: the new entries join it from the first entry
@@ -144,9 +137,7 @@ impl Residency {
             let start = log[..from].partition_point(|e| e.0 < oldest);
             log[start..].sort_unstable();
         }
-        if self.log.len() + self.small.len() > 2 * self.units.len() + 64 {
-            self.compact();
-        }
+        self.compact_if_due();
     }
 
     /// Adds `u` unless it is there.
@@ -171,6 +162,13 @@ impl Residency {
     /// Whether a log entry is the unit's current one.
     fn live(&self, &(last, u): &(u64, Unit)) -> bool {
         self.units.get(&u).is_some_and(|v| v.1 == last)
+    }
+
+    /// [`Self::compact`] once stale entries outnumber the units.
+    fn compact_if_due(&mut self) {
+        if self.log.len() + self.small.len() > 2 * self.units.len() + 64 {
+            self.compact();
+        }
     }
 
     /// Drops stale and repeated entries (a unit removed and recorded again in the same kernel
