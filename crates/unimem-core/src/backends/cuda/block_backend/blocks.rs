@@ -447,10 +447,9 @@ impl BlockBackend {
         // make their kernel wait for every copy queued there before it.
         let quiet = !mapped
             && !waits
-            && blocks.iter().all(|b| {
-                let v = &self.regions[&b.region].blocks[b.block as usize];
-                !(v.host.is_some() && v.data && v.host_valid)
-            });
+            && blocks
+                .iter()
+                .all(|b| self.regions[&b.region].blocks[b.block as usize].copy_source().is_none());
         let mut copied = 0u64;
         let (mut copies, mut to_copy) = (Vec::new(), Vec::new());
         let start = if quiet { None } else { self.timing_mark(&h2d)? };
@@ -499,7 +498,7 @@ impl BlockBackend {
                 let r = self.regions.get_mut(&id).expect("live");
                 let dst = r.device_addr(blk.block as usize);
                 let v = &mut r.blocks[blk.block as usize];
-                match v.host.as_ref().filter(|_| v.data && v.host_valid) {
+                match v.copy_source() {
                     Some(h) => {
                         to_copy.push(Copy { dst, src: h.addr(), bytes: BLOCK_SIZE });
                         v.unset = false;

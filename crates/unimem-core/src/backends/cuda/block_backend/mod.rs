@@ -102,6 +102,13 @@ struct VBlock {
     unset: bool,
 }
 
+impl VBlock {
+    /// The host chunk a restore copies the block's bytes from: one holding its written data.
+    fn copy_source(&self) -> Option<&HostChunk> {
+        self.host.as_ref().filter(|_| self.data && self.host_valid)
+    }
+}
+
 #[derive(Debug)]
 struct VRegion {
     /// Its address: its reserved range's, its slot's in the slab, or in the arena a handle in
