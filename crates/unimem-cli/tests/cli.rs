@@ -199,7 +199,8 @@ fn probe_without_a_gpu_is_a_clear_error() {
     assert_clear_error(&unimem(&["probe"]), &["cuda", "no CUDA device"]);
     assert_clear_error(&unimem(&["probe", "--population"]), &["cuda", "no CUDA device"]);
     // The population rows alone write no profile: asking for one is a usage error.
-    let never = tmp("population").join("never.toml");
+    let d = tmp("population");
+    let never = d.join("never.toml");
     let o = unimem(&["probe", "--population", "--out", never.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("--out") && !never.exists(), "{}", stderr(&o));
