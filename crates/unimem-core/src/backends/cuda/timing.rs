@@ -7,6 +7,7 @@ use std::time::Instant;
 use cudarc::driver::{CudaEvent, CudaStream};
 
 use super::cuda_err;
+use super::marks::EventPool;
 use crate::error::{Error, Result};
 use crate::region::RegionId;
 use crate::seam::{MemEvent, PageWork, Recorder, WorkMark};
@@ -119,7 +120,7 @@ pub(in crate::backends::cuda) struct Recording {
     pub(in crate::backends::cuda) pending: std::collections::VecDeque<Pending>,
     /// Events whose times were read, recorded again rather than created anew (creating and
     /// destroying two to three events per kernel was host time on the critical path).
-    pub(in crate::backends::cuda) spare: Vec<CudaEvent>,
+    spare: EventPool,
     /// Pending events are looked at again once there are this many (or at a synchronize):
     /// querying events after every operation would be driver calls on the critical path,
     /// contending with fault handling, for times nobody needs before the replay ends.
@@ -176,7 +177,7 @@ impl Recording {
                 origin: clock,
                 clock: event_clock,
                 pending: Default::default(),
-                spare: Vec::new(),
+                spare: EventPool::timed(),
                 next_resolve_at: RESOLVE_BATCH,
             }),
             Err(e) => {
@@ -228,13 +229,7 @@ impl Recording {
 
     /// Records a timing event on `stream`, reusing a spare one where there is one.
     pub(in crate::backends::cuda) fn mark(&mut self, stream: &CudaStream) -> Result<CudaEvent> {
-        match self.spare.pop() {
-            Some(ev) => {
-                ev.record(stream).map_err(cuda_err("cuEventRecord", "telemetry mark"))?;
-                Ok(ev)
-            }
-            None => mark(stream),
-        }
+        self.spare.record(stream, "telemetry mark")
     }
 
     /// Opens a kernel's timed slice on `stream`: a mark, and the host's time as it issues it.
@@ -262,7 +257,7 @@ impl Recording {
                     let stall_ns = (end_ns - start_ns).saturating_sub(dur_ns);
                     let issued_ns = Some(start.issued_ns);
                     out.push(MemEvent::Kernel { name, start_ns, end_ns, stall_ns, issued_ns });
-                    self.spare.extend([start.event, end]);
+                    self.spare.put([start.event, end]);
                 }
                 Pending::Staging { dir, blocks, start, end } => {
                     let (start_ns, end_ns) = (self.time_of(&start), self.time_of(&end));
@@ -282,17 +277,17 @@ impl Recording {
                         });
                         at = until;
                     }
-                    self.spare.extend([start, end]);
+                    self.spare.put([start, end]);
                 }
                 Pending::PageWork { work, bytes, start, end } => {
                     let (start_ns, end_ns) = (self.time_of(&start), self.time_of(&end));
                     out.push(MemEvent::PageWork { work, bytes, start_ns, end_ns: end_ns.max(start_ns) });
-                    self.spare.extend([start, end]);
+                    self.spare.put([start, end]);
                 }
                 Pending::Released { region, marks } => {
                     let at_ns = marks.iter().map(|m| self.time_of(m)).max().unwrap_or(0);
                     out.push(MemEvent::Released { region, at_ns });
-                    self.spare.extend(marks);
+                    self.spare.put(marks);
                 }
             }
         }
