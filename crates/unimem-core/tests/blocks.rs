@@ -177,6 +177,46 @@ fn use_right_behind_an_eviction(mut b: BlockBackend) {
     }
 }
 
+/// A region freed while its restore is still copying in lends its chunks only after that
+/// copy: a staged region restored right away into those chunks (on another copy stream)
+/// keeps its bytes. The freed region's copy is held back 100 ms behind a kernel (it waits for
+/// room a busy region frees), so a restore not waiting for it would land first and be
+/// overwritten. Three rounds, in both placements.
+#[test]
+fn a_freed_region_lends_its_chunks_after_its_copy_in() {
+    restore_into_a_region_freed_while_copying_in(open(256 * MIB, 1024 * MIB));
+    restore_into_a_region_freed_while_copying_in(open_arena(256 * MIB, 1024 * MIB));
+}
+
+fn restore_into_a_region_freed_while_copying_in(mut b: BlockBackend) {
+    let size = 256 * MIB;
+    for round in 0..3u32 {
+        let id = |k: u64| RegionId(20 + 3 * round as u64 + k);
+        let (gone, kept, busy) = (id(0), id(1), id(2));
+        let kept_data = pattern(70 + round, size);
+        for (r, data) in [(gone, pattern(60 + round, size)), (kept, kept_data.clone())] {
+            b.allocate(r, size).unwrap();
+            b.write(r, 0, &data).unwrap();
+            b.stage_out(&[ByteRange::whole(r, size)]).unwrap();
+        }
+        b.synchronize().unwrap();
+        // The budget holds one region: `busy`, whose kernel runs 100 ms, then `gone`'s copy
+        // in behind it, then `kept`'s into the same chunks.
+        b.allocate(busy, size).unwrap();
+        b.write(busy, 0, &pattern(80 + round, size)).unwrap();
+        kernel(&mut b, busy, size, AccessMode::Read, 100_000_000);
+        b.free(busy).unwrap();
+        b.prefetch(&[ByteRange::whole(gone, size)], Location::DEVICE).unwrap();
+        b.free(gone).unwrap();
+        b.prefetch(&[ByteRange::whole(kept, size)], Location::DEVICE).unwrap();
+        kernel(&mut b, kept, size, AccessMode::Read, 1000);
+        let mut seen = vec![0u8; size as usize];
+        b.read(kept, 0, &mut seen).unwrap();
+        assert_eq!(bad_pages(&seen, &kept_data), 0, "round {round}: the restore was overwritten");
+        b.free(kept).unwrap();
+    }
+}
+
 /// In the arena, small regions (packed into slots) and host-preferred blocks (used in place by
 /// kernels, read and written over the link) keep their bytes through kernels that write them,
 /// stage-outs and restores.

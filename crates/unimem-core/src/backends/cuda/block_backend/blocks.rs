@@ -170,7 +170,8 @@ impl BlockBackend {
     }
 
     /// Room for `n` more blocks: free chunks and new ones within the capacity, then chunks
-    /// lent by freed regions and by evictions under way (oldest first), then the emulated
+    /// lent by freed regions (in the order `lend` asks) and by evictions under way (oldest
+    /// first), then the emulated
     /// driver's own evictions of the least recently used blocks `protected` does not keep,
     /// whose chunks are lent in turn. A lent chunk comes with what its copies in must wait
     /// for on the device (the host never waits for room).
@@ -179,6 +180,7 @@ impl BlockBackend {
         n: u64,
         protected: &FxHashSet<BlockId>,
         site: Site,
+        lend: Lend,
     ) -> Result<Vec<Credit>> {
         let capacity = self.info.capacity;
         let short =
@@ -188,8 +190,12 @@ impl BlockBackend {
             return Ok(credits);
         }
         self.settle(Settle::Now)?;
-        // Freed regions' chunks, after the work issued before their free.
-        for rel in self.releasing.iter_mut() {
+        // Freed regions' chunks, after the work that used them.
+        let releasing: Box<dyn Iterator<Item = &mut Releasing>> = match lend {
+            Lend::Earliest => Box::new(self.releasing.iter_mut()),
+            Lend::Latest => Box::new(self.releasing.iter_mut().rev()),
+        };
+        for rel in releasing {
             for v in rel.region.blocks.iter_mut().filter(|v| v.device.is_some()) {
                 if short_of(n, capacity, &self.budget, self.free_chunks.len(), credits.len()) == 0 {
                     break;
@@ -294,7 +300,7 @@ impl BlockBackend {
 
     /// The mark after kernel `seq`, or one after everything on `compute` where it is no
     /// longer kept.
-    fn mark_after(&mut self, seq: u64) -> Result<Arc<CudaEvent>> {
+    pub(super) fn mark_after(&mut self, seq: u64) -> Result<Arc<CudaEvent>> {
         if let Some(&(first, _)) = self.kernel_marks.front() {
             if seq >= first {
                 if let Some((_, ev)) = self.kernel_marks.get((seq - first) as usize) {
@@ -407,8 +413,16 @@ impl BlockBackend {
         }
         blocks.sort_unstable();
         blocks.dedup();
+        let mapped = self.store.is_mapped();
+        // In the arena, blocks with nothing to copy in are there once their chunks are (their
+        // bytes are set when a kernel needs them).
+        let nothing_to_copy = !mapped
+            && blocks
+                .iter()
+                .all(|b| self.regions[&b.region].blocks[b.block as usize].copy_source().is_none());
+        let lend = if nothing_to_copy { Lend::Latest } else { Lend::Earliest };
         let t0 = Instant::now();
-        let mut credits = self.make_room(blocks.len() as u64, protected, site)?;
+        let mut credits = self.make_room(blocks.len() as u64, protected, site, lend)?;
         self.log.room_ns += t0.elapsed().as_nanos() as u64;
         if site == Site::Prefetch {
             // A prefetch is a hint: what does not fit (the room left is its own blocks) stays
@@ -430,26 +444,20 @@ impl BlockBackend {
         }
         let t0 = Instant::now();
         let h2d = self.h2d.take();
-        // The copies in wait for the work that still holds the lent chunks.
+        // The copies in wait for the work that still holds the lent chunks. With nothing to
+        // copy, the kernels wait for it instead: a wait and a mark on a copy lane would make
+        // them wait for every copy queued there before it (the freed regions' share is a
+        // mark on `compute` already).
+        let quiet = nothing_to_copy;
+        let waiter = if quiet { self.compute.clone() } else { h2d.clone() };
         let mut waited: FxHashSet<*const CudaEvent> = FxHashSet::default();
-        let mut waits = false;
         for c in &credits {
             for e in &c.after {
                 if waited.insert(Arc::as_ptr(e)) && !e.is_complete() {
-                    h2d.wait(e).map_err(cuda_err("cuStreamWaitEvent", "a restore into lent pages"))?;
-                    waits = true;
+                    waiter.wait(e).map_err(cuda_err("cuStreamWaitEvent", "a restore into lent pages"))?;
                 }
             }
         }
-        let mapped = self.store.is_mapped();
-        // In the arena, blocks with nothing to copy in, into chunks no work holds, are there at
-        // once (their bytes are set when a kernel needs them): a mark on the copy lane would
-        // make their kernel wait for every copy queued there before it.
-        let quiet = !mapped
-            && !waits
-            && blocks
-                .iter()
-                .all(|b| self.regions[&b.region].blocks[b.block as usize].copy_source().is_none());
         let mut copied = 0u64;
         let (mut copies, mut to_copy) = (Vec::new(), Vec::new());
         let start = if quiet { None } else { self.timing_mark(&h2d)? };
@@ -723,6 +731,18 @@ impl BlockBackend {
 }
 
 /// A device chunk lent to a restore, and what its copies in wait for.
+/// Which freed regions' chunks a restore takes first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Lend {
+    /// Those freed first, which the device is done with first: for copies in, which start
+    /// once their chunks are free.
+    Earliest,
+    /// Those freed last: for blocks with nothing to copy, which need their chunks only by
+    /// their kernel, after every free issued so far, so that the room freed first is left
+    /// to the copies.
+    Latest,
+}
+
 pub(super) struct Credit {
     pub chunk: DevChunk,
     pub after: Vec<Arc<CudaEvent>>,

@@ -49,7 +49,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use cudarc::driver::{CudaEvent, CudaStream};
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::marks::Marks;
 use super::timing::{HostClock, Pending, Recording, WorkMarks};
@@ -475,7 +475,10 @@ impl BlockBackend {
             None => {
                 // Room for the chunk first, as for a block's: a lent chunk is zeroed once the work
                 // holding it is done (`compute` waits for it).
-                let chunk = match self.make_room(1, &Default::default(), blocks::Site::Kernel)?.pop() {
+                let chunk = match self
+                    .make_room(1, &Default::default(), blocks::Site::Kernel, blocks::Lend::Latest)?
+                    .pop()
+                {
                     Some(credit) => {
                         for e in credit.after.iter().filter(|e| !e.is_complete()) {
                             self.compute.wait(e).map_err(cuda_err("cuStreamWaitEvent", "a slab chunk"))?;
@@ -520,18 +523,31 @@ impl BlockBackend {
             self.slab.slots.put(slot);
             return Ok(());
         }
+        // The chunks and mappings go once the work that touches them is done: the region's
+        // last kernel, and copies into or out of its blocks still running. Not every copy
+        // queued before the free: a restore issued far ahead of the device would hold the
+        // room back for nothing (and the restores waiting for that room, in turn).
+        let last = r.blocks.iter().map(|b| b.last_kernel).max().unwrap_or(0);
+        let mut after = Vec::new();
+        if last > 0 {
+            after.push(self.mark_after(last)?);
+        }
+        let mut seen: FxHashSet<*const CudaEvent> = after.iter().map(Arc::as_ptr).collect();
         for (b, blk) in r.blocks.iter_mut().enumerate() {
             if blk.device.is_some() {
                 self.budget.unstamp(BlockId::new(id, b), blk.stamp);
                 self.budget.remove_data(BLOCK_SIZE);
                 self.budget.add_spare(BLOCK_SIZE); // held until its mapping goes
             }
-            blk.leaving = None;
+            let copies = [blk.arrive.take(), blk.leaving.take(), blk.host_ready.take()];
+            for e in copies.into_iter().flatten() {
+                if seen.insert(Arc::as_ptr(&e)) && !e.is_complete() {
+                    after.push(e);
+                } else {
+                    self.marks.give_back(e);
+                }
+            }
         }
-        // The mappings go once the work issued before the free is done with them.
-        let mut after = vec![self.marks.record(&self.compute, "free")?];
-        after.extend(self.h2d.free_marks(&mut self.marks)?);
-        after.extend(self.d2h.free_marks(&mut self.marks)?);
         // Where recording, the release is timed on every stream.
         if self.timing().is_some() {
             let streams: Vec<Arc<CudaStream>> =
