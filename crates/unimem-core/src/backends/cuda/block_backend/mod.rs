@@ -169,7 +169,8 @@ impl VRegion {
     }
 }
 
-/// A freed region whose mappings wait for the work issued before the free.
+/// A freed region whose chunks and mappings wait for its work: its last kernel and the copies
+/// of its blocks still running (`after`).
 #[derive(Debug)]
 struct Releasing {
     region: VRegion,
