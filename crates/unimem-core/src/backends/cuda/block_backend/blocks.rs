@@ -126,7 +126,7 @@ impl BlockBackend {
     }
 
     /// Free chunks past the capacity go back to the driver or the arena (nothing maps them).
-    fn trim(&mut self) {
+    pub(super) fn trim(&mut self) {
         while self.budget.held() > self.info.capacity {
             let Some(chunk) = self.free_chunks.pop() else { break };
             self.store.drop_device(chunk);
@@ -134,46 +134,10 @@ impl BlockBackend {
         }
     }
 
-    /// Unmaps a freed region and pools its chunks.
-    fn release(&mut self, mut r: VRegion) -> Result<()> {
-        self.unmap_region(&r)?;
-        let chunks_before = self.free_chunks.len();
-        for blk in &mut r.blocks {
-            if let Some(c) = blk.device.take() {
-                self.free_chunks.push(c); // its bytes moved to the spare at the free
-            }
-            blk.lent = false;
-            if let Some(h) = blk.host.take() {
-                self.host_free.push(h);
-            }
-        }
-        debug_assert!(self.free_chunks.len() >= chunks_before);
-        self.trim();
-        Ok(())
-    }
-
-    /// Undoes every mapping at a region's addresses (an arena region has none).
-    pub(super) fn unmap_region(&self, r: &VRegion) -> Result<()> {
-        if r.va.is_none() {
-            return Ok(());
-        }
-        let mapped: Vec<u64> = (0..r.blocks.len() as u64)
-            .filter(|&b| {
-                let v = &r.blocks[b as usize];
-                v.device.is_some() || v.host.is_some() || v.lent
-            })
-            .collect();
-        for (start, len) in spans(&mapped) {
-            r.va().unmap(start * BLOCK_SIZE, len * BLOCK_SIZE)?;
-        }
-        Ok(())
-    }
-
     /// Room for `n` more blocks: free chunks and new ones within the capacity, then chunks
     /// lent by freed regions (in the order `lend` asks) and by evictions under way (oldest
-    /// first), then the emulated
-    /// driver's own evictions of the least recently used blocks `protected` does not keep,
-    /// whose chunks are lent in turn. A lent chunk comes with what its copies in must wait
+    /// first), then the emulated driver's own evictions of the least recently used blocks
+    /// `protected` does not keep, whose chunks are lent in turn. A lent chunk comes with what its copies in must wait
     /// for on the device (the host never waits for room).
     pub(super) fn make_room(
         &mut self,

@@ -28,6 +28,9 @@
 //!   cancels it, and a restore needing room takes its chunk with the copy's event to wait for
 //!   (the host never waits for room). A block keeps its host chunk while that holds a valid
 //!   copy, so an eviction of data not written since its restore copies nothing.
+//! - A freed region's chunks are lent to restores once its last kernel and its blocks' copies
+//!   are done (`release.rs`): those freed first to copies in, those freed last to blocks with
+//!   nothing to copy, whose kernels wait for them on `compute`.
 //! - The budget is emulated as in the managed backend ([`DeviceBudget`]), in whole chunks:
 //!   device chunks in use are the data, free chunks the spare pages, evicted in least recently
 //!   used order by the emulated driver when a kernel or prefetch needs room the policy did not
@@ -41,6 +44,7 @@ mod blocks;
 mod copies;
 mod host;
 mod lanes;
+mod release;
 mod store;
 mod unset;
 
@@ -66,6 +70,7 @@ use crate::seam::{
 };
 use blocks::Settle;
 use lanes::{Lanes, ARENA_LANES};
+use release::Releasing;
 use store::{Arena, DevChunk, HostChunk, Store};
 
 /// One 2 MiB block of a region. Its address maps `device` where it has one, else `host`,
@@ -167,14 +172,6 @@ impl VRegion {
         let v = &self.blocks[b];
         v.device.as_ref().and_then(DevChunk::slot).or(v.host.as_ref().map(HostChunk::addr))
     }
-}
-
-/// A freed region whose chunks and mappings wait for its work: its last kernel and the copies
-/// of its blocks still running (`after`).
-#[derive(Debug)]
-struct Releasing {
-    region: VRegion,
-    after: Vec<Arc<CudaEvent>>,
 }
 
 /// Regions under 2 MiB, packed into device chunks (`mechanism::slab`).
@@ -515,51 +512,6 @@ impl BlockBackend {
         .result()
         .map_err(cuda_err("cuMemsetD8Async", "a packed region"))?;
         Ok(slot)
-    }
-
-    fn free_region(&mut self, id: RegionId) -> Result<()> {
-        let mut r = self.regions.remove(&id).ok_or(Error::UnknownRegion(id))?;
-        if let Some(slot) = r.packed {
-            // Its next region is zeroed on `compute`, after this one's kernels.
-            self.slab.slots.put(slot);
-            return Ok(());
-        }
-        // The chunks and mappings go once the work that touches them is done: the region's
-        // last kernel, and copies into or out of its blocks still running. Not every copy
-        // queued before the free: a restore issued far ahead of the device would hold the
-        // room back for nothing (and the restores waiting for that room, in turn).
-        let last = r.blocks.iter().map(|b| b.last_kernel).max().unwrap_or(0);
-        let mut after = Vec::new();
-        if last > 0 {
-            after.push(self.mark_after(last)?);
-        }
-        let mut seen: FxHashSet<*const CudaEvent> = after.iter().map(Arc::as_ptr).collect();
-        for (b, blk) in r.blocks.iter_mut().enumerate() {
-            if blk.device.is_some() {
-                self.budget.unstamp(BlockId::new(id, b), blk.stamp);
-                self.budget.remove_data(BLOCK_SIZE);
-                self.budget.add_spare(BLOCK_SIZE); // held until its mapping goes
-            }
-            let copies = [blk.arrive.take(), blk.leaving.take(), blk.host_ready.take()];
-            for e in copies.into_iter().flatten() {
-                if seen.insert(Arc::as_ptr(&e)) && !e.is_complete() {
-                    after.push(e);
-                } else {
-                    self.marks.give_back(e);
-                }
-            }
-        }
-        // Where recording, the release is timed on every stream.
-        if self.timing().is_some() {
-            let streams: Vec<Arc<CudaStream>> =
-                std::iter::once(&self.compute).chain(self.h2d.all()).chain(self.d2h.all()).cloned().collect();
-            if let Some(rec) = self.recording.as_mut() {
-                let marks = streams.iter().map(|s| rec.mark(s)).collect::<Result<Vec<_>>>()?;
-                rec.pending.push_back(Pending::Released { region: id, marks });
-            }
-        }
-        self.releasing.push_back(Releasing { region: r, after });
-        self.settle(Settle::IfDue)
     }
 
     fn advise_range(&mut self, range: ByteRange, advice: Advice) -> Result<()> {
