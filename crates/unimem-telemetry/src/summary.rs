@@ -85,7 +85,9 @@ pub struct Totals {
     pub stall_link_idle_ns: u64,
     /// Time the device had no kernel to run between one kernel's end and the next one's start
     /// (its slice begins when the compute stream reaches it): the host had not issued it yet,
-    /// planning or launching. Kernels in log order, as each backend reports them.
+    /// planning or launching, or the stream waited ahead of it (in the device arena, for the
+    /// work holding chunks lent to outputs prefetched for it). Kernels in log order, as each
+    /// backend reports them.
     pub device_idle_ns: u64,
     /// How far ahead of the device the host issued its kernels, where the log says when it
     /// issued each ([`MemEvent::Kernel`]'s `issued_ns`).
