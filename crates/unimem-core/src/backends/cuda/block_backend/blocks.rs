@@ -137,8 +137,8 @@ impl BlockBackend {
     /// Room for `n` more blocks: free chunks and new ones within the capacity, then chunks
     /// lent by freed regions (in the order `lend` asks) and by evictions under way (oldest
     /// first), then the emulated driver's own evictions of the least recently used blocks
-    /// `protected` does not keep, whose chunks are lent in turn. A lent chunk comes with what its copies in must wait
-    /// for on the device (the host never waits for room).
+    /// `protected` does not keep, whose chunks are lent in turn. A lent chunk comes with what
+    /// its copies in must wait for on the device (the host never waits for room).
     pub(super) fn make_room(
         &mut self,
         n: u64,
@@ -694,7 +694,6 @@ impl BlockBackend {
     }
 }
 
-/// A device chunk lent to a restore, and what its copies in wait for.
 /// Which freed regions' chunks a restore takes first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Lend {
@@ -707,6 +706,7 @@ pub(super) enum Lend {
     Latest,
 }
 
+/// A device chunk lent to a restore, and what its copies in wait for.
 pub(super) struct Credit {
     pub chunk: DevChunk,
     pub after: Vec<Arc<CudaEvent>>,
