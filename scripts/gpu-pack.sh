@@ -2,14 +2,17 @@
 # Builds the project's binaries and test binaries here (release) and packs them, stripped,
 # into .gpu/ at the project root, which git ignores, for the GPU machine (it has no cargo).
 # Usage (from the project root):  scripts/gpu-pack.sh [cargo test args...]
-#   default args: --workspace --all-features
+#   default args: --workspace --all-features; e.g. `-p unimem-core --all-features --test blocks
+#   --test contract` packs just those test binaries (and, always, the `unimem` binary).
 # Then, on the GPU machine, with .gpu carried along: bash .gpu/run.sh [filter]
 set -euo pipefail
 root=$(git rev-parse --show-toplevel); cd "$root"
 grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
 args=("$@"); [ ${#args[@]} -gt 0 ] || args=(--workspace --all-features)
 rm -rf .gpu; mkdir -p .gpu/bin
-cargo build --release "${args[@]}" --bins
+# The CLI is built whatever the tests asked for: a `unimem` left in target/ by another
+# revision's build must never be packed as this one's.
+cargo build --release -p unimem-cli --bins
 cargo test --release "${args[@]}" --no-run --message-format=json 2>/dev/null \
   | python3 -c 'import json,sys
 for l in sys.stdin:
@@ -17,7 +20,7 @@ for l in sys.stdin:
     except ValueError: continue
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"].get("test"): print(m["executable"])' \
   | while read -r exe; do cp "$exe" .gpu/bin/; done
-for b in target/release/*; do [ -f "$b" ] && [ -x "$b" ] && case "$b" in *.d|*.so|*.rlib) ;; *) cp "$b" .gpu/bin/ ;; esac; done
+cp target/release/unimem .gpu/bin/
 strip .gpu/bin/* 2>/dev/null || true
 cat > .gpu/run.sh <<'RUN'
 #!/bin/bash
