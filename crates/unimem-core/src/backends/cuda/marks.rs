@@ -1,9 +1,10 @@
 //! CUDA events recorded again rather than created anew, for both CUDA backends and their
 //! telemetry's timed events. A mark is an event after the work on a stream so far (a kernel's
 //! end, a copy batch, the work before a free); creating and destroying one for every mark adds
-//! two driver calls to the thread that issues the work. An event comes back here once its last holder gives it back, and the next
-//! mark records it again: a stream wait issued on it earlier waits for the record it saw then,
-//! so recording it again changes nothing for that wait.
+//! two driver calls to the thread that issues the work. An event comes back here once its last
+//! holder gives it back, and the next mark records it again: a stream wait issued on it
+//! earlier waits for the record it saw then, so recording it again changes nothing for that
+//! wait.
 
 use std::sync::Arc;
 

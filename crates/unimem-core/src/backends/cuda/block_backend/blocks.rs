@@ -379,12 +379,12 @@ impl BlockBackend {
         blocks.dedup();
         let mapped = self.store.is_mapped();
         // In the arena, blocks with nothing to copy in are there once their chunks are (their
-        // bytes are set when a kernel needs them).
-        let nothing_to_copy = !mapped
+        // bytes are set when a kernel needs them): such a restore is quiet on the copy lanes.
+        let quiet = !mapped
             && blocks
                 .iter()
                 .all(|b| self.regions[&b.region].blocks[b.block as usize].copy_source().is_none());
-        let lend = if nothing_to_copy { Lend::Latest } else { Lend::Earliest };
+        let lend = if quiet { Lend::Latest } else { Lend::Earliest };
         let t0 = Instant::now();
         let mut credits = self.make_room(blocks.len() as u64, protected, site, lend)?;
         self.log.room_ns += t0.elapsed().as_nanos() as u64;
@@ -412,7 +412,6 @@ impl BlockBackend {
         // copy, the kernels wait for it instead: a wait and a mark on a copy lane would make
         // them wait for every copy queued there before it (the freed regions' share is a
         // mark on `compute` already).
-        let quiet = nothing_to_copy;
         let waiter = if quiet { self.compute.clone() } else { h2d.clone() };
         let mut waited: FxHashSet<*const CudaEvent> = FxHashSet::default();
         for c in &credits {
