@@ -217,6 +217,74 @@ fn restore_into_a_region_freed_while_copying_in(mut b: BlockBackend) {
     }
 }
 
+/// In the arena a region whose blocks come in on two copy lanes is whole for its kernel: the
+/// first half is prefetched into the chunks of an eviction queued behind a 100 ms kernel, the
+/// second half restored by the kernel at once into chunks freed sooner. The kernel must wait
+/// for both copies: run before the first half lands, it would write the chunks' old bytes,
+/// and the stage-out behind it would copy them into the region's host copy. Checked by the
+/// kernel's timed end against every copy in, and by the bytes. Three rounds.
+#[test]
+fn a_kernel_waits_for_every_copy_in_of_its_region() {
+    use unimem_core::seam::{Direction, MemEvent};
+    let half = 128 * MIB;
+    let mut b = open_arena(2 * half, 1024 * MIB);
+    for round in 0..3u32 {
+        let id = |k: u64| RegionId(40 + 3 * round as u64 + k);
+        let (r, slow, quick) = (id(0), id(1), id(2));
+        let data = pattern(90 + round, 2 * half);
+        b.allocate(r, 2 * half).unwrap();
+        b.write(r, 0, &data).unwrap();
+        b.stage_out(&[ByteRange::whole(r, 2 * half)]).unwrap();
+        b.synchronize().unwrap();
+        // The budget is full: `slow`, written by a 100 ms kernel, and `quick`, written by the
+        // host; both are staged out, `slow`'s copy behind its kernel.
+        for (k, other) in [slow, quick].into_iter().enumerate() {
+            b.allocate(other, half).unwrap();
+            b.write(other, 0, &pattern(100 + 2 * round + k as u32, half)).unwrap();
+        }
+        b.record_events(true);
+        kernel(&mut b, slow, half, AccessMode::ReadWrite, 100_000_000);
+        b.stage_out(&[ByteRange::whole(slow, half)]).unwrap();
+        b.prefetch(&[ByteRange { region: r, offset: 0, len: half }], Location::DEVICE).unwrap();
+        b.stage_out(&[ByteRange::whole(quick, half)]).unwrap();
+        let acc = [RangeAccess { region: r, offset: 0, len: 2 * half, mode: AccessMode::ReadWrite }];
+        b.launch(&KernelLaunch { name: "both halves", dur_ns: 1000, accesses: &acc }).unwrap();
+        b.stage_out(&[ByteRange::whole(r, 2 * half)]).unwrap();
+        b.synchronize().unwrap();
+        let mut events = Vec::new();
+        b.drain_events(&mut events);
+        b.record_events(false);
+        let kernel_end = events.iter().find_map(|e| match e {
+            MemEvent::Kernel { name, end_ns, .. } if name == "both halves" => Some(*end_ns),
+            _ => None,
+        });
+        // (bytes, end) of each copy in of the region.
+        let copies_in: Vec<(u64, u64)> = events
+            .iter()
+            .filter_map(|e| match e {
+                MemEvent::Migration { region, dir: Direction::H2D, bytes, end_ns, .. } if *region == r => {
+                    Some((*bytes, *end_ns))
+                }
+                _ => None,
+            })
+            .collect();
+        let kernel_end = kernel_end.expect("the kernel is timed");
+        let came_in: u64 = copies_in.iter().map(|c| c.0).sum();
+        assert_eq!(came_in, 2 * half, "round {round}: every block came in");
+        let last_in = copies_in.iter().map(|c| c.1).max().expect("copies in");
+        assert!(
+            kernel_end >= last_in,
+            "round {round}: the kernel ended at {kernel_end}, a copy in at {last_in}"
+        );
+        let mut seen = vec![0u8; (2 * half) as usize];
+        b.read(r, 0, &mut seen).unwrap();
+        assert_eq!(bad_pages(&seen, &data), 0, "round {round}: the kernel ran before its data");
+        for region in [r, slow, quick] {
+            b.free(region).unwrap();
+        }
+    }
+}
+
 /// In the arena, small regions (packed into slots) and host-preferred blocks (used in place by
 /// kernels, read and written over the link) keep their bytes through kernels that write them,
 /// stage-outs and restores.

@@ -365,7 +365,7 @@ impl BlockBackend {
     /// Brings `blocks` (off the device) in: their device chunks mapped at their addresses,
     /// their data copied in on `h2d`. A block without data is zeroed, as a first touch is; in
     /// the arena it is left `unset` instead, for `set_unset_blocks`. Returns the bytes copied;
-    /// the event of the copies is each region's `ready`.
+    /// the event of the copies is each block's `arrive`.
     pub(super) fn restore_blocks(
         &mut self,
         mut blocks: Vec<BlockId>,
@@ -498,7 +498,6 @@ impl BlockBackend {
             for blk in &blocks {
                 let r = self.regions.get_mut(&blk.region).expect("live");
                 r.blocks[blk.block as usize].arrive = Some(ev.clone());
-                r.ready = Some(ev.clone());
             }
         }
         self.stats.h2d_bytes += copied;
@@ -614,6 +613,26 @@ impl BlockBackend {
         self.evict_blocks(whole, false)
     }
 
+    /// `compute` waits for the copies in of `blocks` still running, one wait per event; the
+    /// events are taken (what comes after the kernel is ordered after them). Returns the
+    /// blocks whose data was still in flight.
+    fn wait_for_arrivals(&mut self, blocks: &[BlockId]) -> Result<FxHashSet<BlockId>> {
+        let mut late = FxHashSet::default();
+        let mut waited: FxHashSet<*const CudaEvent> = FxHashSet::default();
+        for block in blocks {
+            let v = &mut self.regions.get_mut(&block.region).expect("live").blocks[block.block as usize];
+            let Some(ev) = v.arrive.take() else { continue };
+            if !ev.is_complete() {
+                late.insert(*block);
+                if waited.insert(Arc::as_ptr(&ev)) {
+                    self.compute.wait(&ev).map_err(cuda_err("cuStreamWaitEvent", "kernel after its data"))?;
+                }
+            }
+            self.marks.give_back(ev);
+        }
+        Ok(late)
+    }
+
     pub(super) fn launch_kernel(&mut self, kernel: &KernelLaunch<'_>) -> Result<()> {
         self.settle(Settle::IfDue)?;
         let blocks = self.blocks_in(kernel.accesses.iter().map(|a| (a.region, a.offset, a.len)));
@@ -631,20 +650,10 @@ impl BlockBackend {
         let compute = self.compute.clone();
         let start = self.timing().map(|rec| rec.start_kernel(&compute)).transpose()?;
         self.restore_blocks(need, &protected, Site::Kernel)?;
-        // Data in flight: the kernel waits for it.
-        let mut late: FxHashSet<RegionId> = FxHashSet::default();
-        let mut seen: FxHashSet<RegionId> = FxHashSet::default();
-        for a in kernel.accesses {
-            if !seen.insert(a.region) {
-                continue;
-            }
-            if let Some(ev) = self.regions.get_mut(&a.region).expect("checked").ready.take() {
-                if !ev.is_complete() {
-                    late.insert(a.region);
-                    self.compute.wait(&ev).map_err(cuda_err("cuStreamWaitEvent", "kernel after its data"))?;
-                }
-            }
-        }
+        // Data in flight: the kernel waits for every copy in of its blocks, each event once. A
+        // region's blocks may come in on several lanes (a prefetch of some, this restore of the
+        // rest), so no one event stands for them all.
+        let late = self.wait_for_arrivals(&blocks)?;
         self.set_unset_blocks(kernel.accesses)?;
         let ranges = touch_ranges(&self.regions, kernel);
         self.kernels.touch(&self.compute, &ranges, crate::seam::PAGE_SIZE as u32, kernel.dur_ns)?;
@@ -683,7 +692,7 @@ impl BlockBackend {
             }
             if std::mem::take(&mut v.prefetched) {
                 self.stats.prefetch_used_bytes += BLOCK_SIZE;
-                if !late.contains(&block.region) {
+                if !late.contains(block) {
                     self.stats.prefetch_timely_bytes += BLOCK_SIZE;
                 }
             }

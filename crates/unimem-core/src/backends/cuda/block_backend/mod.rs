@@ -88,7 +88,8 @@ struct VBlock {
     /// An eviction waits for this (its copy, or the block's last kernel) before the address
     /// is remapped to the host chunk.
     leaving: Option<Arc<CudaEvent>>,
-    /// The copy in of its restore, still running: an eviction waits for it before unmapping.
+    /// The copy in of its restore, still running: the next kernel using the block waits for
+    /// it (and takes it), and an eviction before that kernel waits for it before unmapping.
     arrive: Option<Arc<CudaEvent>>,
     /// Order of last use on the device (0: none).
     stamp: u64,
@@ -126,8 +127,6 @@ struct VRegion {
     packed: Option<Slot>,
     bytes: u64,
     blocks: Vec<VBlock>,
-    /// The last copy in; the next kernel using the region waits for it.
-    ready: Option<Arc<CudaEvent>>,
 }
 
 impl VRegion {
@@ -438,14 +437,7 @@ impl BlockBackend {
         self.timed(HostOp::Allocate, |this| {
             if packs(bytes) {
                 let slot = this.slab_take(bytes)?;
-                let r = VRegion {
-                    base: slot.addr,
-                    va: None,
-                    packed: Some(slot),
-                    bytes,
-                    blocks: Vec::new(),
-                    ready: None,
-                };
+                let r = VRegion { base: slot.addr, va: None, packed: Some(slot), bytes, blocks: Vec::new() };
                 this.regions.insert(id, r);
                 return Ok(slot.addr);
             }
@@ -460,7 +452,7 @@ impl BlockBackend {
                 (None, base)
             };
             let blocks = (0..n).map(|_| VBlock::default()).collect();
-            this.regions.insert(id, VRegion { base, va, packed: None, bytes, blocks, ready: None });
+            this.regions.insert(id, VRegion { base, va, packed: None, bytes, blocks });
             Ok(base)
         })
     }
