@@ -285,6 +285,37 @@ fn a_kernel_waits_for_every_copy_in_of_its_region() {
     }
 }
 
+/// An eviction counts as done where the bytes are reported, though the device chunk waits for
+/// a 100 ms kernel and the copy behind it: a stage-out is staged at once, a discard leaves
+/// nothing, and a use right behind it brings the region back. In both placements.
+#[test]
+fn an_eviction_under_way_is_off_the_device() {
+    for mut b in [open(256 * MIB, 512 * MIB), open_arena(256 * MIB, 512 * MIB)] {
+        let size = 64 * MIB;
+        let (kept, dead) = (RegionId(60), RegionId(61));
+        for id in [kept, dead] {
+            b.allocate(id, size).unwrap();
+            b.write(id, 0, &pattern(7, size)).unwrap();
+        }
+        let (whole, gone) = (ByteRange::whole(kept, size), ByteRange::whole(dead, size));
+        let acc = [
+            RangeAccess { region: kept, offset: 0, len: size, mode: AccessMode::ReadWrite },
+            RangeAccess { region: dead, offset: 0, len: size, mode: AccessMode::ReadWrite },
+        ];
+        b.launch(&KernelLaunch { name: "k", dur_ns: 100_000_000, accesses: &acc }).unwrap();
+        b.stage_out(&[whole]).unwrap();
+        b.discard(&[gone]).unwrap();
+        let (now, dropped) = (b.residency(whole).unwrap(), b.residency(gone).unwrap());
+        assert_eq!((now.device, now.staged), (0, size), "staged while its copy waits: {now:?}");
+        assert_eq!((dropped.device, dropped.unpopulated), (0, size), "discarded: {dropped:?}");
+        kernel(&mut b, kept, size, AccessMode::Read, 1000);
+        assert_eq!(b.residency(whole).unwrap().device, size, "a use brings it back");
+        let mut seen = vec![0u8; size as usize];
+        b.read(kept, 0, &mut seen).unwrap();
+        assert_eq!(bad_pages(&seen, &pattern(7, size)), 0);
+    }
+}
+
 /// In the arena, small regions (packed into slots) and host-preferred blocks (used in place by
 /// kernels, read and written over the link) keep their bytes through kernels that write them,
 /// stage-outs and restores.

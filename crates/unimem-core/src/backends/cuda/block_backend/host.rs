@@ -170,7 +170,10 @@ impl BlockBackend {
             let lo = (b as u64 * BLOCK_SIZE).max(range.offset);
             let hi = ((b as u64 + 1) * BLOCK_SIZE).min(range.offset + range.len);
             let v = &r.blocks[b];
-            let slot = if v.device.is_some() {
+            // A block whose eviction is issued is off the device, as a policy sees it (the
+            // simulator's view too): its chunk is only waiting for the copy, and a use
+            // cancels the eviction.
+            let slot = if v.device.is_some() && v.leaving.is_none() {
                 &mut out.device
             } else if v.host.is_some() && v.data {
                 &mut out.staged
