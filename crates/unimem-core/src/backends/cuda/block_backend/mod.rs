@@ -27,8 +27,9 @@
 //!   in on several lanes, so it waits for each block's). An eviction copies out after the
 //!   block's last kernel (an event after each kernel); it counts as done once issued
 //!   (`residency`), though until it is, a use cancels it, and a restore needing room takes its
-//!   chunk with the copy's event to wait for (the host never waits for room). A block keeps its host chunk while that holds a valid
-//!   copy, so an eviction of data not written since its restore copies nothing.
+//!   chunk with the copy's event to wait for (the host never waits for room). A block keeps
+//!   its host chunk while that holds a valid copy, so an eviction of data not written since
+//!   its restore copies nothing.
 //! - A freed region's chunks are lent to restores once its last kernel and its blocks' copies
 //!   are done (`release.rs`): those freed first to copies in, those freed last to blocks with
 //!   nothing to copy, whose kernels wait for them on `compute`.
