@@ -36,6 +36,13 @@ fn bad_pages(seen: &[u8], want: &[u8]) -> usize {
     seen.chunks(4096).zip(want.chunks(4096)).filter(|(a, b)| a != b).count()
 }
 
+/// The pages of region `id` whose bytes, read by the host from offset 0, differ from `want`.
+fn bad_pages_of(b: &mut BlockBackend, id: RegionId, want: &[u8]) -> usize {
+    let mut seen = vec![0u8; want.len()];
+    b.read(id, 0, &mut seen).unwrap();
+    bad_pages(&seen, want)
+}
+
 /// 8 regions of 512 MiB (4 GiB through) on a 1 GiB budget: host writes and device writes,
 /// kernels that force the emulated driver's evictions, prefetches both ways, stage-outs with
 /// and without a copy (clean data), a discard, frees and reallocations; every region reads
@@ -94,9 +101,7 @@ fn every_byte_survives(mut b: BlockBackend, size: u64) {
     b.synchronize().unwrap();
     for i in 0..7 {
         let id = RegionId(if i == 6 { 16 } else { i });
-        let mut seen = vec![0u8; size as usize];
-        b.read(id, 0, &mut seen).unwrap();
-        assert_eq!(bad_pages(&seen, &data[i as usize]), 0, "region {id} lost bytes");
+        assert_eq!(bad_pages_of(&mut b, id, &data[i as usize]), 0, "region {id} lost bytes");
     }
     let s = b.stats();
     assert!(s.staged_out_bytes > 0 && s.staged_in_bytes > 0 && s.staged_clean_bytes > 0, "{s:?}");
@@ -170,9 +175,7 @@ fn use_right_behind_an_eviction(mut b: BlockBackend) {
         b.synchronize().unwrap();
         b.prefetch(&[whole], Location::DEVICE).unwrap();
         kernel(&mut b, id, size, AccessMode::Read, 1000);
-        let mut seen = vec![0u8; size as usize];
-        b.read(id, 0, &mut seen).unwrap();
-        assert_eq!(bad_pages(&seen, &newest), 0, "round {round}");
+        assert_eq!(bad_pages_of(&mut b, id, &newest), 0, "round {round}");
         b.free(id).unwrap();
     }
 }
@@ -210,9 +213,7 @@ fn restore_into_a_region_freed_while_copying_in(mut b: BlockBackend) {
         b.free(gone).unwrap();
         b.prefetch(&[ByteRange::whole(kept, size)], Location::DEVICE).unwrap();
         kernel(&mut b, kept, size, AccessMode::Read, 1000);
-        let mut seen = vec![0u8; size as usize];
-        b.read(kept, 0, &mut seen).unwrap();
-        assert_eq!(bad_pages(&seen, &kept_data), 0, "round {round}: the restore was overwritten");
+        assert_eq!(bad_pages_of(&mut b, kept, &kept_data), 0, "round {round}: the restore was overwritten");
         b.free(kept).unwrap();
     }
 }
@@ -276,9 +277,7 @@ fn a_kernel_waits_for_every_copy_in_of_its_region() {
             kernel_end >= last_in,
             "round {round}: the kernel ended at {kernel_end}, a copy in at {last_in}"
         );
-        let mut seen = vec![0u8; (2 * half) as usize];
-        b.read(r, 0, &mut seen).unwrap();
-        assert_eq!(bad_pages(&seen, &data), 0, "round {round}: the kernel ran before its data");
+        assert_eq!(bad_pages_of(&mut b, r, &data), 0, "round {round}: the kernel ran before its data");
         for region in [r, slow, quick] {
             b.free(region).unwrap();
         }
@@ -310,9 +309,7 @@ fn an_eviction_under_way_is_off_the_device() {
         assert_eq!((dropped.device, dropped.unpopulated), (0, size), "discarded: {dropped:?}");
         kernel(&mut b, kept, size, AccessMode::Read, 1000);
         assert_eq!(b.residency(whole).unwrap().device, size, "a use brings it back");
-        let mut seen = vec![0u8; size as usize];
-        b.read(kept, 0, &mut seen).unwrap();
-        assert_eq!(bad_pages(&seen, &pattern(7, size)), 0);
+        assert_eq!(bad_pages_of(&mut b, kept, &pattern(7, size)), 0);
     }
 }
 
@@ -347,9 +344,7 @@ fn the_arena_keeps_small_and_host_preferred_regions() {
     b.advise(whole, Advice::UnsetAccessedByDevice).unwrap();
     kernel(&mut b, remote, remote_size, AccessMode::Read, 1000);
     assert_eq!(b.residency(whole).unwrap().device, remote_size, "restored for the kernel");
-    let mut seen = vec![0u8; remote_size as usize];
-    b.read(remote, 0, &mut seen).unwrap();
-    assert_eq!(bad_pages(&seen, &remote_data), 0, "the host-preferred region lost bytes");
+    assert_eq!(bad_pages_of(&mut b, remote, &remote_data), 0, "the host-preferred region lost bytes");
     let mut seen = vec![0u8; small_size as usize];
     b.read(small, 0, &mut seen).unwrap();
     assert_eq!(seen, small_data, "the packed region lost bytes");
