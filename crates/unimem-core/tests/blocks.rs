@@ -401,3 +401,40 @@ fn a_work_mark_waits_for_nothing_and_times_the_work_before_it() {
     assert!(after_ns >= first_ns + 190_000_000, "the kernel ran between: {first_ns} then {after_ns}");
     assert!(after_ns <= end + 1_000_000, "it ended before the synchronize returned: {after_ns} vs {end}");
 }
+
+/// A write-back waits for its region's kernel, then copies the data into host chunks and
+/// leaves it on the device; the region's eviction then copies nothing and its bytes read back
+/// intact; one written after its write-back is copied out again by its eviction, with its new
+/// bytes. In virtual memory and in the arena.
+#[test]
+fn a_write_back_saves_the_eviction_its_copy() {
+    for mut b in [open(256 * MIB, 1024 * MIB), open_arena(256 * MIB, 1024 * MIB)] {
+        let size = 64 * MIB;
+        let (a, c) = (RegionId(1), RegionId(2));
+        let (da, dc, dc2) = (pattern(21, size), pattern(22, size), pattern(23, size));
+        for (id, d) in [(a, &da), (c, &dc)] {
+            b.allocate(id, size).unwrap();
+            b.write(id, 0, d).unwrap();
+        }
+        // Region a's kernel runs 50 ms: its write-back waits for it, the host does not.
+        kernel(&mut b, a, size, AccessMode::ReadWrite, 50_000_000);
+        let t0 = std::time::Instant::now();
+        b.write_back(&[ByteRange::whole(a, size), ByteRange::whole(c, size)]).unwrap();
+        assert!(t0.elapsed() < std::time::Duration::from_millis(20), "the host waited {:?}", t0.elapsed());
+        std::thread::sleep(std::time::Duration::from_millis(80));
+        b.write_back(&[]).unwrap(); // issues what is due
+        assert_eq!(b.stats().written_back_bytes, 2 * size);
+        assert_eq!(b.residency(ByteRange::whole(a, size)).unwrap().device, size, "left on the device");
+        // Region c is written after its write-back: its copy is stale.
+        b.write(c, 0, &dc2).unwrap();
+        let before = b.stats();
+        b.stage_out(&[ByteRange::whole(a, size), ByteRange::whole(c, size)]).unwrap();
+        let st = b.stats();
+        assert_eq!(st.staged_clean_bytes - before.staged_clean_bytes, size, "a's eviction copied nothing");
+        assert_eq!(st.d2h_bytes - before.d2h_bytes, size, "c's eviction copied its new bytes");
+        b.synchronize().unwrap();
+        assert_eq!(b.residency(ByteRange::whole(a, size)).unwrap().device, 0);
+        assert_eq!(bad_pages_of(&mut b, a, &da), 0, "the written-back region lost bytes");
+        assert_eq!(bad_pages_of(&mut b, c, &dc2), 0, "the region written after its write-back lost bytes");
+    }
+}

@@ -96,6 +96,12 @@ impl<'a> Hints<'a> {
         self.backend.stage_out(ranges)
     }
 
+    /// Writes ranges back to the staging memory, leaving them on the device, so that their
+    /// eviction copies nothing ([`crate::seam::Destination::HostCopy`]).
+    pub fn write_back(&mut self, ranges: &[ByteRange]) -> Result<()> {
+        self.backend.write_back(ranges)
+    }
+
     /// Declares ranges dead: dropped on both sides without a transfer.
     pub fn discard(&mut self, ranges: &[ByteRange]) -> Result<()> {
         self.backend.discard(ranges)

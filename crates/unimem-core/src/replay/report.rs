@@ -67,6 +67,8 @@ pub struct PlacementBytes {
     pub staged: u64,
     /// Of those, evicted without a copy: the staging copy was still valid.
     pub staged_clean: u64,
+    /// Written back to the staging memory ahead of their eviction, staying on the device.
+    pub written_back: u64,
 }
 
 impl PlacementBytes {
@@ -79,6 +81,7 @@ impl PlacementBytes {
             discarded: s.discarded_bytes,
             staged: s.staged_out_bytes,
             staged_clean: s.staged_clean_bytes,
+            written_back: s.written_back_bytes,
         }
     }
 }

@@ -119,6 +119,8 @@ pub enum HintKind {
     Duplicate,
     /// Data moved to the device ahead of its use.
     Prefetch,
+    /// Data written back to the staging memory ahead of its eviction, staying on the device.
+    WriteBack,
 }
 
 impl HintKind {
@@ -131,6 +133,7 @@ impl HintKind {
             HintKind::Remote => "remote",
             HintKind::Duplicate => "duplicate",
             HintKind::Prefetch => "prefetch",
+            HintKind::WriteBack => "write_back",
         }
     }
 }
@@ -488,6 +491,9 @@ pub struct BackendStats {
     /// Of the staged-out bytes, those evicted without a copy: their staging copy was still
     /// valid (restored and not written since).
     pub staged_clean_bytes: u64,
+    /// Bytes written back device -> staging memory ahead of their eviction, the data staying
+    /// on the device ([`crate::seam::Destination::HostCopy`]).
+    pub written_back_bytes: u64,
     /// Bytes dropped by discard.
     pub discarded_bytes: u64,
     /// Bytes a prefetch to the device brought (moved or populated there).

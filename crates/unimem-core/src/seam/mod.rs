@@ -126,6 +126,13 @@ pub enum Destination {
     /// and data with a valid host copy, moves as [`Destination::Host`] does; so does all of it
     /// on a backend without staging.
     HostStaged,
+    /// A copy of the device's data written back into the backend's pinned staging memory
+    /// through the copy engine, the data staying on the device: a later staged eviction of
+    /// data no kernel wrote since copies nothing, so it frees its room once the block's
+    /// kernels and this copy are done instead of waiting for the link. Data with a valid host
+    /// copy copies nothing. A backend without host copies of device data (managed memory,
+    /// whose staging buffers hold only evicted data) does nothing.
+    HostCopy,
 }
 
 impl From<Location> for Destination {
@@ -444,6 +451,12 @@ pub trait MemoryBackendExt: MemoryBackend {
     /// Evicts ranges through the staging buffers (see [`Destination::HostStaged`]).
     fn stage_out(&mut self, ranges: &[ByteRange]) -> Result<()> {
         self.migrate(ranges, Destination::HostStaged)
+    }
+
+    /// Writes ranges back to the staging memory, keeping them on the device (see
+    /// [`Destination::HostCopy`]).
+    fn write_back(&mut self, ranges: &[ByteRange]) -> Result<()> {
+        self.migrate(ranges, Destination::HostCopy)
     }
 
     /// The CPU touches ranges.

@@ -163,6 +163,8 @@ impl SimBackend {
     /// last time, as the CUDA backend does once the device is idle (`free_retired_host_ns`
     /// and so on: their pages, discarded, are still mapped).
     pub(super) fn sync_all(&mut self) {
+        // The device is idle and stays so: an eviction copies what is left to write back.
+        self.write_backs.clear();
         self.host_now = self.completion_ns() + std::mem::take(&mut self.retired_free_ns);
     }
 

@@ -45,7 +45,7 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 pub use crate::cost::{CostModel, H200_PROFILE};
 use pages::PageSet;
 use region::{
-    for_each_page_chunk, Block, Moved, SimBuffer, SimRegion, ADV_ACCESSED_BY, ADV_PREFER_DEVICE,
+    for_each_page_chunk, Block, Moved, SimBuffer, SimRegion, WriteBack, ADV_ACCESSED_BY, ADV_PREFER_DEVICE,
     ADV_PREFER_HOST, ADV_READ_MOSTLY, PAGES_PER_BLOCK,
 };
 use store::PageStore;
@@ -130,6 +130,13 @@ pub struct SimBackend {
     /// Regions under 2 MiB are packed in the slab's chunks and stay on the device, as in the
     /// device arena ([`SimBackend::with_small_regions_packed`]).
     pack_small: bool,
+    /// Write-backs keep a staging copy of data on the device, as in the device arena
+    /// ([`SimBackend::with_write_back`]); off, they do nothing, as in managed memory.
+    write_back: bool,
+    /// Write-backs queued, in order, until the device is done with their blocks.
+    write_backs: std::collections::VecDeque<WriteBack>,
+    /// When the host last issued the write-backs due.
+    write_backs_at: u64,
     slab: Slab,
     /// Room for a program's outputs is made by staged evictions
     /// ([`SimBackend::with_staged_room`]).
@@ -142,11 +149,21 @@ pub struct SimBackend {
     faults_late: bool,
 }
 
+/// How often the device arena looks for the write-backs due (`SETTLE_EVERY` in
+/// `backends/cuda/block_backend/blocks.rs`): due ones go together, one batched call each time.
+const WRITE_BACK_EVERY_NS: u64 = 100_000;
+
 impl SimBackend {
     /// Runs `f`, adding the simulated host time it took to the counter of `op` (the CUDA
     /// backend measures the same calls on the host clock). Where host work is charged, the
     /// call's own wall time is noted, to leave out of it.
     fn host_timed<T>(&mut self, op: HostOp, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
+        // The device arena issues due write-backs in passing, at the start of its calls, at
+        // most every `WRITE_BACK_EVERY_NS` (its `settle`).
+        if !self.write_backs.is_empty() && self.host_now >= self.write_backs_at + WRITE_BACK_EVERY_NS {
+            self.write_backs_at = self.host_now;
+            self.issue_write_backs();
+        }
         let (t0, wall) = (self.host_now, self.host_work.charge.then(std::time::Instant::now));
         let out = f(self);
         self.stats.host.add(op, self.host_now.saturating_sub(t0));
@@ -187,6 +204,9 @@ impl SimBackend {
             room_after_copies: false,
             freeing: Vec::new(),
             pack_small: false,
+            write_back: false,
+            write_backs: Default::default(),
+            write_backs_at: 0,
             slab: Slab::default(),
             staged_room: false,
             stats: BackendStats::default(),
@@ -260,6 +280,14 @@ impl SimBackend {
             return std::borrow::Cow::Borrowed(ranges);
         }
         std::borrow::Cow::Owned(ranges.iter().copied().filter(|r| !packed(r)).collect())
+    }
+
+    /// The same simulator, keeping a staging copy of the device data a write-back names
+    /// ([`crate::seam::Destination::HostCopy`]), as the device arena keeps one in the block's
+    /// host chunk. Off by default: managed memory's staging buffers hold evicted data only.
+    pub fn with_write_back(mut self, on: bool) -> Self {
+        self.write_back = on;
+        self
     }
 
     /// The same simulator, making the room for a program's outputs by staged evictions where
@@ -406,6 +434,7 @@ impl MemoryBackend for SimBackend {
             ))),
             Destination::Host => self.prefetch_ranges(&self.unpacked(ranges), Location::Host),
             Destination::HostStaged => self.stage_ranges(&self.unpacked(ranges)),
+            Destination::HostCopy => self.write_back_ranges(&self.unpacked(ranges)),
         }
     }
 

@@ -5,6 +5,7 @@ use super::pages::PageSet;
 use super::store::PageStore;
 use crate::mechanism::pool::Buffer;
 use crate::mechanism::slab::Slot;
+use crate::region::RegionId;
 use crate::seam::{BLOCK_SIZE, PAGE_SIZE};
 
 pub(super) const PAGES_PER_BLOCK: usize = (BLOCK_SIZE / PAGE_SIZE) as usize;
@@ -24,8 +25,20 @@ pub(super) struct Block {
     pub(super) last_use_ns: u64,
     /// When its last staged eviction ends (its copy out and the discard of its pages).
     pub(super) staged_until: u64,
+    /// When its last write-back's copy ends: an eviction of its kept pages frees their room
+    /// no earlier.
+    pub(super) written_back_until: u64,
     /// `ADV_*` flags.
     pub(super) advice: u8,
+}
+
+/// A write-back queued (`SimBackend::issue_write_backs`): a block's pages, and when the
+/// kernels using them end.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct WriteBack {
+    pub(super) region: RegionId,
+    pub(super) pages: (usize, usize),
+    pub(super) ready: u64,
 }
 
 /// A pooled buffer: its address and length (which of its blocks are on the device, the pool

@@ -42,8 +42,9 @@ impl SimBackend {
                         );
                         continue;
                     }
-                    // The copy waits for the kernels using the block, on the copy engine's lane.
-                    let last_use = r.blocks[b].last_use_ns;
+                    // The copy waits for the kernels using the block, on the copy engine's lane,
+                    // and for a write-back of its pages still copying.
+                    let last_use = r.blocks[b].last_use_ns.max(r.blocks[b].written_back_until);
                     // Pages whose staging copy is still valid are dropped, not copied.
                     let clean = this.forget_kept(id, bs, be) as u64 * PAGE_SIZE;
                     let r = this.regions.get_mut(&id).expect("checked");
@@ -394,6 +395,94 @@ impl SimBackend {
         }
         for b in skipped.into_iter().rev() {
             self.kept_order.push_front(b);
+        }
+    }
+
+    /// Queues the blocks of `ranges` for a write-back ([`SimBackend::with_write_back`]), as
+    /// the device arena does: each is copied once the device is done with its kernels and
+    /// the host's clock has passed that ([`SimBackend::issue_write_backs`]). An eviction
+    /// issued before copies the block itself. Nothing where write-backs are off.
+    pub(super) fn write_back_ranges(&mut self, ranges: &[ByteRange]) -> Result<()> {
+        self.host_timed(HostOp::StageOut, |this| {
+            for r in ranges {
+                this.checked(r.region, r.offset, r.len)?;
+            }
+            if !this.write_back {
+                return Ok(());
+            }
+            for range in ranges {
+                let id = range.region;
+                let (s, e) = this.regions[&id].page_range(range.offset, range.len);
+                let r = &this.regions[&id];
+                for b in r.block_range(s, e) {
+                    let (bs, be) = r.block_pages(b);
+                    let ready = r.blocks[b].last_use_ns;
+                    this.write_backs.push_back(WriteBack {
+                        region: id,
+                        pages: (bs.max(s), be.min(e)),
+                        ready,
+                    });
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Copies the queued write-backs the device is done with by the host's clock into kept
+    /// staging copies on the link's D2H side, leaving the data on the device: a later
+    /// stage-out drops them instead of copying. Pages off the device or kept already, and
+    /// blocks whose copies the free staging memory cannot hold, are left (no kept copy is
+    /// given up for them).
+    pub(super) fn issue_write_backs(&mut self) {
+        let mut copied = false;
+        while let Some(wb) = self.write_backs.front().copied() {
+            let Some(r) = self.regions.get(&wb.region) else {
+                self.write_backs.pop_front();
+                continue;
+            };
+            let (bs, be) = wb.pages;
+            let b = bs / PAGES_PER_BLOCK;
+            // Used again since: due once that kernel is done.
+            let ready = wb.ready.max(r.blocks[b].last_use_ns);
+            if ready > self.host_now {
+                break;
+            }
+            self.write_backs.pop_front();
+            let mut only = PageSet::new(r.pages);
+            only.insert_only_in(&r.on_device, &r.on_host, bs, be);
+            only.remove_in(&r.kept, bs, be);
+            let bytes = only.count(bs, be) as u64 * PAGE_SIZE;
+            if bytes == 0 || bytes > self.staging_free() {
+                continue;
+            }
+            let dur = CostModel::transfer_ns(bytes, self.cost.stage_d2h_rate_gbps);
+            let (start, end) =
+                self.occupy_link(Direction::D2H, ready.max(r.blocks[b].written_back_until), dur);
+            let r = self.regions.get_mut(&wb.region).expect("looked up");
+            if !r.dev_data.is_empty() {
+                let (dev_data, kept_data) = (&r.dev_data, &mut r.kept_data);
+                only.for_each(bs, be, |p| kept_data.put(p, dev_data.copy(p)));
+            }
+            r.kept.union_from(&only, bs, be);
+            r.blocks[b].written_back_until = end;
+            self.kept_bytes += bytes;
+            self.kept_order.push_back(BlockId::new(wb.region, b));
+            self.stats.d2h_bytes += bytes;
+            self.stats.written_back_bytes += bytes;
+            let offset = bs as u64 * PAGE_SIZE;
+            self.emit_migration(
+                wb.region,
+                offset,
+                bytes,
+                Direction::D2H,
+                MigrationCause::Staging,
+                (start, end),
+            );
+            copied = true;
+        }
+        if copied {
+            // The copies due go in one batched call, as the arena issues them.
+            self.host_now += self.cost.batch_range_ns;
         }
     }
 }

@@ -571,6 +571,8 @@ impl MemoryBackend for CudaBackend {
             ))),
             Destination::Host => self.prefetch_ranges(ranges, Location::Host),
             Destination::HostStaged => self.stage_ranges(ranges),
+            // Staging buffers hold evicted data only: there is no host copy to write.
+            Destination::HostCopy => ranges.iter().try_for_each(|r| self.checked(r.region, r.offset, r.len)),
         }
     }
 

@@ -43,6 +43,12 @@ impl BlockBackend {
         }
         self.settled_at = Instant::now();
         let all = when == Settle::All;
+        if all {
+            // The device is idle and stays so: an eviction copies what is left to write back.
+            self.write_backs.clear();
+        } else {
+            self.issue_write_backs()?;
+        }
         while let Some(front) = self.releasing.front() {
             if !all && !front.after.iter().all(|e| e.is_complete()) {
                 break;
@@ -324,38 +330,11 @@ impl BlockBackend {
         if dirty.is_empty() {
             return Ok(());
         }
-        if last > 0 {
-            let mark = self.mark_after(last)?;
-            if !mark.is_complete() {
-                d2h.wait(&mark).map_err(cuda_err("cuStreamWaitEvent", "copy out after kernels"))?;
-            }
-        }
-        // An earlier copy into the same host chunk (an eviction a use cancelled), maybe on
-        // another stream, lands first: this one's bytes are the newer.
-        for block in &dirty {
-            let v = &self.regions[&block.region].blocks[block.block as usize];
-            if let Some(e) = v.host_ready.as_ref().filter(|e| !e.is_complete()) {
-                d2h.wait(e).map_err(cuda_err("cuStreamWaitEvent", "copy out after an earlier one"))?;
-            }
-        }
-        let start = self.timing_mark(&d2h)?;
-        let copies = dirty
-            .iter()
-            .map(|block| {
-                let r = &self.regions[&block.region];
-                let v = &r.blocks[block.block as usize];
-                let src = r.device_addr(block.block as usize);
-                Copy { dst: v.host.as_ref().expect("given above").addr(), src, bytes: BLOCK_SIZE }
-            })
-            .collect();
-        let ev = self.issue_staging(copies, &d2h, start, Direction::D2H, &dirty, "copy out")?;
+        let ev = self.copy_out(&dirty, last, &d2h)?;
         let n = dirty.len() as u64 * BLOCK_SIZE;
         self.stats.staged_out_bytes += n;
-        self.stats.d2h_bytes += n;
         for block in dirty {
             let v = &mut self.regions.get_mut(&block.region).expect("live").blocks[block.block as usize];
-            v.host_valid = true;
-            v.host_ready = Some(ev.clone());
             v.leaving = Some(ev.clone());
             self.leaving.push_back((block, ev.clone()));
         }
@@ -508,7 +487,7 @@ impl BlockBackend {
     }
 
     /// The blocks of `ranges`, each once, in order.
-    fn blocks_in(&self, ranges: impl Iterator<Item = (RegionId, u64, u64)>) -> Vec<BlockId> {
+    pub(super) fn blocks_in(&self, ranges: impl Iterator<Item = (RegionId, u64, u64)>) -> Vec<BlockId> {
         let mut out: Vec<BlockId> = ranges
             .flat_map(|(id, offset, len)| {
                 self.regions[&id].blocks_of(offset, len).map(move |b| BlockId::new(id, b))

@@ -29,7 +29,10 @@
 //!   (`residency`), though until it is, a use cancels it, and a restore needing room takes its
 //!   chunk with the copy's event to wait for (the host never waits for room). A block keeps
 //!   its host chunk while that holds a valid copy, so an eviction of data not written since
-//!   its restore copies nothing.
+//!   its restore copies nothing. A write-back (`Destination::HostCopy`, `copy_out.rs`) makes
+//!   that copy ahead of the eviction, the block staying on the device: queued until the
+//!   block's last kernel is done, so that it never holds a copy lane waiting for queued
+//!   kernels ahead of an eviction, and issued in batches as `settle` finds it due.
 //! - A freed region's chunks are lent to restores once its last kernel and its blocks' copies
 //!   are done (`release.rs`): those freed first to copies in, those freed last to blocks with
 //!   nothing to copy, whose kernels wait for them on `compute`.
@@ -44,6 +47,7 @@
 
 mod blocks;
 mod copies;
+mod copy_out;
 mod host;
 mod lanes;
 mod release;
@@ -249,6 +253,8 @@ pub struct BlockBackend {
     host_limit: u64,
     /// Blocks with an eviction issued, in order (entries may be stale).
     leaving: VecDeque<(BlockId, Arc<CudaEvent>)>,
+    /// Blocks to write back once the kernel named is done, in order (`copy_out.rs`).
+    write_backs: VecDeque<(BlockId, u64)>,
     releasing: VecDeque<Releasing>,
     /// When `settle` last looked at the work under way.
     settled_at: Instant,
@@ -364,6 +370,7 @@ impl BlockBackend {
             host_made: 0,
             host_limit: 0,
             leaving: VecDeque::new(),
+            write_backs: VecDeque::new(),
             releasing: VecDeque::new(),
             settled_at: Instant::now(),
             kernel_marks: VecDeque::new(),
@@ -654,6 +661,7 @@ impl MemoryBackend for BlockBackend {
             ))),
             Destination::Host => self.timed(HostOp::PrefetchToHost, |this| this.evict_ranges(ranges, false)),
             Destination::HostStaged => self.timed(HostOp::StageOut, |this| this.evict_ranges(ranges, true)),
+            Destination::HostCopy => self.timed(HostOp::StageOut, |this| this.write_back_ranges(ranges)),
         }
     }
 

@@ -384,3 +384,58 @@ fn a_restore_takes_the_room_of_the_evictions_ending_first_and_keeps_it() {
     s.budget.add_data(32 * MIB);
     assert!(s.freeing.is_empty());
 }
+
+/// A write-back, as the device arena makes it: queued until the device is done with the
+/// block's kernels by the host's clock, then copied into a kept staging copy with the data
+/// left on the device; its eviction then copies nothing, one issued before the write-back is
+/// due copies the data itself, a kernel writing after it makes the eviction copy again, and
+/// every byte reads back as last written. Without write-backs (managed memory) it does nothing.
+#[test]
+fn a_write_back_keeps_a_copy_that_its_eviction_drops() {
+    let size = 4 * MIB;
+    let data: Vec<Vec<u8>> = (0..3).map(|i| pattern(i as u8 + 7, size as usize)).collect();
+    let mut s = sim(64 * MIB).with_staging(64 * MIB).with_write_back(true);
+    for (i, d) in data.iter().enumerate() {
+        s.allocate(RegionId(i as u64), size).unwrap();
+        s.kernel_write(RegionId(i as u64), 0, d).unwrap();
+    }
+    // Region 0 is written back once the host's clock has passed its kernel; region 1's
+    // write-back is not due yet when it is evicted (a 10 ms kernel uses it).
+    let d2h = |s: &SimBackend| s.stats().d2h_bytes;
+    s.program_host_time(1_000_000_000);
+    s.write_back(&[whole(0, size)]).unwrap();
+    let acc = [RangeAccess { region: RegionId(1), offset: 0, len: size, mode: AccessMode::ReadWrite }];
+    s.launch(&KernelLaunch { name: "k", dur_ns: 10_000_000, accesses: &acc }).unwrap();
+    s.write_back(&[whole(1, size)]).unwrap();
+    assert_eq!(s.residency(whole(0, size)).unwrap().device, size, "it stays on the device");
+    let before = d2h(&s);
+    s.stage_out(&[whole(0, size), whole(1, size)]).unwrap();
+    let st = s.stats();
+    assert_eq!(st.written_back_bytes, size, "region 0 only: {st:?}");
+    assert_eq!(st.staged_clean_bytes, size, "its eviction copied nothing: {st:?}");
+    assert_eq!(st.d2h_bytes - before, size, "region 1's eviction copied it: {st:?}");
+    // Written again after its write-back, region 2's eviction copies the new bytes.
+    s.program_host_time(2_000_000_000);
+    s.write_back(&[whole(2, size)]).unwrap();
+    s.synchronize().unwrap();
+    assert_eq!(s.stats().written_back_bytes, size, "a synchronize drops what is not due yet");
+    s.program_host_time(3_000_000_000);
+    let before = s.stats();
+    s.write_back(&[whole(2, size)]).unwrap();
+    s.kernel_write(RegionId(2), 0, &data[0]).unwrap();
+    s.stage_out(&[whole(2, size)]).unwrap();
+    let st = s.stats();
+    assert_eq!(st.written_back_bytes - before.written_back_bytes, size, "written back, then written");
+    assert_eq!(st.staged_clean_bytes, before.staged_clean_bytes, "so its eviction copies: {st:?}");
+    for (i, want) in [&data[0], &data[1], &data[0]].into_iter().enumerate() {
+        assert!(read_back(&mut s, i as u64, size as usize) == *want, "region {i}");
+    }
+    // Managed memory keeps no copy of data on the device: nothing happens.
+    let mut m = sim(64 * MIB).with_staging(64 * MIB);
+    m.allocate(RegionId(0), size).unwrap();
+    m.kernel_write(RegionId(0), 0, &data[0]).unwrap();
+    m.program_host_time(1_000_000_000);
+    m.write_back(&[whole(0, size)]).unwrap();
+    m.stage_out(&[whole(0, size)]).unwrap();
+    assert_eq!((m.stats().written_back_bytes, m.stats().staged_clean_bytes), (0, 0));
+}
