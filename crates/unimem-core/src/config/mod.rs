@@ -264,6 +264,10 @@ pub struct AdvisorConfig {
     /// Each step keeps the share of the last step's read-only data resident that streams the
     /// rest fastest, where that beats Belady's choice (`policy::keep`).
     pub keep_loops: bool,
+    /// Data the last step evicted before its reuse is written back to the staging memory
+    /// once its kernels are past, up to what the last step evicted, so that its eviction
+    /// copies nothing (`policy::advisor::write_back`).
+    pub write_back: bool,
 }
 
 impl Default for AdvisorConfig {
@@ -276,6 +280,7 @@ impl Default for AdvisorConfig {
             remote_window: 64,
             learn_from_faults: true,
             keep_loops: true,
+            write_back: false,
         }
     }
 }

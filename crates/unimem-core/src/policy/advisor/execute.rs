@@ -69,7 +69,9 @@ impl Advisor {
             }
         }
         self.hints.discarded += self.units_bytes(p.discard.iter().map(|d| &d.0));
-        self.hints.evicted += self.units_bytes(p.evict.iter().map(|d| &d.0));
+        let evicted = self.units_bytes(p.evict.iter().map(|d| &d.0));
+        self.hints.evicted += evicted;
+        self.write_backs.on_evict(evicted);
         // The kernel about to run needs the leading victims' room; the others make room for
         // data coming in early, which waits for the kernel's launch as well where the hints
         // for later kernels do (else all go in one call each, fewer ranges).

@@ -35,6 +35,7 @@ impl Advisor {
         }
         let reserve = self.forecast(now, &mut predicted);
         self.note_writes(&units);
+        self.queue_write_backs(&units, now);
         self.reconcile(hints)?;
         let remote_now: FxHashSet<Unit> = self.remote.keys().copied().collect();
         let sizes = &self.sizes;

@@ -4,7 +4,8 @@
 //! kernel's declared accesses and the residency into hints within the budget.
 //!
 //! It also remembers, by step-stable identity, which units it had to evict before their reuse:
-//! the next time such a unit is overwritten, the planner may write it remotely instead.
+//! the next time such a unit is overwritten, the planner may write it remotely instead, and
+//! once its kernels are past it is written back ahead of its eviction ([`write_back`]).
 //!
 //! In a replay it can be made clairvoyant ([`Advisor::with_trace_future`],
 //! `replay.clairvoyant_advisor`): the trace's next kernels take the place of the forecast and
@@ -20,6 +21,7 @@ mod loops;
 pub mod plan;
 pub mod predict;
 pub mod residency;
+mod write_back;
 
 pub use identity::{Identity, RegionKey};
 pub use plan::{plan, Placements, Plan, PlanInput, Planner, Reason, Unit, UnitUse};
@@ -54,6 +56,8 @@ pub struct HintBytes {
     pub duplicated: u64,
     /// Mapped remotely.
     pub remote: u64,
+    /// Written back to the staging memory ahead of their eviction.
+    pub written_back: u64,
 }
 
 /// Faults reported late to the advisor ([`Policy::observe_late`]): on a GPU the host runs
@@ -91,6 +95,9 @@ pub struct AdvisorSettings {
     /// The link's rate (GB/s) for choosing the share of a step's read-only data the next step
     /// keeps ([`crate::policy::keep`]); `None`: none is kept.
     pub keep_loops: Option<f64>,
+    /// Data evicted before its reuse last step is written back ahead of its eviction
+    /// ([`write_back`]).
+    pub write_back: bool,
 }
 
 impl AdvisorSettings {
@@ -109,6 +116,7 @@ impl AdvisorSettings {
             remote_window: c.remote_window,
             learn_from_faults: c.learn_from_faults,
             keep_loops: c.keep_loops.then_some(cost.link_rate_gbps),
+            write_back: c.write_back,
         }
     }
 }
@@ -193,6 +201,8 @@ pub struct Advisor {
     /// Clairvoyant ([`Advisor::with_trace_future`]): the trace's next kernels in place of the
     /// predictors' forecast.
     future: Option<TraceFuture>,
+    /// Data to write back ahead of its eviction ([`write_back`]).
+    write_backs: write_back::WriteBacks,
 }
 
 /// The kernels a clairvoyant advisor sees ahead of the one running.
@@ -315,6 +325,7 @@ impl Advisor {
             kept_chosen: false,
             future: None,
             kept: FxHashSet::default(),
+            write_backs: Default::default(),
         }
     }
 
@@ -410,6 +421,7 @@ impl Policy for Advisor {
                 self.step += 1;
                 self.step_starts.push(self.kernel);
                 self.written_last_step = std::mem::take(&mut self.written_this_step);
+                self.write_backs.on_step();
                 self.choose_kept();
                 // Late faults come within a few thousand kernels: older freed keys are done.
                 let horizon = self.kernel.saturating_sub(DECLARED_KEPT as u64);
@@ -468,7 +480,7 @@ impl Policy for Advisor {
                 self.observe_undeclared();
                 self.predictor.end_kernel(self.kernel);
                 self.kernel += 1;
-                Ok(())
+                self.write_back_due(hints)
             }
             _ => Ok(()),
         }

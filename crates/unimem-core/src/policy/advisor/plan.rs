@@ -69,7 +69,7 @@ pub enum Reason {
     /// The kernel about to run writes it, and duplicates must not be written.
     WrittenNow,
     /// It was evicted before its reuse last time: written remotely, it never needs migrating
-    /// back.
+    /// back; written back ahead, its eviction copies nothing.
     EvictedBeforeReuse,
 }
 
