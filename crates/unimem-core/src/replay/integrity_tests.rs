@@ -2,7 +2,9 @@
 //! regions, per-step temporaries, kernel and host writes and reads, repeated for several
 //! steps so that predictions, duplicates, remote writes and discards all come into play)
 //! must never lose a byte, and the device must stay within the budget plus what the
-//! running kernel itself needs.
+//! running kernel itself needs. In managed memory and in the device arena's model, where the
+//! advisor writes back data ahead of its eviction and the host takes longer per operation than
+//! the device (so that write-backs can come due).
 
 use std::sync::Arc;
 
@@ -48,6 +50,8 @@ struct World {
     sim: SimBackend,
     policy: Box<dyn Policy>,
     index: u64,
+    /// The program's host time before each operation (0: none).
+    host_ns: u64,
     /// The policy does not see accesses to regions whose id is a multiple of this (0: none).
     hide: u64,
     events: Vec<crate::seam::MemEvent>,
@@ -60,6 +64,9 @@ impl World {
         let e = crate::op::Op::from(e);
         let seen = declared_part(&e, self.hide);
         let seen = seen.as_ref().unwrap_or(&e);
+        if self.host_ns > 0 {
+            self.sim.program_host_time(self.host_ns);
+        }
         self.policy.before(self.index, seen, &mut crate::policy::Hints::new(&mut self.sim)).unwrap();
         data_op(&mut self.sim);
         self.sim.drain_events(&mut self.events);
@@ -86,9 +93,72 @@ proptest! {
         steps in 2u64..5,
         hide in prop_oneof![Just(0u64), Just(2), Just(3)],
         staging in prop_oneof![Just(0u64), Just(4 * MIB), Just(64 * MIB)],
+        arena in any::<bool>(),
     ) {
-        run_program(&persistent, &body, steps, hide, staging)?;
+        // The arena is for replays, which see every access: nothing is hidden there.
+        let (hide, memory) = if arena { (0, Memory::Arena) } else { (hide, Memory::Managed) };
+        run_program(&persistent, &body, steps, hide, staging, memory)?;
     }
+}
+
+/// A training loop in the device arena's model, with the advisor's write-backs: each step
+/// writes 12 outputs of 2 MiB (distinct bytes each step), then reads them back in reverse and
+/// frees them, on a budget of four; the host takes longer per operation than the device. From
+/// the second step on the advisor writes back what it evicted before its reuse (48 MiB, all of
+/// it then evicted without a copy), and every read sees the bytes last written.
+#[test]
+fn written_back_outputs_read_back_as_last_written() {
+    let (budget, size, n) = (8 * MIB, 2 * MIB, 12u64);
+    let mut config = Config::default();
+    config.advisor.write_back = true;
+    config.advisor.lookahead_kernels = 2;
+    let cost = CostModel::h200().device_arena();
+    let sim = SimBackend::new(cost.clone(), budget)
+        .with_staging(n * size)
+        .with_relocation(true)
+        .with_room_after_copies(true)
+        .with_small_regions_packed(true)
+        .with_write_back(true);
+    let policy = make_policy(PolicyName::Advisor, budget, &config, &cost);
+    let mut w = World { sim, policy, index: 0, host_ns: 50_000, hide: 0, events: Vec::new() };
+    let bytes_of = |step: u64, i: u64| vec![(step * 31 + i * 7 + 1) as u8; size as usize];
+    let kernel = |id: u64, mode: crate::AccessMode| TraceEvent::Kernel {
+        name: Arc::from("k"),
+        dur_ns: 10_000,
+        host_ns: None,
+        acc: vec![TraceAccess { id, offset: 0, len: size, mode }],
+    };
+    for step in 0..4 {
+        w.event(TraceEvent::Step { index: step }, |_| {});
+        let base = 1 + step * n;
+        for i in 0..n {
+            w.alloc(base + i, size);
+            let data = bytes_of(step, i);
+            w.event(kernel(base + i, crate::AccessMode::Write), |s| {
+                s.kernel_write(RegionId(base + i), 0, &data).unwrap()
+            });
+        }
+        for i in (0..n).rev() {
+            let mut seen = vec![0xEE; size as usize];
+            w.event(kernel(base + i, crate::AccessMode::Read), |s| {
+                s.kernel_read(RegionId(base + i), 0, &mut seen).unwrap()
+            });
+            assert!(seen == bytes_of(step, i), "output {i} of step {step} differs");
+            w.event(TraceEvent::Free { id: base + i }, |s| s.free(RegionId(base + i)).unwrap());
+        }
+    }
+    let st = w.sim.stats();
+    assert!(st.written_back_bytes >= 4 * size, "{st:?}");
+    assert!(st.staged_clean_bytes >= 2 * size, "{st:?}");
+}
+
+/// Where the simulator keeps regions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Memory {
+    Managed,
+    /// The device arena's model, with the advisor's write-backs on and the program's host
+    /// taking longer per operation than its kernels run.
+    Arena,
 }
 
 /// Runs the program with the advisor; it does not see the accesses to regions whose id is a
@@ -100,15 +170,33 @@ fn run_program(
     steps: u64,
     hide: u64,
     staging: u64,
+    memory: Memory,
 ) -> Result<(), TestCaseError> {
     let budget = 8 * MIB;
-    let cost = CostModel::h200();
-    let mut sim = SimBackend::new(cost.clone(), budget).with_staging(staging);
+    let mut config = Config::default();
+    let (cost, mut sim) = match memory {
+        Memory::Managed => {
+            let cost = CostModel::h200();
+            (cost.clone(), SimBackend::new(cost, budget).with_staging(staging))
+        }
+        Memory::Arena => {
+            config.advisor.write_back = true;
+            let cost = CostModel::h200().device_arena();
+            let sim = SimBackend::new(cost.clone(), budget)
+                .with_staging(staging)
+                .with_relocation(true)
+                .with_room_after_copies(true)
+                .with_small_regions_packed(true)
+                .with_write_back(true);
+            (cost, sim)
+        }
+    };
     sim.record_events(true);
     let mut w = World {
         sim,
-        policy: make_policy(PolicyName::Advisor, budget, &Config::default(), &cost),
+        policy: make_policy(PolicyName::Advisor, budget, &config, &cost),
         index: 0,
+        host_ns: if memory == Memory::Arena { 20_000 } else { 0 },
         hide,
         events: Vec::new(),
     };
@@ -205,5 +293,5 @@ fn advisor_regression_predicted_overwrite_must_not_drop_data() {
         Op::Temp(951042),
         Op::HostWrite { r: 3274716269735771086, off: 10882871596733054714, v: 107 },
     ];
-    run_program(&[MIB, 2388238], &body, 4, 0, 0).unwrap();
+    run_program(&[MIB, 2388238], &body, 4, 0, 0, Memory::Managed).unwrap();
 }
