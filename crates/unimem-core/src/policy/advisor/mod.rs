@@ -5,7 +5,7 @@
 //!
 //! It also remembers, by step-stable identity, which units it had to evict before their reuse:
 //! the next time such a unit is overwritten, the planner may write it remotely instead, and
-//! once its kernels are past it is written back ahead of its eviction ([`write_back`]).
+//! once its kernels are past it is written back ahead of its eviction (`write_back.rs`).
 //!
 //! In a replay it can be made clairvoyant ([`Advisor::with_trace_future`],
 //! `replay.clairvoyant_advisor`): the trace's next kernels take the place of the forecast and
@@ -96,7 +96,7 @@ pub struct AdvisorSettings {
     /// keeps ([`crate::policy::keep`]); `None`: none is kept.
     pub keep_loops: Option<f64>,
     /// Data evicted before its reuse last step is written back ahead of its eviction
-    /// ([`write_back`]).
+    /// (`policy/advisor/write_back.rs`).
     pub write_back: bool,
 }
 
@@ -201,7 +201,7 @@ pub struct Advisor {
     /// Clairvoyant ([`Advisor::with_trace_future`]): the trace's next kernels in place of the
     /// predictors' forecast.
     future: Option<TraceFuture>,
-    /// Data to write back ahead of its eviction ([`write_back`]).
+    /// Data to write back ahead of its eviction (`write_back.rs`).
     write_backs: write_back::WriteBacks,
 }
 
