@@ -236,14 +236,22 @@ impl BlockBackend {
         self.store.new_device(self.device)
     }
 
+    /// A free host chunk, or a new one within the staging size; `None` where neither is left.
+    pub(super) fn spare_host_chunk(&mut self) -> Result<Option<HostChunk>> {
+        if let Some(h) = self.host_free.pop() {
+            return Ok(Some(h));
+        }
+        if self.host_made < self.host_limit {
+            return self.new_host_chunk().map(Some);
+        }
+        Ok(None)
+    }
+
     /// A host chunk for an evicted block: a free one, a new one within the staging size, one
     /// taken from a block on the device whose copy it holds, or a new one past the size.
     pub(super) fn take_host_chunk(&mut self, not: BlockId) -> Result<HostChunk> {
-        if let Some(h) = self.host_free.pop() {
+        if let Some(h) = self.spare_host_chunk()? {
             return Ok(h);
-        }
-        if self.host_made < self.host_limit {
-            return self.new_host_chunk();
         }
         let donor = self.regions.iter().find_map(|(&id, r)| {
             r.blocks.iter().enumerate().find_map(|(b, v)| {
@@ -271,14 +279,17 @@ impl BlockBackend {
     /// The mark after kernel `seq`, or one after everything on `compute` where it is no
     /// longer kept.
     pub(super) fn mark_after(&mut self, seq: u64) -> Result<Arc<CudaEvent>> {
-        if let Some(&(first, _)) = self.kernel_marks.front() {
-            if seq >= first {
-                if let Some((_, ev)) = self.kernel_marks.get((seq - first) as usize) {
-                    return Ok(ev.clone());
-                }
-            }
+        match self.kernel_mark(seq) {
+            Some(ev) => Ok(ev.clone()),
+            None => self.marks.record(&self.compute, "eviction after its kernels"),
         }
-        self.marks.record(&self.compute, "eviction after its kernels")
+    }
+
+    /// The mark after kernel `seq` where it is still kept.
+    pub(super) fn kernel_mark(&self, seq: u64) -> Option<&Arc<CudaEvent>> {
+        let &(first, _) = self.kernel_marks.front()?;
+        let i = seq.checked_sub(first)?;
+        self.kernel_marks.get(i as usize).map(|(_, ev)| ev)
     }
 
     /// Evicts `blocks` on the device: data not in its host chunk is copied out on `d2h` after

@@ -56,32 +56,25 @@ impl BlockBackend {
     /// lane waiting for kernels still queued, ahead of evictions issued after it.
     pub(super) fn write_back_ranges(&mut self, ranges: &[ByteRange]) -> Result<()> {
         let blocks = self.blocks_in(ranges.iter().map(|r| (r.region, r.offset, r.len)));
-        for block in blocks {
-            let seq = self.regions[&block.region].blocks[block.block as usize].last_kernel;
-            self.write_backs.push_back((block, seq));
-        }
+        self.write_backs.extend(blocks);
         self.settle(Settle::IfDue)
     }
 
     /// Copies the queued write-backs whose blocks' last kernels are done into host chunks, in
     /// one batch: those still on the device with data only it holds, and for which a free host
     /// chunk within the staging size is left (a write-back only saves an eviction its copy: it
-    /// never takes another block's host copy or pins more memory). A block used by a later
-    /// kernel waits for that one.
+    /// never takes another block's host copy or pins more memory). The first block whose last
+    /// kernel is not done holds back those queued after it.
     pub(super) fn issue_write_backs(&mut self) -> Result<()> {
         let (mut dirty, mut last) = (Vec::new(), 0u64);
         let mut seen = FxHashSet::default();
-        while let Some(&(block, seq)) = self.write_backs.front() {
+        while let Some(&block) = self.write_backs.front() {
             let Some(v) = self.regions.get(&block.region).and_then(|r| r.blocks.get(block.block as usize))
             else {
                 self.write_backs.pop_front(); // freed
                 continue;
             };
-            if v.last_kernel > seq {
-                // Used again since: due after that kernel (it keeps its place in the queue).
-                self.write_backs[0].1 = v.last_kernel;
-                continue;
-            }
+            let seq = v.last_kernel;
             if !self.kernel_done(seq) {
                 break;
             }
@@ -90,11 +83,7 @@ impl BlockBackend {
                 continue;
             }
             if v.host.is_none() {
-                let chunk = match self.host_free.pop() {
-                    Some(h) => h,
-                    None if self.host_made < self.host_limit => self.new_host_chunk()?,
-                    None => continue,
-                };
+                let Some(chunk) = self.spare_host_chunk()? else { continue };
                 self.regions.get_mut(&block.region).expect("live").blocks[block.block as usize].host =
                     Some(chunk);
             }
@@ -110,13 +99,9 @@ impl BlockBackend {
         Ok(())
     }
 
-    /// Whether the device is done with kernel `seq` (the backend's count, from 1).
+    /// Whether the device is done with kernel `seq` (the backend's count, from 1): its mark is
+    /// complete, or no longer kept (long done).
     fn kernel_done(&self, seq: u64) -> bool {
-        match self.kernel_marks.front() {
-            Some(&(first, _)) if seq >= first => {
-                self.kernel_marks.get((seq - first) as usize).is_none_or(|(_, ev)| ev.is_complete())
-            }
-            _ => true, // older than every mark kept: long done
-        }
+        self.kernel_mark(seq).is_none_or(|ev| ev.is_complete())
     }
 }

@@ -253,8 +253,8 @@ pub struct BlockBackend {
     host_limit: u64,
     /// Blocks with an eviction issued, in order (entries may be stale).
     leaving: VecDeque<(BlockId, Arc<CudaEvent>)>,
-    /// Blocks to write back once the kernel named is done, in order (`copy_out.rs`).
-    write_backs: VecDeque<(BlockId, u64)>,
+    /// Blocks to write back once their last kernel is done, in order (`copy_out.rs`).
+    write_backs: VecDeque<BlockId>,
     releasing: VecDeque<Releasing>,
     /// When `settle` last looked at the work under way.
     settled_at: Instant,
