@@ -146,9 +146,7 @@ pub fn open(spec: &BackendSpec) -> Result<Box<dyn MemoryBackend>> {
                 .with_staging(spec.staging)
                 .with_relocation(spec.relocate)
                 .with_staged_room(spec.staged_room)
-                .with_room_after_copies(spec.memory == MemoryKind::Device)
-                .with_small_regions_packed(spec.memory == MemoryKind::Device)
-                .with_write_back(spec.memory == MemoryKind::Device)
+                .with_device_arena(spec.memory == MemoryKind::Device)
                 .with_host_work_charged(spec.charge_host_work),
         )
     };

@@ -716,9 +716,7 @@ fn an_advisor_writes_back_what_it_evicted_last_step_ahead_of_its_eviction() {
         let mut backend = SimBackend::new(cost.clone(), budget)
             .with_staging(n * size)
             .with_relocation(true)
-            .with_room_after_copies(true)
-            .with_small_regions_packed(true)
-            .with_write_back(true);
+            .with_device_arena(true);
         let mut policy = make_replay_policy(PolicyName::Advisor, budget, &config, &cost);
         run(reader_of(events.clone()), &mut backend, policy.as_mut(), &mut |_| {}).unwrap()
     };

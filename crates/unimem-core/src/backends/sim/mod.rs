@@ -282,6 +282,14 @@ impl SimBackend {
         std::borrow::Cow::Owned(ranges.iter().copied().filter(|r| !packed(r)).collect())
     }
 
+    /// The same simulator as the device arena's model (`memory = "device"`), or not: room
+    /// after copies ([`SimBackend::with_room_after_copies`]), small regions packed
+    /// ([`SimBackend::with_small_regions_packed`]) and write-backs
+    /// ([`SimBackend::with_write_back`]) together.
+    pub fn with_device_arena(self, on: bool) -> Self {
+        self.with_room_after_copies(on).with_small_regions_packed(on).with_write_back(on)
+    }
+
     /// The same simulator, keeping a staging copy of the device data a write-back names
     /// ([`crate::seam::Destination::HostCopy`]), as the device arena keeps one in the block's
     /// host chunk. Off by default: managed memory's staging buffers hold evicted data only.

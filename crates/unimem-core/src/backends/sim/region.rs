@@ -32,13 +32,11 @@ pub(super) struct Block {
     pub(super) advice: u8,
 }
 
-/// A write-back queued (`SimBackend::issue_write_backs`): a block's pages, and when the
-/// kernels using them end.
+/// A write-back queued (`SimBackend::issue_write_backs`): pages of one block of a region.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct WriteBack {
     pub(super) region: RegionId,
     pub(super) pages: (usize, usize),
-    pub(super) ready: u64,
 }
 
 /// A pooled buffer: its address and length (which of its blocks are on the device, the pool

@@ -416,12 +416,7 @@ impl SimBackend {
                 let r = &this.regions[&id];
                 for b in r.block_range(s, e) {
                     let (bs, be) = r.block_pages(b);
-                    let ready = r.blocks[b].last_use_ns;
-                    this.write_backs.push_back(WriteBack {
-                        region: id,
-                        pages: (bs.max(s), be.min(e)),
-                        ready,
-                    });
+                    this.write_backs.push_back(WriteBack { region: id, pages: (bs.max(s), be.min(e)) });
                 }
             }
             Ok(())
@@ -442,8 +437,8 @@ impl SimBackend {
             };
             let (bs, be) = wb.pages;
             let b = bs / PAGES_PER_BLOCK;
-            // Used again since: due once that kernel is done.
-            let ready = wb.ready.max(r.blocks[b].last_use_ns);
+            // Due once the last kernel using the block is done, by the host's clock.
+            let ready = r.blocks[b].last_use_ns;
             if ready > self.host_now {
                 break;
             }
