@@ -38,17 +38,22 @@ impl Advisor {
         ];
         for (hint, units) in lists {
             for (u, reason) in units {
-                let r = crate::policy::units::unit_range(&self.sizes, u);
-                self.events.push(crate::seam::MemEvent::Hint {
-                    hint,
-                    region: u.region,
-                    offset: r.offset,
-                    bytes: r.len,
-                    reason: format!("{reason:?}"),
-                    kernel: self.kernel,
-                });
+                self.record_hint(hint, u, reason);
             }
         }
+    }
+
+    /// Records a hint on `u` as an event, with its reason.
+    pub(super) fn record_hint(&mut self, hint: crate::seam::HintKind, u: Unit, reason: Reason) {
+        let r = crate::policy::units::unit_range(&self.sizes, u);
+        self.events.push(crate::seam::MemEvent::Hint {
+            hint,
+            region: u.region,
+            offset: r.offset,
+            bytes: r.len,
+            reason: format!("{reason:?}"),
+            kernel: self.kernel,
+        });
     }
 
     pub(super) fn execute(&mut self, p: Plan, hints: &mut Hints<'_>) -> Result<()> {

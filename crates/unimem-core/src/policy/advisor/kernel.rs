@@ -34,8 +34,7 @@ impl Advisor {
             self.record_forecast_score(now, acc);
         }
         let reserve = self.forecast(now, &mut predicted);
-        self.note_writes(&units);
-        self.queue_write_backs(&units, now);
+        self.note_writes(&units, now);
         self.reconcile(hints)?;
         let remote_now: FxHashSet<Unit> = self.remote.keys().copied().collect();
         let sizes = &self.sizes;
@@ -190,12 +189,17 @@ impl Advisor {
         reserve
     }
 
-    /// Notes what this kernel writes, by step-stable identity (for the next step's placements).
-    pub(super) fn note_writes(&mut self, units: &[(Unit, bool, bool)]) {
+    /// Notes what kernel `now` writes, by step-stable identity (for the next step's
+    /// placements), and queues for a write-back the units among them that were evicted before
+    /// their reuse last time (`write_back.rs`).
+    pub(super) fn note_writes(&mut self, units: &[(Unit, bool, bool)], now: u64) {
         // Only programs with steps: without markers the set would grow without end.
         for &(u, _, writes) in units.iter().filter(|_| self.step > 0) {
             if let (true, Some(key)) = (writes, self.identity.key(u.region)) {
                 self.written_this_step.insert((key, u.block));
+                if self.settings.write_back && self.evicted_before_reuse.contains(&(key, u.block)) {
+                    self.write_backs.on_write(u, now);
+                }
             }
         }
     }

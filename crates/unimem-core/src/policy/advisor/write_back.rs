@@ -51,7 +51,7 @@ impl WriteBacks {
     }
 
     /// Kernel `at` writes `unit`.
-    fn on_write(&mut self, unit: Unit, at: u64) {
+    pub(super) fn on_write(&mut self, unit: Unit, at: u64) {
         self.written.insert(unit, at);
         self.queue.push_back((unit, at));
     }
@@ -113,19 +113,6 @@ impl WriteBacks {
 }
 
 impl Advisor {
-    /// Queues the units kernel `now` writes that were evicted before their reuse last time.
-    pub(super) fn queue_write_backs(&mut self, units: &[(Unit, bool, bool)], now: u64) {
-        if !self.settings.write_back || self.step == 0 {
-            return;
-        }
-        for &(u, _, _) in units.iter().filter(|u| u.2) {
-            let Some(key) = self.identity.key(u.region) else { continue };
-            if self.evicted_before_reuse.contains(&(key, u.block)) {
-                self.write_backs.on_write(u, now);
-            }
-        }
-    }
-
     /// Writes back the queued units that are due (after the kernel's launch, so that it never
     /// waits for them).
     pub(super) fn write_back_due(&mut self, hints: &mut Hints<'_>) -> Result<()> {
@@ -138,15 +125,7 @@ impl Advisor {
         }
         if self.recording {
             for &u in &units {
-                let r = unit_range(&self.sizes, u);
-                self.events.push(crate::seam::MemEvent::Hint {
-                    hint: crate::seam::HintKind::WriteBack,
-                    region: u.region,
-                    offset: r.offset,
-                    bytes: r.len,
-                    reason: format!("{:?}", Reason::EvictedBeforeReuse),
-                    kernel: self.kernel,
-                });
+                self.record_hint(crate::seam::HintKind::WriteBack, u, Reason::EvictedBeforeReuse);
             }
         }
         self.hints.written_back += self.units_bytes(units.iter());
